@@ -1,0 +1,37 @@
+// popen-based command runner; stderr goes to a temporary file.
+#include "tests/support/run_command.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace shardcheck::testing {
+
+CommandResult run_command(const std::string& command) {
+  char path[] = "/tmp/shardcheck-test-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd >= 0) close(fd);
+  CommandResult r;
+  FILE* p = popen((command + " 2>" + path).c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  r.err = ss.str();
+  unlink(path);
+  return r;
+}
+
+CommandResult run_shardcheck(const std::string& args) {
+  return run_command(std::string(SHARDCHECK_BINARY) + " " + args);
+}
+
+}  // namespace shardcheck::testing

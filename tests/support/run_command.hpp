@@ -1,0 +1,19 @@
+// Runs the built `shardcheck` binary from a test and captures its exit code and output.
+//   CommandResult r = run_shardcheck("layout --shapes 3 --ranks 1");
+//   REQUIRE(r.exit_code == 0);
+#pragma once
+
+#include <string>
+
+namespace shardcheck::testing {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+CommandResult run_command(const std::string& command);
+CommandResult run_shardcheck(const std::string& args);
+
+}  // namespace shardcheck::testing
