@@ -15,5 +15,8 @@ using Action = std::function<int()>;
 
 Action add_layout_command(CLI::App& app);
 Action add_demo_command(CLI::App& app);
+Action add_run_command(CLI::App& app);
+Action add_explore_command(CLI::App& app);
+Action add_replay_command(CLI::App& app);
 
 }  // namespace shardcheck::cli

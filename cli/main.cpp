@@ -14,6 +14,9 @@ int main(int argc, char** argv) {
   std::map<std::string, Action> actions;
   actions["layout"] = add_layout_command(app);
   actions["demo"] = add_demo_command(app);
+  actions["run"] = add_run_command(app);
+  actions["explore"] = add_explore_command(app);
+  actions["replay"] = add_replay_command(app);
   // CLI11 would only say "a subcommand is required"; name the unknown word instead.
   if (argc > 1 && argv[1][0] != '-' && actions.count(argv[1]) == 0) {
     std::cerr << "shardcheck: unknown command '" << argv[1] << "'; commands:";

@@ -1,0 +1,116 @@
+// Findings: what a detector or oracle reports. Kinds have stable names (DESIGN.md §4) used in
+// scenario `expect:` lists and JSON reports. Each finding carries a one-line summary, a
+// longer explanation, a key that identifies "the same bug" across ranks, steps and
+// schedules (for reporting each once), and structured detail for the report pictures.
+//   Finding f = make_finding(FindingKind::stream_race, "rs read of grad races ...", key);
+//   to_string(f.kind) == "stream_race"
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace shardcheck::core {
+
+enum class FindingKind : uint8_t {
+  stream_race,
+  collective_mismatch,
+  collective_swap,
+  deadlock,
+  grad_norm_miscount,
+  layout_mismatch,
+  uninitialized_read,
+  numerics_divergence,
+  replica_divergence,
+};
+inline constexpr int kFindingKinds = 9;
+
+std::string_view to_string(FindingKind k);
+std::optional<FindingKind> parse_finding_kind(std::string_view s);
+
+// One access to device memory, as a race report names it.
+struct AccessSite {
+  int rank = 0;
+  std::string stream;
+  std::string op;        // e.g. "reduce_scatter 'grad'" or "kernel 'next_forward'"
+  int64_t step = 0;      // scheduler step at which it executed
+  uint32_t op_id = 0;    // index in the run's operation table
+  std::string buffer;
+  int lifetime = 1;      // which lifetime of the memory block (1 = first allocation)
+  uint64_t address = 0;  // start of the block
+  int64_t byte_begin = 0;
+  int64_t byte_end = 0;
+  bool write = false;
+};
+
+struct RaceDetail {
+  AccessSite first;   // earlier in the schedule
+  AccessSite second;  // the one not ordered after it
+  bool reuse = false;  // different lifetimes of one block: allocator reuse
+  std::string missing_edge;
+  std::vector<std::string> fixes;
+};
+
+struct CollectiveDetail {
+  std::string group;
+  int64_t index = 0;  // k-th collective of the group
+  struct PerRank {
+    int rank = 0;
+    std::string stream;
+    std::string fingerprint;
+    std::string tag;
+  };
+  std::vector<PerRank> ranks;
+};
+
+struct DeadlockDetail {
+  struct Node {
+    int rank = 0;
+    std::string where;  // "host" or the stream name
+    std::string op;     // what it is stuck on
+    std::string waits_for;
+  };
+  std::vector<Node> cycle;  // each waits for the next; the last for the first
+  bool is_cycle = true;     // false: a chain ending at something that will never come
+};
+
+struct NormDetail {
+  double expected = 0;
+  double reported = 0;
+  struct Param {
+    std::string name;
+    int counted = 0;  // times counted by the implementation (1 is right)
+  };
+  std::vector<Param> params;
+};
+
+struct ElementDetail {  // numerics, replica and layout findings
+  int step = 0;
+  std::string tensor;
+  int64_t element = 0;
+  int rank = 0;
+  int other_rank = -1;
+  double expected = 0;
+  double actual = 0;
+  std::string note;
+};
+
+using FindingDetail = std::variant<std::monostate, RaceDetail, CollectiveDetail, DeadlockDetail, NormDetail, ElementDetail>;
+
+struct Finding {
+  FindingKind kind = FindingKind::stream_race;
+  std::string summary;      // one line
+  std::string explanation;  // several lines: what, why it matters, how to fix
+  std::string key;          // same key = same bug
+  FindingDetail detail;
+  uint64_t seed = 0;        // schedule seed of the first run that found it
+  int64_t occurrences = 1;
+};
+
+// Adds `f` unless a finding with the same key is present, in which case it counts it.
+void add_finding(std::vector<Finding>& list, Finding f);
+
+}  // namespace shardcheck::core

@@ -1,0 +1,62 @@
+// Reading scenario YAML with positions: every accessor checks the node's type and throws a
+// LoadError carrying file:line:column, and `keys` rejects unknown keys at their own mark.
+//   YamlReader y(path);
+//   YAML::Node root = y.load();                       // parse errors carry positions too
+//   y.keys(root, {"kind", "name", "ranks"});
+//   int ranks = y.integer(root["ranks"], "ranks", 1, 256);
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace shardcheck::core {
+
+struct SourceLoc {
+  std::string file;
+  int line = 1;
+  int column = 1;
+  std::string str() const { return file + ":" + std::to_string(line) + ":" + std::to_string(column); }
+};
+
+class LoadError : public std::runtime_error {
+ public:
+  explicit LoadError(const std::string& where_and_what) : std::runtime_error(where_and_what) {}
+};
+
+class YamlReader {
+ public:
+  explicit YamlReader(std::string file) : file_(std::move(file)) {}
+
+  // Parses the file (or `text` when given, for tests); throws LoadError on any failure.
+  YAML::Node load();
+  YAML::Node load_string(const std::string& text);
+
+  SourceLoc loc(const YAML::Node& n) const;
+  [[noreturn]] void fail(const YAML::Node& n, const std::string& message) const;
+  [[noreturn]] void fail_at(const SourceLoc& at, const std::string& message) const;
+
+  void keys(const YAML::Node& map, std::initializer_list<const char*> allowed, const char* what) const;
+  void require(const YAML::Node& map, const char* key, const char* what) const;
+  YAML::Node map(const YAML::Node& n, const char* what) const;
+  YAML::Node seq(const YAML::Node& n, const char* what) const;
+  std::string str(const YAML::Node& n, const char* what) const;
+  int64_t integer(const YAML::Node& n, const char* what, int64_t lo, int64_t hi) const;
+  double real(const YAML::Node& n, const char* what) const;
+  bool boolean(const YAML::Node& n, const char* what) const;
+  std::vector<int64_t> integers(const YAML::Node& n, const char* what, int64_t lo, int64_t hi) const;
+  std::vector<std::string> strings(const YAML::Node& n, const char* what) const;
+  const std::string& file() const { return file_; }
+
+  // The mark of a key inside a map (for errors about the key itself).
+  SourceLoc key_loc(const YAML::Node& map, const std::string& key) const;
+
+ private:
+  std::string file_;
+};
+
+}  // namespace shardcheck::core

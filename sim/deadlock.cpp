@@ -1,0 +1,169 @@
+// When nothing can run but work remains: build the wait-for graph (hosts waiting on syncs,
+// streams waiting on events, collectives and p2p calls waiting for peers) with Boost.Graph
+// and report its cycle, or the chain that ends at something that will never come.
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/depth_first_search.hpp>
+#include <map>
+#include <set>
+
+#include "sim/world_state.hpp"
+
+namespace shardcheck::sim {
+
+namespace {
+using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+using Vertex = boost::graph_traits<Graph>::vertex_descriptor;
+using Edge = boost::graph_traits<Graph>::edge_descriptor;
+
+struct CycleFinder : boost::default_dfs_visitor {
+  std::vector<Vertex>* pred;
+  std::vector<Vertex>* cycle;
+  void tree_edge(Edge e, const Graph& g) { (*pred)[boost::target(e, g)] = boost::source(e, g); }
+  void back_edge(Edge e, const Graph& g) {
+    if (!cycle->empty()) return;
+    const Vertex u = boost::source(e, g), v = boost::target(e, g);
+    std::vector<Vertex> path{u};
+    for (Vertex x = u; x != v; x = (*pred)[x]) {
+      if ((*pred)[x] == x) return;  // v is not an ancestor along tree edges; not our cycle
+      path.push_back((*pred)[x]);
+    }
+    cycle->assign(path.rbegin(), path.rend());
+  }
+};
+}  // namespace
+
+std::string World::describe_head(int rank, int stream) {
+  const Stream& s = ranks_[rank]->streams[stream];
+  if (s.queue.empty()) return "(idle)";
+  return names_[op_info_[s.queue.front().id].name];
+}
+
+void World::report_deadlock() {
+  const int per_rank = 1 + Options::kMaxStreamsPerRank;
+  Graph g(participants_);
+  std::map<std::pair<int, int>, std::string> why;  // edge -> what the waiter waits for
+  bool mismatch_involved = false;
+  auto edge = [&](int from, int to, std::string reason) {
+    boost::add_edge(from, to, g);
+    why.emplace(std::pair{from, to}, std::move(reason));
+  };
+  for (int r = 0; r < ranks(); ++r) {
+    const Host& h = ranks_[r]->host;
+    if (h.status == Host::Status::parked && !host_ready(r)) {
+      for (uint32_t rec : h.wait_records) {
+        if (!records_[rec].executed) {
+          edge(host_participant(r), participant(records_[rec].rank, records_[rec].stream),
+               "a host sync on stream '" + ranks_[r]->streams[records_[rec].stream].name + "'");
+        }
+      }
+      if (h.wait_stream >= 0) edge(host_participant(r), participant(r, h.wait_stream), "its last launch");
+    }
+    for (int s = 0; s < num_streams(r); ++s) {
+      const Stream& st = ranks_[r]->streams[s];
+      if (st.queue.empty() || stream_ready(r, s)) continue;
+      const Op& op = st.queue.front();
+      const int self = participant(r, s);
+      if (op.kind == OpKind::wait) {
+        const Record& rec = records_[op.record];
+        edge(self, participant(rec.rank, rec.stream), names_[op_info_[rec.op].name] + " on stream '" +
+                                                         ranks_[rec.rank]->streams[rec.stream].name + "'");
+      } else if (op.kind == OpKind::collective) {
+        Group& grp = groups_[op.group];
+        const Instance& inst = grp.at(op.instance);
+        mismatch_involved |= inst.mismatch;
+        for (size_t m = 0; m < grp.members.size(); ++m) {
+          const int peer = grp.members[m];
+          if (!inst.members[m].issued) {
+            edge(self, host_participant(peer), "rank " + std::to_string(peer) + " to issue collective #" +
+                                                   std::to_string(op.instance) + " of group '" + grp.name + "'");
+          } else if (ranks_[peer]->streams[inst.members[m].stream].executed != inst.members[m].position) {
+            edge(self, participant(peer, inst.members[m].stream),
+                 "rank " + std::to_string(peer) + "'s stream '" + ranks_[peer]->streams[inst.members[m].stream].name +
+                     "' to reach " + names_[op_info_[inst.members[m].op].name]);
+          }
+        }
+      } else if (op.kind == OpKind::send || op.kind == OpKind::recv) {
+        const bool send = op.kind == OpKind::send;
+        const int peer = op.p2p.peer;
+        Channel& ch = channels_[send ? std::pair{r, peer} : std::pair{peer, r}];
+        const auto& pair = ch.at(op.instance);
+        const auto& other = send ? pair.second : pair.first;
+        if (!other.issued) {
+          edge(self, host_participant(peer), "rank " + std::to_string(peer) + " to issue the matching " + (send ? "recv" : "send"));
+        } else {
+          edge(self, participant(peer, other.stream), "rank " + std::to_string(peer) + "'s stream '" +
+                                                          ranks_[peer]->streams[other.stream].name + "' to reach " +
+                                                          names_[op_info_[other.op].name]);
+        }
+      }
+    }
+  }
+  if (mismatch_involved || mismatch_seen_) return;  // the mismatch finding already explains the hang
+
+  std::vector<Vertex> pred(participants_), cycle;
+  for (int v = 0; v < participants_; ++v) pred[v] = v;
+  CycleFinder vis;
+  vis.pred = &pred;
+  vis.cycle = &cycle;
+  boost::depth_first_search(g, boost::visitor(vis));
+
+  core::DeadlockDetail d;
+  auto node = [&](int v, int next) {
+    core::DeadlockDetail::Node n;
+    n.rank = v / per_rank;
+    const int s = v % per_rank - 1;
+    n.where = s < 0 ? "host" : ranks_[n.rank]->streams[s].name;
+    n.op = s < 0 ? "waiting for " + (why.count({v, next}) ? why[{v, next}] : std::string("its peers")) : describe_head(n.rank, s);
+    n.waits_for = why.count({v, next}) ? why[{v, next}] : "";
+    return n;
+  };
+  if (!cycle.empty()) {
+    for (size_t i = 0; i < cycle.size(); ++i) {
+      d.cycle.push_back(node(static_cast<int>(cycle[i]), static_cast<int>(cycle[(i + 1) % cycle.size()])));
+    }
+  } else {
+    // No cycle: follow waits from the first stuck node to what will never come.
+    d.is_cycle = false;
+    int v = -1;
+    for (int x = 0; x < participants_ && v < 0; ++x) {
+      if (boost::out_degree(x, g) > 0) v = x;
+    }
+    std::set<int> seen;
+    while (v >= 0 && !seen.count(v)) {
+      seen.insert(v);
+      int next = -1;
+      auto [it, end] = boost::adjacent_vertices(v, g);
+      if (it != end) next = static_cast<int>(*it);
+      d.cycle.push_back(node(v, next));
+      v = next;
+    }
+    if (v >= 0 && d.cycle.back().waits_for.empty()) d.cycle.back().waits_for = "(finished: it will never issue it)";
+  }
+  if (d.cycle.empty()) {
+    // Stuck with no waits recorded: a host parked on an event nothing will record.
+    core::DeadlockDetail::Node n;
+    n.where = "host";
+    n.op = "stuck with no runnable work";
+    d.cycle.push_back(n);
+    d.is_cycle = false;
+  }
+  core::Finding f;
+  f.kind = core::FindingKind::deadlock;
+  std::string chain, key;
+  for (const auto& n : d.cycle) {
+    chain += "\n  rank " + std::to_string(n.rank) + " " + n.where + ": " + n.op + (n.waits_for.empty() ? "" : "\n      waits for " + n.waits_for);
+    key += "|" + n.where + ":" + n.op;
+  }
+  f.summary = d.is_cycle ? "deadlock: " + std::to_string(d.cycle.size()) + " waiters form a cycle; nothing can run"
+                         : "deadlock: work waits for something that will never come";
+  f.explanation = f.summary + chain +
+                  (d.is_cycle ? "\nEach waits for the next and the last for the first. Issue collectives and p2p calls "
+                                "in one order on every rank, or put them on separate streams."
+                              : "");
+  f.key = "deadlock" + key;
+  f.detail = std::move(d);
+  f.seed = options_.seed;
+  core::add_finding(findings_, std::move(f));
+}
+
+}  // namespace shardcheck::sim

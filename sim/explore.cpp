@@ -1,0 +1,70 @@
+// Schedule exploration and replay.
+#include "sim/explore.hpp"
+
+namespace shardcheck::sim {
+
+int64_t measure_steps(const Program& program, Options base) {
+  base.policy = Policy::in_order;
+  base.detectors = false;
+  base.record_trace = false;
+  World w(base);
+  return w.run(program).steps;
+}
+
+ExploreResult explore(const Program& program, const ExploreOptions& o) {
+  ExploreResult r;
+  Options opts = o.base;
+  if (opts.policy == Policy::pct && opts.pct_steps_hint <= 0) opts.pct_steps_hint = measure_steps(program, opts);
+  for (int i = 0; i < o.runs; ++i) {
+    opts.seed = o.base.seed + static_cast<uint64_t>(i);
+    World w(opts);
+    RunResult run = w.run(program);
+    r.runs_done++;
+    r.steps += run.steps;
+    r.ops += run.ops_executed;
+    r.digests.push_back(run.trace_digest);
+    if (!run.error.empty() && r.error.empty()) {
+      r.error = run.error;
+      r.error_seed = opts.seed;
+    }
+    for (auto& f : run.findings) core::add_finding(r.findings, std::move(f));
+    if (!run.findings.empty() && r.first_hit < 0) r.first_hit = i;
+    if (o.stop_at_first && (r.first_hit >= 0 || !r.error.empty())) break;
+  }
+  return r;
+}
+
+Replay replay(const Program& program, Options options) {
+  Replay r;
+  if (options.policy == Policy::pct && options.pct_steps_hint <= 0) options.pct_steps_hint = measure_steps(program, options);
+  options.record_trace = true;
+  r.world = std::make_unique<World>(options);
+  r.result = r.world->run(program);
+  r.log = trace_log(*r.world, "");
+  return r;
+}
+
+core::TraceLog trace_log(const World& w, const std::string& title) {
+  core::TraceLog log;
+  log.ranks = w.ranks();
+  log.title = title;
+  for (int r = 0; r < w.ranks(); ++r) {
+    log.threads.push_back({r, 0, "host"});
+    for (int s = 0; s < w.num_streams(r); ++s) log.threads.push_back({r, s + 1, w.stream_name(r, s)});
+  }
+  for (const TraceEvent& e : w.trace()) {
+    const OpInfo& info = w.ops()[e.op];
+    core::TraceLog::Slice s;
+    s.rank = e.rank;
+    s.tid = e.stream + 1;
+    s.ts_us = e.step;
+    s.dur_us = 1;
+    s.op = e.op;
+    s.name = e.stream < 0 && info.stream >= 0 ? "issue " + w.name(info.name) : w.name(info.name);
+    s.category = e.stream < 0 ? "host" : std::string(to_string(info.kind));
+    log.slices.push_back(std::move(s));
+  }
+  return log;
+}
+
+}  // namespace shardcheck::sim

@@ -1,0 +1,374 @@
+// The issue side of the simulator: what happens at host time when a rank's program calls
+// its Runtime. Allocation and free act here (as a caching allocator does); stream work is
+// queued; collectives and p2p calls are matched to their peers' calls in order, which is
+// where order mismatches and swaps are found, independent of the schedule.
+#include <algorithm>
+#include <cstring>
+
+#include "core/status.hpp"
+#include "sim/runtime.hpp"
+#include "sim/world_state.hpp"
+
+namespace shardcheck::sim {
+
+using core::InternalError;
+
+namespace {
+std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+std::string fingerprint(const core::CollectiveCall& c, const std::vector<int>& members, const std::string& group) {
+  std::string f = std::string(core::to_string(c.kind)) + " " + std::string(core::to_string(c.input.dtype)) + " " +
+                  std::to_string(c.input.numel) + "->" + std::to_string(c.output.numel);
+  if (c.kind == core::CollectiveKind::all_reduce || c.kind == core::CollectiveKind::reduce_scatter) {
+    f += " " + std::string(core::to_string(c.reduce));
+  }
+  if (c.kind == core::CollectiveKind::broadcast) f += " root " + std::to_string(c.root);
+  f += " on " + group + " [";
+  for (size_t i = 0; i < members.size(); ++i) f += (i ? "," : "") + std::to_string(members[i]);
+  return f + "]";
+}
+}  // namespace
+
+// ---------------------------------------------------------------- SimRuntime
+
+core::EventId SimRuntime::create_event(std::string_view name) {
+  auto& r = *world_.ranks_[rank_];
+  r.event_latest.push_back(kNone);
+  r.event_names.emplace_back(name);
+  return static_cast<core::EventId>(r.event_latest.size() - 1);
+}
+
+core::GroupId SimRuntime::group(std::string_view name, std::span<const int> members) {
+  std::vector<int> m(members.begin(), members.end());
+  if (std::find(m.begin(), m.end(), rank_) == m.end()) {
+    throw InternalError("group " + quoted(name) + " does not contain rank " + std::to_string(rank_));
+  }
+  for (int r : m) {
+    if (r < 0 || r >= world_.ranks()) throw InternalError("group " + quoted(name) + " names a rank outside the world");
+  }
+  int index = -1;
+  for (size_t i = 0; i < world_.groups_.size(); ++i) {
+    if (world_.groups_[i].name == name && world_.groups_[i].members == m) index = static_cast<int>(i);
+  }
+  if (index < 0) {
+    World::Group g;
+    g.name = std::string(name);
+    g.members = m;
+    g.issued.assign(m.size(), 0);
+    world_.groups_.push_back(std::move(g));
+    index = static_cast<int>(world_.groups_.size() - 1);
+  }
+  auto& groups = world_.ranks_[rank_]->groups;
+  groups.push_back(index);
+  return static_cast<core::GroupId>(groups.size() - 1);
+}
+
+std::span<const int> SimRuntime::group_members(core::GroupId g) const {
+  return world_.groups_.at(world_.group_index(rank_, g)).members;
+}
+
+void SimRuntime::park(std::coroutine_handle<> h) {
+  auto& host = world_.ranks_[rank_]->host;
+  host.parked = h;
+  host.status = World::Host::Status::parked;
+}
+
+void SimRuntime::do_record(core::EventId e, core::StreamId s) {
+  auto& r = *world_.ranks_[rank_];
+  if (e < 0 || e >= static_cast<int>(r.event_latest.size())) throw InternalError("record of an unknown event");
+  r.event_latest[e] = world_.record(rank_, s, "record " + quoted(r.event_names[e]));
+}
+
+void SimRuntime::do_wait_event(core::StreamId s, core::EventId e) {
+  auto& r = *world_.ranks_[rank_];
+  if (e < 0 || e >= static_cast<int>(r.event_latest.size())) throw InternalError("wait on an unknown event");
+  // As in CUDA, the wait is for the event's most recent record at the time of the call; an
+  // event never recorded is already complete.
+  world_.wait(rank_, s, r.event_latest[e], "wait_event " + quoted(r.event_names[e]));
+}
+
+void SimRuntime::do_wait_stream(core::StreamId waiter, core::StreamId waited) {
+  const uint32_t rec = world_.record(rank_, waited, "record (for wait_stream)");
+  world_.wait(rank_, waiter, rec, "wait_stream for " + quoted(world_.stream_name(rank_, waited)));
+}
+
+void SimRuntime::do_sync(core::StreamId s) {
+  world_.host_wait(rank_, {world_.record(rank_, s, "record (for host sync)")});
+}
+
+void SimRuntime::do_sync_event(core::EventId e) {
+  auto& r = *world_.ranks_[rank_];
+  if (e < 0 || e >= static_cast<int>(r.event_latest.size())) throw InternalError("sync on an unknown event");
+  if (r.event_latest[e] != kNone) world_.host_wait(rank_, {r.event_latest[e]});
+}
+
+void SimRuntime::do_sync_device() {
+  std::vector<uint32_t> recs;
+  for (int s = 0; s < world_.num_streams(rank_); ++s) recs.push_back(world_.record(rank_, s, "record (for device sync)"));
+  world_.host_wait(rank_, std::move(recs));
+}
+
+// ---------------------------------------------------------------- World: issue side
+
+uint32_t World::new_op(int rank, int stream, OpKind kind, std::string name) {
+  OpInfo info;
+  info.rank = rank;
+  info.stream = stream;
+  info.kind = kind;
+  info.name = intern(std::move(name));
+  info.issue_step = step_;
+  op_info_.push_back(info);
+  const uint32_t id = static_cast<uint32_t>(op_info_.size() - 1);
+  digest_ = core::mix64(digest_ ^ (static_cast<uint64_t>(step_) << 20) ^ (static_cast<uint64_t>(rank) << 4) ^
+                        name_hashes_[info.name]);
+  if (options_.record_trace) trace_.push_back({step_, rank, -1, id});
+  return id;
+}
+
+int World::stream_of(int rank, std::string_view name) {
+  auto& streams = ranks_[rank]->streams;
+  for (size_t i = 0; i < streams.size(); ++i) {
+    if (streams[i].name == name) return static_cast<int>(i);
+  }
+  if (static_cast<int>(streams.size()) >= Options::kMaxStreamsPerRank) {
+    throw InternalError("rank " + std::to_string(rank) + " asks for more than " +
+                        std::to_string(Options::kMaxStreamsPerRank) + " streams");
+  }
+  Stream s;
+  s.name = std::string(name);
+  s.comm = !streams.empty();
+  s.clock = VectorClock(participants_);
+  streams.push_back(std::move(s));
+  return static_cast<int>(streams.size() - 1);
+}
+
+int World::group_index(int rank, core::GroupId g) {
+  const auto& groups = ranks_[rank]->groups;
+  if (g < 0 || g >= static_cast<int>(groups.size())) throw InternalError("unknown process group");
+  return groups[g];
+}
+
+Lifetime& World::live_buffer(int rank, core::BufferId b, const char* use) {
+  const auto& buffers = ranks_[rank]->buffers;
+  if (b < 0 || b >= static_cast<int>(buffers.size())) throw InternalError(std::string(use) + " of an unknown buffer");
+  Lifetime& l = lifetimes_[buffers[b]];
+  if (!l.live) throw InternalError(std::string(use) + " of buffer " + quoted(names_[l.name]) + " after it was freed");
+  return l;
+}
+
+void World::check_ref(int rank, const core::TensorRef& t, const char* use) {
+  const Lifetime& l = live_buffer(rank, t.buffer, use);
+  if (t.offset < 0 || t.numel < 0 || static_cast<uint64_t>(t.byte_offset() + t.bytes()) > l.bytes) {
+    throw InternalError(std::string(use) + " reaches past the end of buffer " + quoted(names_[l.name]));
+  }
+}
+
+void World::push(int rank, int stream, Op op) {
+  auto& r = *ranks_[rank];
+  if (stream < 0 || stream >= static_cast<int>(r.streams.size())) throw InternalError("unknown stream");
+  op.host_version = static_cast<uint32_t>(r.host.versions.size() - 1);
+  Stream& s = r.streams[stream];
+  if (options_.policy == Policy::in_order) {
+    r.host.wait_stream = stream;
+    r.host.wait_position = s.issued;
+  }
+  s.issued++;
+  s.queue.push_back(std::move(op));
+}
+
+core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_view name) {
+  auto& r = *ranks_[rank];
+  if (stream < 0 || stream >= static_cast<int>(r.streams.size())) throw InternalError("alloc on an unknown stream");
+  if (bytes < 0) throw InternalError("alloc of a negative size");
+  auto legal = [&](const Block& b, int s) {
+    if (b.stream == s) {
+      if (options_.allocator == AllocatorModel::stream_ordered) return true;  // stream order
+      return std::all_of(b.pending.begin(), b.pending.end(), [&](uint32_t rec) { return records_[rec].executed; });
+    }
+    if (options_.allocator == AllocatorModel::caching) return false;  // per-stream pools
+    // cudaMallocAsync reuses across streams when the free is ordered before the new stream.
+    const OpInfo& f = op_info_[b.free_op];
+    if (f.exec_step < 0) return false;
+    const int p = participant(rank, b.stream);
+    return r.streams[s].clock.covers(p, f.epoch) || r.host.clock.covers(p, f.epoch);
+  };
+  Heap::Allocation a = r.heap.allocate(static_cast<uint64_t>(bytes), stream, legal);
+  if (!a.waited.empty()) {
+    // The allocator saw those record_stream events complete (cudaEventQuery): a host sync.
+    for (uint32_t rec : a.waited) r.host.clock.join(records_[rec].clock);
+    r.host.versions.push_back(r.host.clock);
+  }
+  Lifetime l;
+  l.rank = rank;
+  l.name = intern(std::string(name));
+  l.addr = a.addr;
+  l.bytes = static_cast<uint64_t>(bytes);
+  l.stream = stream;
+  l.generation = ++generations_[{rank, a.addr}];
+  l.alloc_op = new_op(rank, -1, OpKind::host_alloc, "alloc " + quoted(name) + " on " + quoted(r.streams[stream].name));
+  lifetimes_.push_back(l);
+  const uint32_t index = static_cast<uint32_t>(lifetimes_.size() - 1);
+  if (options_.detectors) r.shadow.begin_lifetime(a.addr, a.addr + l.bytes, index);
+  r.buffers.push_back(index);
+  return static_cast<core::BufferId>(r.buffers.size() - 1);
+}
+
+void World::free(int rank, core::BufferId b) {
+  auto& r = *ranks_[rank];
+  Lifetime& l = live_buffer(rank, b, "free");
+  const uint32_t index = r.buffers[b];
+  l.live = false;
+  const std::string bname = quoted(names_[l.name]);
+  if (options_.allocator == AllocatorModel::caching) {
+    std::vector<uint32_t> pending;
+    for (int s : l.recorded_streams) pending.push_back(record(rank, s, "record (record_stream " + bname + ")"));
+    l.free_op = new_op(rank, -1, OpKind::host_free, "free " + bname);
+    if (options_.reuse == Reuse::earliest) std::memset(r.heap.bytes(l.addr), 0xff, l.bytes);
+    r.heap.release(l.addr, std::move(pending), l.free_op);
+    return;
+  }
+  // cudaFreeAsync on the allocating stream, after waits for the recorded streams.
+  for (int s : lifetimes_[index].recorded_streams) {
+    wait(rank, l.stream, record(rank, s, "record (record_stream " + bname + ")"), "wait (record_stream " + bname + ")");
+  }
+  Op op;
+  op.kind = OpKind::free_async;
+  op.id = new_op(rank, l.stream, OpKind::free_async, "free " + bname);
+  op.lifetime = index;
+  lifetimes_[index].free_op = op.id;
+  r.heap.release(lifetimes_[index].addr, {}, op.id);
+  push(rank, lifetimes_[index].stream, std::move(op));
+}
+
+void World::record_stream(int rank, core::BufferId b, int stream) {
+  Lifetime& l = live_buffer(rank, b, "record_stream");
+  if (stream < 0 || stream >= num_streams(rank)) throw InternalError("record_stream on an unknown stream");
+  if (stream != l.stream && std::find(l.recorded_streams.begin(), l.recorded_streams.end(), stream) == l.recorded_streams.end()) {
+    l.recorded_streams.push_back(stream);
+  }
+}
+
+uint32_t World::record(int rank, int stream, std::string_view what) {
+  if (stream < 0 || stream >= num_streams(rank)) throw InternalError("record on an unknown stream");
+  Op op;
+  op.kind = OpKind::record;
+  op.id = new_op(rank, stream, OpKind::record, std::string(what));
+  op.record = static_cast<uint32_t>(records_.size());
+  records_.push_back({rank, stream, false, VectorClock(participants_), op.id});
+  const uint32_t rec = op.record;
+  push(rank, stream, std::move(op));
+  return rec;
+}
+
+void World::wait(int rank, int stream, uint32_t rec, std::string_view what) {
+  Op op;
+  op.kind = OpKind::wait;
+  op.id = new_op(rank, stream, OpKind::wait, std::string(what));
+  op.record = rec;
+  push(rank, stream, std::move(op));
+}
+
+void World::host_wait(int rank, std::vector<uint32_t> recs) {
+  auto& host = ranks_[rank]->host;
+  host.wait_records = std::move(recs);
+  new_op(rank, -1, OpKind::host_sync, "host sync");
+}
+
+void World::launch(int rank, core::KernelCall call) {
+  if (std::string e = core::check_kernel(call); !e.empty()) throw InternalError(e);
+  for (const auto& t : call.reads) check_ref(rank, t, "kernel read");
+  for (const auto& t : call.writes) check_ref(rank, t, "kernel write");
+  Op op;
+  op.kind = OpKind::kernel;
+  op.id = new_op(rank, call.stream, OpKind::kernel, "kernel " + quoted(call.name));
+  const int stream = call.stream;
+  op.kernel = std::move(call);
+  push(rank, stream, std::move(op));
+}
+
+void World::collective(int rank, core::CollectiveCall call) {
+  const int g = group_index(rank, call.group);
+  Group& group = groups_[g];
+  if (std::string e = core::check_collective_shape(call, static_cast<int>(group.members.size())); !e.empty()) {
+    throw InternalError(e);
+  }
+  check_ref(rank, call.input, "collective input");
+  check_ref(rank, call.output, "collective output");
+  if (call.stream < 0 || call.stream >= num_streams(rank)) throw InternalError("collective on an unknown stream");
+  const int mi = group.index_of(rank);
+  const int64_t k = group.issued[mi]++;
+  Instance& inst = group.at(k);
+  Instance::Member& m = inst.members[mi];
+  m.issued = true;
+  m.stream = call.stream;
+  m.position = ranks_[rank]->streams[call.stream].issued;
+  m.fingerprint = fingerprint(call, group.members, group.name);
+  m.tag = call.tag;
+  Op op;
+  op.kind = OpKind::collective;
+  op.id = new_op(rank, call.stream, OpKind::collective, std::string(core::to_string(call.kind)) + " " + quoted(call.tag));
+  m.op = op.id;
+  op.group = g;
+  op.instance = k;
+  const int stream = call.stream;
+  op.coll = std::move(call);
+  if (++inst.issued == static_cast<int>(group.members.size())) compare_instance(g, inst, k);
+  push(rank, stream, std::move(op));
+}
+
+void World::p2p(int rank, core::P2PCall call, bool send) {
+  if (call.peer < 0 || call.peer >= ranks() || call.peer == rank) throw InternalError("p2p with an invalid peer");
+  check_ref(rank, call.buffer, send ? "send" : "recv");
+  if (call.stream < 0 || call.stream >= num_streams(rank)) throw InternalError("p2p on an unknown stream");
+  Channel& ch = channels_[send ? std::pair{rank, call.peer} : std::pair{call.peer, rank}];
+  const int64_t k = send ? ch.sends++ : ch.recvs++;
+  auto& pair = ch.at(k);
+  Channel::Half& h = send ? pair.first : pair.second;
+  h.issued = true;
+  h.stream = call.stream;
+  h.position = ranks_[rank]->streams[call.stream].issued;
+  h.bytes = call.buffer.bytes();
+  h.tag = call.tag;
+  Op op;
+  op.kind = send ? OpKind::send : OpKind::recv;
+  op.id = new_op(rank, call.stream, op.kind,
+                 std::string(send ? "send " : "recv ") + quoted(call.tag) + (send ? " to " : " from ") + std::to_string(call.peer));
+  h.op = op.id;
+  op.instance = k;
+  const int stream = call.stream;
+  const int from = send ? rank : call.peer, to = send ? call.peer : rank;
+  op.p2p = std::move(call);
+  if (pair.first.issued && pair.second.issued && options_.detectors) {
+    Instance inst;  // reuse the collective comparison: two members, sender first
+    inst.members.resize(2);
+    inst.members[0] = {true, pair.first.stream, pair.first.position, "p2p " + std::to_string(pair.first.bytes) + " bytes " + std::to_string(from) + "->" + std::to_string(to), pair.first.tag, pair.first.op};
+    inst.members[1] = {true, pair.second.stream, pair.second.position, "p2p " + std::to_string(pair.second.bytes) + " bytes " + std::to_string(from) + "->" + std::to_string(to), pair.second.tag, pair.second.op};
+    compare_instance(-1, inst, k);
+  }
+  push(rank, stream, std::move(op));
+}
+
+void World::upload(int rank, core::TensorRef dst, int stream, std::span<const std::byte> data) {
+  check_ref(rank, dst, "upload");
+  if (static_cast<int64_t>(data.size()) != dst.bytes()) throw InternalError("upload size differs from its destination");
+  Op op;
+  op.kind = OpKind::upload;
+  op.id = new_op(rank, stream, OpKind::upload, "upload to " + quoted(names_[lifetimes_[ranks_[rank]->buffers[dst.buffer]].name]));
+  op.ref = dst;
+  op.data.assign(data.begin(), data.end());
+  push(rank, stream, std::move(op));
+}
+
+void World::download(int rank, core::TensorRef src, int stream, std::span<std::byte> out) {
+  check_ref(rank, src, "download");
+  if (static_cast<int64_t>(out.size()) != src.bytes()) throw InternalError("download size differs from its source");
+  Op op;
+  op.kind = OpKind::download;
+  op.id = new_op(rank, stream, OpKind::download, "download of " + quoted(names_[lifetimes_[ranks_[rank]->buffers[src.buffer]].name]));
+  op.ref = src;
+  op.out = out;
+  push(rank, stream, std::move(op));
+  host_wait(rank, {record(rank, stream, "record (for download)")});
+}
+
+}  // namespace shardcheck::sim

@@ -1,0 +1,155 @@
+// Turning detector hits into findings a user can act on: both racing accesses with their
+// streams, operations, buffers and block lifetimes, the ordering that is missing, and the
+// fixes that would add it; and the per-rank view of a mismatched or swapped collective.
+#include <algorithm>
+#include <set>
+
+#include "sim/world_state.hpp"
+
+namespace shardcheck::sim {
+
+namespace {
+std::string q(const std::string& s) { return "'" + s + "'"; }
+
+std::string access_verb(Access k) {
+  switch (k) {
+    case Access::read: return "reads";
+    case Access::write: return "writes";
+    case Access::free: return "frees";
+  }
+  return "?";
+}
+}  // namespace
+
+core::AccessSite World::site(int rank, const AccessRec& a, Access kind, uint64_t begin, uint64_t end) {
+  const int per_rank = 1 + Options::kMaxStreamsPerRank;
+  const int stream = static_cast<int>(a.participant) % per_rank - 1;
+  const OpInfo& info = op_info_[a.op];
+  const Lifetime& l = lifetimes_[a.lifetime];
+  core::AccessSite s;
+  s.rank = rank;
+  s.stream = stream >= 0 ? ranks_[rank]->streams[stream].name : "host";
+  s.op = names_[info.name];
+  s.step = info.exec_step >= 0 ? info.exec_step : step_;
+  s.op_id = a.op;
+  s.buffer = names_[l.name];
+  s.lifetime = l.generation;
+  s.address = l.addr;
+  s.byte_begin = static_cast<int64_t>(begin - l.addr);
+  s.byte_end = static_cast<int64_t>(end - l.addr);
+  s.write = kind != Access::read;
+  return s;
+}
+
+void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c) {
+  const Lifetime& lp = lifetimes_[c.prior.lifetime];
+  const Lifetime& lc = lifetimes_[cur.lifetime];
+  core::RaceDetail d;
+  d.first = site(rank, c.prior, c.prior_kind, lp.addr, lp.addr + lp.bytes);
+  d.second = site(rank, cur, cur_kind, lc.addr, lc.addr + lc.bytes);
+  d.first.step = op_info_[c.prior.op].exec_step;
+  d.second.step = step_;
+  d.reuse = c.prior.lifetime != cur.lifetime;
+  const auto& A = d.first;
+  const auto& B = d.second;
+  const std::string alloc_stream = ranks_[rank]->streams[lp.stream].name;
+  if (d.reuse) {
+    d.missing_edge = "the block was handed from " + q(A.buffer) + " to " + q(B.buffer) + " while " + A.op + " on " + q(A.stream) +
+                     " could still be running: nothing made " + q(B.stream) + " wait for " + q(A.stream) +
+                     " after it, the host did not sync with " + q(A.stream) + ", and no record_stream held the block back";
+  } else {
+    d.missing_edge = "no happens-before edge from " + A.op + " on " + q(A.stream) + " to " + B.op + " on " + q(B.stream) + ": " +
+                     q(B.stream) + " never waits for an event recorded on " + q(A.stream) + " after it, and the host never " +
+                     "syncs with " + q(A.stream) + " before issuing " + B.op;
+  }
+  core::Finding f;
+  f.kind = core::FindingKind::stream_race;
+  if (cur_kind == Access::free) {
+    f.summary = "rank " + std::to_string(rank) + ": the free of " + q(B.buffer) + " on " + q(B.stream) + " may run before " +
+                A.op + " on " + q(A.stream) + " is done with it";
+    d.fixes = {"make " + q(B.stream) + " wait for an event recorded on " + q(A.stream) + " after " + A.op + " before the free",
+               "call record_stream(" + q(A.buffer) + ", " + q(A.stream) + ") before freeing it",
+               "allocate " + q(A.buffer) + " on " + q(A.stream) + ", the stream that uses it last"};
+  } else if (d.reuse) {
+    f.summary = "rank " + std::to_string(rank) + ": the block of " + q(A.buffer) + " (lifetime " + std::to_string(A.lifetime) +
+                ") is reused by " + q(B.buffer) + " (lifetime " + std::to_string(B.lifetime) + "): " + B.op + " on " +
+                q(B.stream) + " " + access_verb(cur_kind) + " it while " + A.op + " on " + q(A.stream) +
+                " may still " + (A.write ? "write" : "read") + " it";
+    d.fixes = {"call record_stream(" + q(A.buffer) + ", " + q(A.stream) + ") before freeing " + q(A.buffer) +
+                   ", so its block is not reused until " + q(A.stream) + " is done with it",
+               "allocate " + q(A.buffer) + " on " + q(A.stream) + " (it is allocated on " + q(alloc_stream) +
+                   "), so the block returns to the pool of the stream that uses it last",
+               "before freeing " + q(A.buffer) + ", make " + q(B.stream) + " wait for an event recorded on " + q(A.stream) +
+                   " after " + A.op,
+               "keep " + q(A.buffer) + " allocated across steps (a persistent buffer), so its block is never reused"};
+    if (alloc_stream == A.stream) d.fixes.erase(d.fixes.begin() + 1);
+  } else {
+    f.summary = "rank " + std::to_string(rank) + ": " + B.op + " on " + q(B.stream) + " " + access_verb(cur_kind) + " " +
+                q(B.buffer) + " while " + A.op + " on " + q(A.stream) + " may still " + (A.write ? "write" : "read") + " it";
+    d.fixes = {"record an event on " + q(A.stream) + " after " + A.op + " and make " + q(B.stream) +
+                   " wait for it (wait_event) before " + B.op,
+               "or make " + q(B.stream) + " wait for " + q(A.stream) + " (wait_stream) before " + B.op};
+  }
+  f.explanation = f.summary + ".\n  first:  rank " + std::to_string(A.rank) + ", stream " + q(A.stream) + ", " + A.op + " " +
+                  (A.write ? "writes" : "reads") + " " + q(A.buffer) + " (lifetime " + std::to_string(A.lifetime) +
+                  " of its block), step " + std::to_string(A.step) + "\n  second: rank " + std::to_string(B.rank) +
+                  ", stream " + q(B.stream) + ", " + B.op + " " + access_verb(cur_kind) + " " + q(B.buffer) + " (lifetime " +
+                  std::to_string(B.lifetime) + "), step " + std::to_string(B.step) + "\n  missing: " + d.missing_edge +
+                  "\n  fixes:";
+  for (const auto& fix : d.fixes) f.explanation += "\n    - " + fix;
+  const std::string sa = A.stream + ":" + A.op + ":" + A.buffer, sb = B.stream + ":" + B.op + ":" + B.buffer;
+  f.key = "race|" + std::min(sa, sb) + "|" + std::max(sa, sb);
+  f.detail = std::move(d);
+  f.seed = options_.seed;
+  core::add_finding(findings_, std::move(f));
+}
+
+void World::compare_instance(int group, const Instance& inst, int64_t k) {
+  if (!options_.detectors) return;
+  const bool p2p = group < 0;
+  bool fp_differs = false, tag_differs = false;
+  for (const auto& m : inst.members) {
+    fp_differs |= m.fingerprint != inst.members[0].fingerprint;
+    tag_differs |= m.tag != inst.members[0].tag;
+  }
+  if (!fp_differs && !tag_differs) return;
+  if (fp_differs && !p2p) {
+    groups_[group].at(k).mismatch = true;
+    mismatch_seen_ = true;
+  }
+  core::CollectiveDetail d;
+  d.group = p2p ? "p2p" : groups_[group].name;
+  d.index = k;
+  std::string per_rank;
+  std::vector<std::string> key_parts;  // sorted: a swap of A and B is one bug, whichever comes first
+  for (size_t m = 0; m < inst.members.size(); ++m) {
+    const OpInfo& info = op_info_[inst.members[m].op];
+    d.ranks.push_back({info.rank, ranks_[info.rank]->streams[info.stream].name, inst.members[m].fingerprint, inst.members[m].tag});
+    per_rank += "\n  rank " + std::to_string(info.rank) + ": " + names_[info.name] + "  [" + inst.members[m].fingerprint + "]";
+    key_parts.push_back(inst.members[m].tag + "/" + inst.members[m].fingerprint);
+  }
+  core::Finding f;
+  f.kind = fp_differs ? core::FindingKind::collective_mismatch : core::FindingKind::collective_swap;
+  const std::string which = p2p ? "p2p transfer #" + std::to_string(k) : "collective #" + std::to_string(k) + " of group " + q(d.group);
+  if (fp_differs) {
+    f.summary = which + " differs across ranks (a hang or corrupted data on real hardware)";
+    f.explanation = f.summary + ":" + per_rank +
+                    "\nEvery rank must issue the same collectives on a group in the same order. Issue them in an order "
+                    "that is identical on every rank (e.g. the optimizer's parameter order, never a set's iteration order).";
+  } else {
+    f.summary = which + " matches in shape but not in meaning: the ranks exchange different tensors (" +
+                inst.members[0].tag + " vs " + inst.members[1 % inst.members.size()].tag + ")";
+    f.explanation = f.summary + ":" + per_rank +
+                    "\nThe sizes agree, so nothing hangs: values are silently combined across different tensors. "
+                    "Issue the collectives in one order on every rank.";
+  }
+  std::sort(key_parts.begin(), key_parts.end());
+  key_parts.erase(std::unique(key_parts.begin(), key_parts.end()), key_parts.end());
+  f.key = std::string(fp_differs ? "mismatch|" : "swap|") + d.group;
+  for (const auto& k : key_parts) f.key += "|" + k;
+  f.detail = std::move(d);
+  f.seed = options_.seed;
+  core::add_finding(findings_, std::move(f));
+}
+
+}  // namespace shardcheck::sim

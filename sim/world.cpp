@@ -1,0 +1,252 @@
+// The scheduler loop: at each step one seeded choice among the runnable host programs and
+// stream heads, under the policy of the run (in_order, random, pct, delay_comm).
+#include <algorithm>
+#include <cstring>
+
+#include "core/status.hpp"
+#include "sim/runtime.hpp"
+#include "sim/world_state.hpp"
+
+namespace shardcheck::sim {
+
+using core::InternalError;
+
+std::string_view to_string(OpKind k) {
+  switch (k) {
+    case OpKind::kernel: return "kernel";
+    case OpKind::collective: return "collective";
+    case OpKind::send: return "send";
+    case OpKind::recv: return "recv";
+    case OpKind::record: return "record";
+    case OpKind::wait: return "wait";
+    case OpKind::upload: return "upload";
+    case OpKind::download: return "download";
+    case OpKind::free_async: return "free";
+    case OpKind::host_alloc: return "alloc";
+    case OpKind::host_free: return "free";
+    case OpKind::host_sync: return "sync";
+  }
+  return "?";
+}
+
+World::World(Options options) : options_(options), rng_(core::Rng(options.seed).split("scheduler")) {
+  if (options_.ranks < 1 || options_.ranks > Options::kMaxRanks) {
+    throw InternalError("a simulated world has 1 to " + std::to_string(Options::kMaxRanks) + " ranks");
+  }
+  participants_ = options_.ranks * (1 + Options::kMaxStreamsPerRank);
+  for (int r = 0; r < options_.ranks; ++r) {
+    ranks_.push_back(std::make_unique<Rank>(options_.allocator, options_.reuse, &device_bytes_, options_.max_device_bytes));
+    ranks_.back()->host.clock = VectorClock(participants_);
+    ranks_.back()->host.versions.push_back(ranks_.back()->host.clock);
+    runtimes_.push_back(std::make_unique<SimRuntime>(*this, r));
+  }
+  intern("");  // name 0: unnamed
+}
+
+World::~World() = default;
+
+core::Runtime& World::runtime(int rank) { return *runtimes_.at(rank); }
+
+const std::string& World::stream_name(int rank, int stream) const { return ranks_.at(rank)->streams.at(stream).name; }
+
+int World::num_streams(int rank) const { return static_cast<int>(ranks_.at(rank)->streams.size()); }
+
+uint32_t World::intern(std::string s) {
+  auto it = name_ids_.find(s);
+  if (it != name_ids_.end()) return it->second;
+  const uint32_t id = static_cast<uint32_t>(names_.size());
+  name_hashes_.push_back(core::fnv1a(s));
+  name_ids_.emplace(s, id);
+  names_.push_back(std::move(s));
+  return id;
+}
+
+std::span<const std::byte> World::read(int rank, core::BufferId buffer) {
+  const Lifetime& l = live_buffer(rank, buffer, "read");
+  return {ranks_[rank]->heap.bytes(l.addr), l.bytes};
+}
+
+bool World::host_ready(int rank) {
+  const Host& h = ranks_[rank]->host;
+  if (h.status == Host::Status::done || h.status == Host::Status::running) return false;
+  if (h.status == Host::Status::not_started) return true;
+  for (uint32_t rec : h.wait_records) {
+    if (!records_[rec].executed) return false;
+  }
+  if (h.wait_stream >= 0 && ranks_[rank]->streams[h.wait_stream].executed <= h.wait_position) return false;
+  return true;
+}
+
+bool World::stream_ready(int rank, int stream) {
+  const Stream& s = ranks_[rank]->streams[stream];
+  if (s.queue.empty()) return false;
+  const Op& op = s.queue.front();
+  switch (op.kind) {
+    case OpKind::wait: return op.record == kNone || records_[op.record].executed;
+    case OpKind::collective: {
+      Group& g = groups_[op.group];
+      const Instance& inst = g.at(op.instance);
+      if (inst.issued != static_cast<int>(g.members.size()) || inst.mismatch) return false;
+      for (size_t m = 0; m < g.members.size(); ++m) {
+        if (ranks_[g.members[m]]->streams[inst.members[m].stream].executed != inst.members[m].position) return false;
+      }
+      return true;
+    }
+    case OpKind::send:
+    case OpKind::recv: {
+      const bool send = op.kind == OpKind::send;
+      Channel& ch = channels_[send ? std::pair{rank, op.p2p.peer} : std::pair{op.p2p.peer, rank}];
+      const auto& pair = ch.at(op.instance);
+      const auto& other = send ? pair.second : pair.first;
+      if (!other.issued || pair.first.bytes != pair.second.bytes) return false;
+      return ranks_[op.p2p.peer]->streams[other.stream].executed == other.position;
+    }
+    default: return true;
+  }
+}
+
+int World::pick(const std::vector<int>& runnable) {
+  const int per_rank = 1 + Options::kMaxStreamsPerRank;
+  auto is_comm = [&](int e) {
+    const int s = e % per_rank - 1;
+    return s >= 0 && ranks_[e / per_rank]->streams[s].comm;
+  };
+  switch (options_.policy) {
+    case Policy::in_order: {
+      for (int e : runnable) {
+        if (e % per_rank != 0) return e;  // drain streams first: every launch "blocks"
+      }
+      return runnable.front();
+    }
+    case Policy::random: return runnable[rng_.uniform(runnable.size())];
+    case Policy::delay_comm: {
+      std::vector<int> eager;
+      for (int e : runnable) {
+        if (!is_comm(e)) eager.push_back(e);
+      }
+      const auto& from = eager.empty() ? runnable : eager;
+      return from[rng_.uniform(from.size())];
+    }
+    case Policy::pct: {
+      int best = runnable.front();
+      for (int e : runnable) {
+        if (pct_priority_[e] > pct_priority_[best]) best = e;
+      }
+      return best;
+    }
+  }
+  return runnable.front();
+}
+
+void World::step_host(int rank) {
+  Host& h = ranks_[rank]->host;
+  if (!h.wait_records.empty()) {
+    for (uint32_t rec : h.wait_records) h.clock.join(records_[rec].clock);
+    h.versions.push_back(h.clock);
+    h.wait_records.clear();
+  }
+  h.wait_stream = -1;
+  const bool first = h.status == Host::Status::not_started;
+  h.status = Host::Status::running;  // until it parks again or finishes
+  if (first) {
+    h.task.start();
+  } else {
+    std::exchange(h.parked, {}).resume();
+  }
+  if (h.task.done()) {
+    h.status = Host::Status::done;
+    try {
+      h.task.take();  // a host program's exception ends the run as an internal error
+    } catch (const std::exception& ex) {
+      throw InternalError("rank " + std::to_string(rank) + ": " + ex.what());
+    }
+  }
+}
+
+void World::step_stream(int rank, int stream) {
+  Stream& s = ranks_[rank]->streams[stream];
+  Op& op = s.queue.front();
+  switch (op.kind) {
+    case OpKind::collective: execute_collective(rank, stream); return;
+    case OpKind::send:
+    case OpKind::recv: execute_p2p(rank, stream); return;
+    default: break;
+  }
+  begin(rank, stream, op);
+  switch (op.kind) {
+    case OpKind::kernel: execute_kernel(rank, stream, op); break;
+    case OpKind::record: {
+      Record& rec = records_[op.record];
+      rec.clock = s.clock;
+      rec.executed = true;
+      break;
+    }
+    case OpKind::upload:
+    case OpKind::download: execute_transfer(rank, stream, op); break;
+    case OpKind::free_async: execute_free(rank, stream, op); break;
+    default: break;
+  }
+  finish(rank, stream, op);
+}
+
+RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
+  RunResult result;
+  if (step_ != 0) throw InternalError("a World runs once");
+  for (int r = 0; r < ranks(); ++r) ranks_[r]->host.task = body(*runtimes_[r]);
+  const int per_rank = 1 + Options::kMaxStreamsPerRank;
+  if (options_.policy == Policy::pct) {
+    const int d = std::max(1, options_.pct_depth);
+    for (int e = 0; e < participants_; ++e) pct_priority_.push_back(d + static_cast<int64_t>(rng_.uniform(1u << 30)));
+    const int64_t hint = options_.pct_steps_hint > 0 ? options_.pct_steps_hint : 10000;
+    for (int i = 0; i < d - 1; ++i) pct_change_steps_.push_back(1 + static_cast<int64_t>(rng_.uniform(hint)));
+    std::sort(pct_change_steps_.begin(), pct_change_steps_.end());
+  }
+  std::vector<int> runnable;
+  int last = -1;
+  size_t next_change = 0;
+  try {
+    while (true) {
+      if (step_ >= options_.max_steps) {
+        throw InternalError("the run exceeded its bound of " + std::to_string(options_.max_steps) + " steps");
+      }
+      runnable.clear();
+      for (int r = 0; r < ranks(); ++r) {
+        if (host_ready(r)) runnable.push_back(host_participant(r));
+        for (int s = 0; s < num_streams(r); ++s) {
+          if (stream_ready(r, s)) runnable.push_back(participant(r, s));
+        }
+      }
+      if (runnable.empty()) break;
+      // PCT: at each change point the entity that ran last drops below every initial priority.
+      while (next_change < pct_change_steps_.size() && pct_change_steps_[next_change] <= step_) {
+        if (last >= 0) pct_priority_[last] = static_cast<int64_t>(pct_change_steps_.size() - next_change) - 1;
+        ++next_change;
+      }
+      const int e = pick(runnable);
+      last = e;
+      ++step_;
+      const int rank = e / per_rank, slot = e % per_rank;
+      if (slot == 0) {
+        step_host(rank);
+      } else {
+        step_stream(rank, slot - 1);
+      }
+    }
+  } catch (const std::exception& ex) {
+    result.error = ex.what();
+  }
+  bool done = result.error.empty();
+  for (int r = 0; r < ranks() && done; ++r) {
+    done = ranks_[r]->host.status == Host::Status::done;
+    for (const auto& s : ranks_[r]->streams) done = done && s.queue.empty();
+  }
+  if (!done && result.error.empty() && options_.detectors) report_deadlock();
+  result.completed = done;
+  result.findings = findings_;
+  result.trace_digest = digest_;
+  result.steps = step_;
+  result.ops_executed = ops_executed_;
+  return result;
+}
+
+}  // namespace shardcheck::sim

@@ -1,0 +1,197 @@
+// The simulated world: R ranks in one process, each with a host program (a coroutine), named
+// streams, events, a caching or stream-ordered allocator over real bytes, and collectives
+// that compute real results. One OS thread runs everything; at each step the scheduler picks,
+// from the seed, which host program or stream head advances. Detectors watch every access
+// (stream_race, uninitialized_read), every collective (collective_mismatch, collective_swap)
+// and the stuck state (deadlock).
+//   sim::World world(options);
+//   RunResult r = world.run([&](core::Runtime& rt) -> core::Task<> { ... });
+//   r.findings, r.trace_digest, world.read(rank, buffer)
+#pragma once
+
+#include <coroutine>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/findings.hpp"
+#include "core/rng.hpp"
+#include "core/runtime.hpp"
+#include "sim/clock.hpp"
+#include "sim/heap.hpp"
+#include "sim/options.hpp"
+#include "sim/shadow.hpp"
+
+namespace shardcheck::sim {
+
+enum class OpKind : uint8_t {
+  kernel, collective, send, recv, record, wait, upload, download, free_async,  // stream ops
+  host_alloc, host_free, host_sync,                                           // host events
+};
+std::string_view to_string(OpKind k);
+
+inline constexpr uint32_t kNone = 0xffffffffu;
+
+// What the run remembers of every operation, for reports and traces.
+struct OpInfo {
+  int32_t rank = 0;
+  int32_t stream = -1;  // -1: the host
+  OpKind kind = OpKind::kernel;
+  uint32_t name = 0;    // interned description, e.g. "kernel 'backward'"
+  int64_t issue_step = 0;
+  int64_t exec_step = -1;
+  uint32_t epoch = 0;   // the executing stream's clock component (stream ops)
+};
+
+// One allocation: a buffer's lifetime on a block of device memory.
+struct Lifetime {
+  int rank = 0;
+  uint32_t name = 0;  // interned buffer name
+  uint64_t addr = 0;
+  uint64_t bytes = 0;
+  int stream = 0;
+  int generation = 1;  // 1 for the first lifetime starting at this address, 2 for the next...
+  bool live = true;
+  uint32_t alloc_op = kNone;
+  uint32_t free_op = kNone;
+  std::vector<int> recorded_streams;
+};
+
+struct TraceEvent {
+  int64_t step = 0;
+  int32_t rank = 0;
+  int32_t stream = -1;  // -1: the host
+  uint32_t op = 0;
+};
+
+struct RunResult {
+  std::vector<core::Finding> findings;
+  uint64_t trace_digest = 0;
+  int64_t steps = 0;
+  int64_t ops_executed = 0;  // stream operations run
+  bool completed = false;    // every host program finished and every stream drained
+  std::string error;         // set when a host program threw (an internal error)
+};
+
+class SimRuntime;
+
+class World {
+ public:
+  explicit World(Options options);
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  int ranks() const { return options_.ranks; }
+  const Options& options() const { return options_; }
+  core::Runtime& runtime(int rank);
+
+  // Runs body on every rank until all finish or nothing can move.
+  RunResult run(const std::function<core::Task<>(core::Runtime&)>& body);
+
+  // The global view the oracles use: a rank's live buffer bytes, read without an operation.
+  std::span<const std::byte> read(int rank, core::BufferId buffer);
+
+  // Tables for reports and traces.
+  const std::vector<OpInfo>& ops() const { return op_info_; }
+  const std::vector<Lifetime>& lifetimes() const { return lifetimes_; }
+  const std::vector<TraceEvent>& trace() const { return trace_; }
+  const std::string& name(uint32_t id) const { return names_[id]; }
+  const std::string& stream_name(int rank, int stream) const;
+  int num_streams(int rank) const;
+
+ private:
+  friend class SimRuntime;
+  struct Op;
+  struct Stream;
+  struct Host;
+  struct Rank;
+  struct Record;
+  struct Group;
+  struct Instance;
+  struct Channel;
+
+  // --- issue side (issue.cpp), called by SimRuntime ---
+  int stream_of(int rank, std::string_view name);
+  core::BufferId alloc(int rank, int64_t bytes, int stream, std::string_view name);
+  void free(int rank, core::BufferId b);
+  void record_stream(int rank, core::BufferId b, int stream);
+  uint32_t record(int rank, int stream, std::string_view what);
+  void wait(int rank, int stream, uint32_t record, std::string_view what);
+  void host_wait(int rank, std::vector<uint32_t> records);
+  void launch(int rank, core::KernelCall call);
+  void collective(int rank, core::CollectiveCall call);
+  void p2p(int rank, core::P2PCall call, bool send);
+  void upload(int rank, core::TensorRef dst, int stream, std::span<const std::byte> data);
+  void download(int rank, core::TensorRef src, int stream, std::span<std::byte> out);
+  void push(int rank, int stream, Op op);
+  uint32_t new_op(int rank, int stream, OpKind kind, std::string name);
+  Lifetime& live_buffer(int rank, core::BufferId b, const char* use);
+  void check_ref(int rank, const core::TensorRef& t, const char* use);
+  int group_index(int rank, core::GroupId g);
+
+  // --- scheduling (world.cpp) ---
+  bool host_ready(int rank);
+  bool stream_ready(int rank, int stream);
+  int pick(const std::vector<int>& runnable);
+  void step_host(int rank);
+  void step_stream(int rank, int stream);
+
+  // --- execution and detectors (execute.cpp) ---
+  void begin(int rank, int stream, Op& op);
+  void finish(int rank, int stream, Op& op);
+  void execute_kernel(int rank, int stream, Op& op);
+  void execute_collective(int rank, int stream);
+  void execute_p2p(int rank, int stream);
+  void execute_transfer(int rank, int stream, Op& op);
+  void execute_free(int rank, int stream, Op& op);
+  void touch(int rank, int stream, uint32_t op, const core::TensorRef& t, Access kind);
+  void touch_range(int rank, int stream, uint32_t op, uint32_t lifetime, uint64_t a, uint64_t b, Access kind);
+  Shadow::Ranges undefined_rel(int rank, const core::TensorRef& t);
+  void set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel);
+  uint64_t address(int rank, const core::TensorRef& t);
+  std::byte* host_pointer(int rank, const core::TensorRef& t);
+  void check_defined(int rank, uint32_t op, const core::TensorRef& t);
+
+  // --- findings (report.cpp, deadlock.cpp) ---
+  void report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c);
+  void compare_instance(int group, const Instance& inst, int64_t k);
+  void report_deadlock();
+  std::string describe_head(int rank, int stream);
+  core::AccessSite site(int rank, const AccessRec& a, Access kind, uint64_t begin, uint64_t end);
+  uint32_t intern(std::string s);
+  int participant(int rank, int stream) const { return rank * (1 + Options::kMaxStreamsPerRank) + 1 + stream; }
+  int host_participant(int rank) const { return rank * (1 + Options::kMaxStreamsPerRank); }
+
+  Options options_;
+  core::Rng rng_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::vector<std::unique_ptr<SimRuntime>> runtimes_;
+  std::vector<Record> records_;
+  std::vector<Group> groups_;
+  std::map<std::pair<int, int>, Channel> channels_;
+  std::vector<OpInfo> op_info_;
+  std::vector<Lifetime> lifetimes_;
+  std::vector<TraceEvent> trace_;
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, uint32_t> name_ids_;
+  std::vector<uint64_t> name_hashes_;
+  std::map<std::pair<int, uint64_t>, int> generations_;  // (rank, addr) -> lifetimes begun there
+  std::vector<core::Finding> findings_;
+  std::vector<int64_t> pct_priority_;
+  std::vector<int64_t> pct_change_steps_;
+  int64_t step_ = 0;
+  int64_t ops_executed_ = 0;
+  int64_t device_bytes_ = 0;
+  uint64_t digest_ = 0xcbf29ce484222325ULL;
+  std::vector<Shadow::Conflict> conflicts_;
+  Shadow::Ranges ranges_;
+  int participants_ = 0;
+  bool mismatch_seen_ = false;
+};
+
+}  // namespace shardcheck::sim

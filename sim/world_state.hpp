@@ -1,0 +1,122 @@
+// Internal state of sim::World: queued operations, streams, hosts, records (events),
+// process groups with their collective instances, and p2p channels. Private to sim/.
+#pragma once
+
+#include "sim/world.hpp"
+
+namespace shardcheck::sim {
+
+// A stream operation, queued at issue and executed when the scheduler picks its stream.
+struct World::Op {
+  OpKind kind = OpKind::kernel;
+  uint32_t id = 0;            // index into op_info_
+  uint32_t host_version = 0;  // host clock version to join when it runs
+  uint32_t record = kNone;    // record: the record it completes; wait: the record awaited
+  core::KernelCall kernel;
+  core::CollectiveCall coll;
+  core::P2PCall p2p;
+  int group = -1;             // collective: world group index
+  int64_t instance = -1;      // collective: k-th on its group; p2p: k-th on its channel
+  core::TensorRef ref;        // upload, download
+  std::vector<std::byte> data;
+  std::span<std::byte> out;
+  uint32_t lifetime = kNone;  // free_async
+};
+
+struct World::Stream {
+  std::string name;
+  bool comm = false;  // not the rank's default stream
+  std::deque<Op> queue;
+  uint64_t issued = 0;
+  uint64_t executed = 0;
+  VectorClock clock;
+  uint32_t joined_host_version = 0;
+};
+
+struct World::Host {
+  core::Task<> task;
+  std::coroutine_handle<> parked;
+  enum class Status : uint8_t { not_started, running, parked, done } status = Status::not_started;
+  std::vector<uint32_t> wait_records;  // waits until every one has executed, then joins them
+  int wait_stream = -1;                // in_order: waits until this op has run (no join)
+  uint64_t wait_position = 0;
+  VectorClock clock;
+  std::vector<VectorClock> versions;  // the host clock after each join; ops carry an index
+};
+
+struct World::Rank {
+  std::vector<Stream> streams;
+  Host host;
+  Heap heap;
+  Shadow shadow;
+  std::vector<uint32_t> buffers;       // BufferId -> lifetime index
+  std::vector<uint32_t> event_latest;  // EventId -> latest record (kNone: never recorded)
+  std::vector<std::string> event_names;
+  std::vector<int> groups;             // GroupId -> world group index
+  Rank(AllocatorModel m, Reuse r, int64_t* bytes, int64_t limit) : heap(m, r, bytes, limit) {}
+};
+
+struct World::Record {
+  int rank = 0;
+  int stream = 0;
+  bool executed = false;
+  VectorClock clock;
+  uint32_t op = 0;
+};
+
+// The k-th collective of a group, as each member issued it.
+struct World::Instance {
+  struct Member {
+    bool issued = false;
+    int stream = 0;
+    uint64_t position = 0;  // its index in the member's stream
+    std::string fingerprint;
+    std::string tag;
+    uint32_t op = 0;
+  };
+  std::vector<Member> members;
+  int issued = 0;
+  bool mismatch = false;
+};
+
+struct World::Group {
+  std::string name;
+  std::vector<int> members;  // global ranks, group-rank order
+  std::vector<int64_t> issued;  // per member: collectives issued so far
+  std::deque<Instance> instances;
+  int64_t first = 0;  // k of instances.front()
+  Instance& at(int64_t k) {
+    while (first + static_cast<int64_t>(instances.size()) <= k) {
+      instances.emplace_back();
+      instances.back().members.resize(members.size());
+    }
+    return instances[static_cast<size_t>(k - first)];
+  }
+  int index_of(int rank) const {
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (members[i] == rank) return static_cast<int>(i);
+    }
+    return -1;
+  }
+};
+
+// Point-to-point traffic from one rank to another: the k-th send meets the k-th recv.
+struct World::Channel {
+  struct Half {
+    bool issued = false;
+    int stream = 0;
+    uint64_t position = 0;
+    int64_t bytes = 0;
+    std::string tag;
+    uint32_t op = 0;
+  };
+  std::deque<std::pair<Half, Half>> pairs;  // (send, recv)
+  int64_t first = 0;
+  int64_t sends = 0, recvs = 0;
+  std::pair<Half, Half>& at(int64_t k) {
+    while (first + static_cast<int64_t>(pairs.size()) <= k) pairs.emplace_back();
+    return pairs[static_cast<size_t>(k - first)];
+  }
+};
+
+}  // namespace shardcheck::sim

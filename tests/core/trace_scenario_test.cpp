@@ -1,0 +1,115 @@
+// Trace scenario loading: a good file parses completely, and every kind of bad input is
+// rejected with file:line:column and a message that says what is wrong.
+#include <catch2/catch.hpp>
+
+#include "core/trace_scenario.hpp"
+
+using namespace shardcheck::core;
+
+namespace {
+const char* kGood = R"(kind: trace
+name: good
+ranks: 2
+streams: [compute, rs]
+groups: {dp: [0, 1]}
+allocator: {model: caching, reuse: earliest}
+schedule: {policy: pct, seed: 3, runs: 7, depth: 2}
+program:
+  - alloc: {buffer: g, bytes: 4096, stream: compute}
+  - kernel: {name: k, stream: compute, writes: [g], reads: [{buffer: g, offset: 0, bytes: 16}]}
+  - alloc: {buffer: s, bytes: 2048, stream: rs}
+  - collective: {op: reduce_scatter, group: dp, stream: rs, input: g, output: s, reduce: avg}
+  - send: {to: 1, buffer: s, stream: rs}
+    on: [0]
+  - recv: {from: 0, buffer: s, stream: rs}
+    on: [1]
+  - record: {event: e, stream: rs}
+  - wait_event: {stream: compute, event: e}
+  - sync: device
+  - free: g
+expect: {findings: [stream_race], allow: [deadlock]}
+)";
+
+// Replaces the first occurrence of `from` in the good file with `to` and loads it.
+std::string error_of(const std::string& from, const std::string& to) {
+  std::string text = kGood;
+  const size_t at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, from.size(), to);
+  auto s = parse_trace_scenario(text, "bad.yaml");
+  REQUIRE_FALSE(s.ok());
+  return s.error().message();
+}
+}  // namespace
+
+TEST_CASE("a complete trace scenario loads with every field", "[core][scenario]") {
+  auto s = parse_trace_scenario(kGood, "good.yaml");
+  INFO((s.ok() ? "" : s.error().message()));
+  REQUIRE(s.ok());
+  REQUIRE(s->ranks == 2);
+  REQUIRE(s->streams == std::vector<std::string>{"compute", "rs"});
+  REQUIRE(s->reuse == "earliest");
+  REQUIRE(s->schedule.policy == "pct");
+  REQUIRE(s->schedule.runs == 7);
+  REQUIRE(s->program.size() == 10);
+  REQUIRE(s->program[1].reads[0].bytes == 16);
+  REQUIRE(s->program[3].reduce == ReduceOp::avg);
+  REQUIRE(s->program[3].tag == "g");
+  REQUIRE(s->program[4].on == std::vector<int>{0});
+  REQUIRE(s->program[8].kind == TraceStep::Kind::sync_device);
+  REQUIRE(s->expect.findings == std::vector<FindingKind>{FindingKind::stream_race});
+  REQUIRE(s->expect.allow == std::vector<FindingKind>{FindingKind::deadlock});
+}
+
+TEST_CASE("bad trace scenarios are rejected at their line and column", "[core][scenario]") {
+  struct Case {
+    const char* from;
+    const char* to;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"name: good", "name: good\ncolour: red", "bad.yaml:3:1: unknown key 'colour' in a trace scenario"},
+      {"ranks: 2", "ranks: two", "bad.yaml:3:8: ranks must be an integer, not 'two'"},
+      {"ranks: 2", "ranks: 0", "bad.yaml:3:8: ranks is 0; it must be between 1 and 256"},
+      {"bytes: 4096", "bytes: [1]", "bad.yaml:9:31: bytes must be an integer, not a list"},
+      {"stream: compute}\n  - kernel", "stream: cmopute}\n  - kernel", "bad.yaml:9:5: undefined stream 'cmopute'"},
+      {"input: g,", "input: h,", "bad.yaml:12:68: undefined buffer 'h' on rank 0"},
+      {"group: dp", "group: tp", "bad.yaml:12:5: undefined group 'tp'"},
+      {"groups: {dp: [0, 1]}", "groups: {dp: [0, 2]}", "bad.yaml:5:18: group 'dp': rank 2 is outside the 2 ranks (0..1)"},
+      {"groups: {dp: [0, 1]}", "groups: {dp: [1, 0]}\nextra: 1", "unknown key 'extra'"},
+      {"bytes: 16}", "bytes: 9000}", "past the end of buffer 'g' (4096 bytes)"},
+      {"  - free: g", "  - free: g\n  - kernel: {name: late, stream: compute, reads: [g]}", "bad.yaml:21:51: buffer 'g' is used after it was freed on rank 0"},
+      {"on: [0]", "on: [5]", "bad.yaml:14:10: on is 5; it must be between 0 and 1"},
+      {"to: 1", "to: 0", "rank 0 cannot send to or receive from itself"},
+      {"event: e}\n  - sync", "event: f}\n  - sync", "event 'f' is not recorded before this wait"},
+      {"op: reduce_scatter", "op: reduce_scatterr", "unknown collective 'reduce_scatterr'"},
+      {"output: s, reduce: avg", "output: g, reduce: avg", "input 4096 bytes and output 4096 bytes do not fit"},
+      {"[stream_race]", "[stream_racing]", "unknown finding kind 'stream_racing'"},
+      {"policy: pct", "policy: fifo", "unknown schedule policy 'fifo'"},
+      {"model: caching", "model: buddy", "unknown allocator 'buddy'"},
+      {"  - sync: device", "  - synch: device", "bad.yaml:19:5: unknown step 'synch'"},
+      {"kind: trace", "kind: training_wheels", "expected 'kind: trace'"},
+      {"{buffer: g, bytes: 4096, stream: compute}", "{buffer: g, bytes: 4096, stream: compute}\n  - alloc: {buffer: g, bytes: 8, stream: rs}", "buffer 'g' is already allocated"},
+  };
+  for (const Case& c : cases) {
+    const std::string e = error_of(c.from, c.to);
+    INFO(c.to << "\n  -> " << e);
+    REQUIRE_THAT(e, Catch::Contains(c.says));
+    REQUIRE_THAT(e, Catch::StartsWith("bad.yaml:"));
+  }
+}
+
+TEST_CASE("a collective on a group without the rank names the rank", "[core][scenario]") {
+  std::string text = kGood;
+  text.replace(text.find("groups: {dp: [0, 1]}"), 20, "groups: {dp: [0, 1], solo: [1]}");
+  text.replace(text.find("group: dp"), 9, "group: solo");
+  auto s = parse_trace_scenario(text, "bad.yaml");
+  REQUIRE_THAT(s.error().message(), Catch::Contains("bad.yaml:12:5: group 'solo' does not contain rank 0"));
+}
+
+TEST_CASE("empty, non-YAML and non-map files are rejected with a position", "[core][scenario]") {
+  REQUIRE_THAT(parse_trace_scenario("", "e.yaml").error().message(), Catch::StartsWith("e.yaml:1:1: the file is empty"));
+  REQUIRE_THAT(parse_trace_scenario("kind: [trace", "e.yaml").error().message(), Catch::Contains("not valid YAML"));
+  REQUIRE_THAT(parse_trace_scenario("- a\n- b\n", "e.yaml").error().message(), Catch::Contains("e.yaml:1:1: a scenario is a YAML map"));
+  REQUIRE_THAT(load_trace_scenario("/nonexistent/x.yaml").error().message(), Catch::Contains("cannot open the file"));
+}
