@@ -21,8 +21,25 @@ void reduce_into(std::span<std::byte* const> inputs, DType t, int64_t first, int
   }
 }
 
+// f32 without per-element dtype dispatch; the same arithmetic as reduce_into<float>.
+void reduce_f32(std::span<std::byte* const> inputs, int64_t first, int64_t count, ReduceOp op, std::byte* dst) {
+  const float members = static_cast<float>(inputs.size());
+  for (int64_t i = 0; i < count; ++i) {
+    float acc;
+    std::memcpy(&acc, inputs[0] + 4 * (first + i), 4);
+    for (size_t m = 1; m < inputs.size(); ++m) {
+      float v;
+      std::memcpy(&v, inputs[m] + 4 * (first + i), 4);
+      acc += v;
+    }
+    if (op == ReduceOp::avg) acc = acc / members;
+    std::memcpy(dst + 4 * i, &acc, 4);
+  }
+}
+
 void reduce_range(std::span<std::byte* const> inputs, DType t, int64_t first, int64_t count,
                   ReduceOp op, std::byte* dst) {
+  if (t == DType::f32) return reduce_f32(inputs, first, count, op, dst);
   // Integer and byte buffers reduce in double too; only their sums are meaningful.
   if (t == DType::f32 || t == DType::bf16) {
     reduce_into<float>(inputs, t, first, count, op, dst);

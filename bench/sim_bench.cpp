@@ -1,0 +1,66 @@
+// Simulator throughput: stream operations executed per second of host time, with all
+// detectors on and off, on a program shaped like a training step (allocation churn, kernels
+// on two streams with event ordering, reduce-scatters and all-gathers every few kernels).
+#include <benchmark/benchmark.h>
+
+#include "sim/world.hpp"
+
+using namespace shardcheck;
+
+namespace {
+
+core::Task<> step_program(core::Runtime& rt, int iterations) {
+  const core::StreamId compute = rt.stream("compute"), comm = rt.stream("comm");
+  std::vector<int> members(rt.world_size());
+  for (int r = 0; r < rt.world_size(); ++r) members[r] = r;
+  const core::GroupId dp = rt.group("dp", members);
+  const int64_t n = 256 * rt.world_size();
+  const core::BufferId weights = co_await rt.alloc(n * 4, compute, "weights");
+  co_await rt.launch(core::kernels::fill(compute, core::TensorRef::f32(weights, 0, n), 0.5, "init"));
+  const core::EventId done = rt.create_event("grad_ready");
+  for (int i = 0; i < iterations; ++i) {
+    const core::BufferId act = co_await rt.alloc(n * 4, compute, "act");
+    co_await rt.launch(core::kernels::scale(compute, core::TensorRef::f32(weights, 0, n), core::TensorRef::f32(act, 0, n), 1.5, "forward"));
+    const core::BufferId grad = co_await rt.alloc(n * 4, comm, "grad");
+    co_await rt.launch(core::kernels::add(compute, core::TensorRef::f32(act, 0, n), core::TensorRef::f32(weights, 0, n),
+                                          core::TensorRef::f32(grad, 0, n), "backward"));
+    co_await rt.record(done, compute);
+    co_await rt.wait_event(comm, done);
+    const core::BufferId shard = co_await rt.alloc(256 * 4, comm, "shard");
+    co_await rt.collective({core::CollectiveKind::reduce_scatter, dp, comm, core::TensorRef::f32(grad, 0, n),
+                            core::TensorRef::f32(shard, 0, 256), core::ReduceOp::avg, 0, "grad"});
+    co_await rt.collective({core::CollectiveKind::all_gather, dp, comm, core::TensorRef::f32(shard, 0, 256),
+                            core::TensorRef::f32(grad, 0, n), core::ReduceOp::sum, 0, "params"});
+    co_await rt.wait_stream(compute, comm);
+    co_await rt.free(shard);
+    co_await rt.free(grad);
+    co_await rt.free(act);
+  }
+  co_await rt.sync_device();
+}
+
+void run(benchmark::State& state, bool detectors) {
+  const int ranks = static_cast<int>(state.range(0));
+  int64_t ops = 0;
+  for (auto _ : state) {
+    sim::Options o;
+    o.ranks = ranks;
+    o.detectors = detectors;
+    o.seed = 7;
+    sim::World w(o);
+    const sim::RunResult r = w.run([](core::Runtime& rt) { return step_program(rt, 200); });
+    if (!r.completed || !r.findings.empty()) state.SkipWithError("the benchmark program must run clean");
+    ops += r.ops_executed;
+  }
+  state.SetItemsProcessed(ops);
+  state.counters["ops_per_s"] = benchmark::Counter(static_cast<double>(ops), benchmark::Counter::kIsRate);
+}
+
+void BM_SimOps_DetectorsOn(benchmark::State& s) { run(s, true); }
+void BM_SimOps_DetectorsOff(benchmark::State& s) { run(s, false); }
+
+}  // namespace
+
+BENCHMARK(BM_SimOps_DetectorsOn)->Arg(2)->Arg(8)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SimOps_DetectorsOff)->Arg(2)->Arg(8)->Unit(benchmark::kMillisecond);
+BENCHMARK_MAIN();
