@@ -122,7 +122,7 @@ int replay_file(const ReplayArgs& a) {
   if (!load_all({a.file}, a.schedule, scenarios)) return kBadInput;
   const LoadedScenario& s = scenarios.front();
   const sim::Options opt = options_for(s, overrides(a.schedule)).value();
-  sim::Replay r = sim::replay(s.program, opt);
+  sim::Replay r = sim::replay(s.factory, opt);
   std::cout << "replayed " << s.name << " with seed " << opt.seed << " (policy " << sim::to_string(opt.policy) << "): "
             << r.result.steps << " steps, " << r.result.ops_executed << " stream operations, trace digest " << std::hex
             << r.result.trace_digest << std::dec << "\n\n";

@@ -82,12 +82,12 @@ void InOrderRuntime::do_collective(CollectiveCall call) {
 
 void InOrderRuntime::do_send(P2PCall call) {
   blocked_ = true;
-  world_.p2p_.push_back({rank_, call.peer, call.buffer, true});
+  world_.p2p_.push_back({rank_, call.peer, call.buffer, true, call.channel});
 }
 
 void InOrderRuntime::do_recv(P2PCall call) {
   blocked_ = true;
-  world_.p2p_.push_back({call.peer, rank_, call.buffer, false});
+  world_.p2p_.push_back({call.peer, rank_, call.buffer, false, call.channel});
 }
 
 void InOrderRuntime::do_upload(TensorRef dst, StreamId, std::span<const std::byte> data) {
@@ -145,7 +145,10 @@ void InOrderWorld::run(const std::function<Task<>(Runtime&)>& body) {
     // Match p2p pairs: the first send from a to b meets the first recv of b from a.
     for (size_t i = 0; i < p2p_.size(); ++i) {
       for (size_t j = i + 1; j < p2p_.size(); ++j) {
-        if (p2p_[i].from != p2p_[j].from || p2p_[i].to != p2p_[j].to || p2p_[i].is_send == p2p_[j].is_send) continue;
+        if (p2p_[i].from != p2p_[j].from || p2p_[i].to != p2p_[j].to || p2p_[i].channel != p2p_[j].channel ||
+            p2p_[i].is_send == p2p_[j].is_send) {
+          continue;
+        }
         const P2P& s = p2p_[i].is_send ? p2p_[i] : p2p_[j];
         const P2P& r = p2p_[i].is_send ? p2p_[j] : p2p_[i];
         std::memcpy(ranks_[r.to]->address(r.buffer), ranks_[s.from]->address(s.buffer), s.buffer.bytes());

@@ -96,6 +96,7 @@ class InOrderWorld {
     int from, to;
     TensorRef buffer;
     bool is_send;
+    std::string channel;
   };
   std::vector<P2P> p2p_;
 };

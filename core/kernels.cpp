@@ -10,6 +10,43 @@
 
 namespace shardcheck::core {
 
+// The grid roundings and TinyLM kernels live in kernels_model.cpp: one check and one CPU
+// execution per kernel, which the two std::visit calls below dispatch to by parameter type.
+namespace model_kernels {
+std::string check(const KernelCall& c, const kernel::RoundBf16& k);
+std::string check(const KernelCall& c, const kernel::RoundToGrid& k);
+std::string check(const KernelCall& c, const kernel::EmbeddingForward& k);
+std::string check(const KernelCall& c, const kernel::EmbeddingBackward& k);
+std::string check(const KernelCall& c, const kernel::LayerNormForward& k);
+std::string check(const KernelCall& c, const kernel::LayerNormBackward& k);
+std::string check(const KernelCall& c, const kernel::Gemm& k);
+std::string check(const KernelCall& c, const kernel::BiasAdd& k);
+std::string check(const KernelCall& c, const kernel::BiasGrad& k);
+std::string check(const KernelCall& c, const kernel::GeluForward& k);
+std::string check(const KernelCall& c, const kernel::GeluBackward& k);
+std::string check(const KernelCall& c, const kernel::SoftmaxCrossEntropy& k);
+std::string check(const KernelCall& c, const kernel::Adam& k);
+std::string check(const KernelCall& c, const kernel::Sgd& k);
+std::string check(const KernelCall& c, const kernel::SumSquares& k);
+std::string check(const KernelCall& c, const kernel::ClipCoef& k);
+void execute(const KernelCall& c, const kernel::RoundBf16& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::RoundToGrid& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::EmbeddingForward& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::EmbeddingBackward& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::LayerNormForward& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::LayerNormBackward& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::Gemm& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::BiasAdd& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::BiasGrad& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::GeluForward& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::GeluBackward& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::SoftmaxCrossEntropy& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::Adam& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::Sgd& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::SumSquares& k, MemoryView& mem);
+void execute(const KernelCall& c, const kernel::ClipCoef& k, MemoryView& mem);
+}  // namespace model_kernels
+
 namespace {
 
 KernelCall make(std::string name, StreamId s, std::vector<TensorRef> reads,
@@ -141,6 +178,77 @@ KernelCall scale(StreamId s, TensorRef in, TensorRef out, double factor, std::st
 KernelCall divide(StreamId s, TensorRef in, TensorRef out, double divisor, std::string name) {
   return make(std::move(name), s, {in}, {out}, kernel::Divide{divisor});
 }
+KernelCall round_bf16(StreamId s, TensorRef in, TensorRef out, std::string name) {
+  return make(std::move(name), s, {in}, {out}, kernel::RoundBf16{});
+}
+KernelCall round_to_grid(StreamId s, TensorRef in, TensorRef out, double q, double limit, std::string name) {
+  return make(std::move(name), s, {in}, {out}, kernel::RoundToGrid{q, limit});
+}
+KernelCall embedding_forward(StreamId s, TensorRef tokens, TensorRef weight, TensorRef out, int64_t vocab,
+                             int64_t hidden) {
+  return make("embedding_forward", s, {tokens, weight}, {out}, kernel::EmbeddingForward{vocab, hidden});
+}
+KernelCall embedding_backward(StreamId s, TensorRef tokens, TensorRef dout, TensorRef dweight, int64_t vocab,
+                              int64_t hidden) {
+  return make("embedding_backward", s, {tokens, dout}, {dweight}, kernel::EmbeddingBackward{vocab, hidden});
+}
+KernelCall layernorm_forward(StreamId s, TensorRef x, TensorRef gamma, TensorRef beta, TensorRef y,
+                             TensorRef mean, TensorRef rstd, int64_t rows, int64_t hidden, double eps) {
+  return make("layernorm_forward", s, {x, gamma, beta}, {y, mean, rstd},
+              kernel::LayerNormForward{rows, hidden, eps});
+}
+KernelCall layernorm_backward(StreamId s, TensorRef dy, TensorRef x, TensorRef gamma, TensorRef mean,
+                              TensorRef rstd, TensorRef dx, TensorRef dgamma, TensorRef dbeta, int64_t rows,
+                              int64_t hidden) {
+  return make("layernorm_backward", s, {dy, x, gamma, mean, rstd}, {dx, dgamma, dbeta},
+              kernel::LayerNormBackward{rows, hidden});
+}
+// C is an input only when beta != 0: with beta == 0 its old contents never matter.
+KernelCall gemm(StreamId s, TensorRef a, TensorRef b, TensorRef c, kernel::Gemm shape, std::string name) {
+  std::vector<TensorRef> reads{a, b};
+  if (shape.beta != 0.0) reads.push_back(c);
+  return make(std::move(name), s, std::move(reads), {c}, shape);
+}
+KernelCall bias_add(StreamId s, TensorRef x, TensorRef bias, TensorRef y, int64_t rows, int64_t cols) {
+  return make("bias_add", s, {x, bias}, {y}, kernel::BiasAdd{rows, cols});
+}
+KernelCall bias_grad(StreamId s, TensorRef dy, TensorRef dbias, int64_t rows, int64_t cols) {
+  return make("bias_grad", s, {dy}, {dbias}, kernel::BiasGrad{rows, cols});
+}
+KernelCall gelu_forward(StreamId s, TensorRef x, TensorRef y) {
+  return make("gelu_forward", s, {x}, {y}, kernel::GeluForward{});
+}
+KernelCall gelu_backward(StreamId s, TensorRef x, TensorRef dy, TensorRef dx) {
+  return make("gelu_backward", s, {x, dy}, {dx}, kernel::GeluBackward{});
+}
+KernelCall softmax_cross_entropy(StreamId s, TensorRef logits, TensorRef targets, TensorRef dlogits,
+                                 TensorRef loss, int64_t rows, int64_t vocab, double grad_scale) {
+  return make("softmax_cross_entropy", s, {logits, targets}, {dlogits, loss},
+              kernel::SoftmaxCrossEntropy{rows, vocab, grad_scale});
+}
+// Passing a coefficient sets has_coef; has_coef without one is refused by check_kernel.
+KernelCall adam(StreamId s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,
+                std::optional<TensorRef> coef, kernel::Adam hyper, std::string name) {
+  std::vector<TensorRef> reads{param, grad, m, v};
+  if (coef) reads.push_back(*coef);
+  hyper.has_coef = hyper.has_coef || coef.has_value();
+  return make(std::move(name), s, std::move(reads), {param, m, v}, hyper);
+}
+KernelCall sgd(StreamId s, TensorRef param, TensorRef grad, std::optional<TensorRef> coef, kernel::Sgd hyper,
+               std::string name) {
+  std::vector<TensorRef> reads{param, grad};
+  if (coef) reads.push_back(*coef);
+  hyper.has_coef = hyper.has_coef || coef.has_value();
+  return make(std::move(name), s, std::move(reads), {param}, hyper);
+}
+KernelCall sum_squares(StreamId s, TensorRef x, TensorRef acc, bool accumulate, std::string name) {
+  std::vector<TensorRef> reads{x};
+  if (accumulate) reads.push_back(acc);
+  return make(std::move(name), s, std::move(reads), {acc}, kernel::SumSquares{accumulate});
+}
+KernelCall clip_coef(StreamId s, TensorRef sumsq, TensorRef coef, TensorRef norm, double max_norm) {
+  return make("clip_coef", s, {sumsq}, {coef, norm}, kernel::ClipCoef{max_norm});
+}
 }  // namespace kernels
 
 std::string check_kernel(const KernelCall& c) {
@@ -165,6 +273,7 @@ std::string check_kernel(const KernelCall& c) {
             if (e.empty() && d.divisor == 0.0) e = "kernel '" + c.name + "' divides by zero";
             return e.empty() ? expect_same_numel(c) : e;
           },
+          [&](const auto& k) { return model_kernels::check(c, k); },
       },
       c.params);
 }
@@ -190,6 +299,7 @@ void execute_cpu(const KernelCall& c, MemoryView& mem) {
                  [&](const kernel::Divide& k) {
                    run([&](auto a, auto) { return a / static_cast<decltype(a)>(k.divisor); });
                  },
+                 [&](const auto& k) { model_kernels::execute(c, k, mem); },
              },
              c.params);
 }

@@ -15,6 +15,7 @@
 
 #include <coroutine>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,6 +23,7 @@
 
 #include "core/dtype.hpp"
 #include "core/kernels.hpp"
+#include "core/logical_map.hpp"
 #include "core/placement.hpp"
 #include "core/task.hpp"
 
@@ -51,6 +53,9 @@ struct P2PCall {
   StreamId stream = -1;
   TensorRef buffer;
   std::string tag;
+  // Transfers match in order per (sender, receiver, channel), like separate communicators:
+  // a pipeline keeps activations and their gradients on two channels.
+  std::string channel;
 };
 
 class Runtime;
@@ -100,6 +105,10 @@ class Runtime {
   Issued<> upload(TensorRef dst, StreamId stream, std::span<const std::byte> data);
   // Device -> host copy on `stream`; the host waits for it, so `out` is filled on resume.
   Issued<> download(TensorRef src, StreamId stream, std::span<std::byte> out);
+
+  // Says which logical parameter elements a buffer holds (see logical_map.hpp). The
+  // simulator checks reductions with it; other backends ignore it.
+  virtual void annotate(BufferId, std::shared_ptr<const LogicalMap>) {}
 
   // --- the backend's side of Issued<> ---
   // True when the host may continue at once (no scheduling point, no pending wait).

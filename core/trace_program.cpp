@@ -64,10 +64,10 @@ Task<> run_trace_program(Runtime& rt, const TraceScenario& s) {
       case TraceStep::Kind::sync: co_await rt.sync(stream); break;
       case TraceStep::Kind::sync_device: co_await rt.sync_device(); break;
       case TraceStep::Kind::send:
-        co_await rt.send(P2PCall{t.peer, stream, ref(t.input, DType::u8), t.tag});
+        co_await rt.send(P2PCall{t.peer, stream, ref(t.input, DType::u8), t.tag, ""});
         break;
       case TraceStep::Kind::recv:
-        co_await rt.recv(P2PCall{t.peer, stream, ref(t.input, DType::u8), t.tag});
+        co_await rt.recv(P2PCall{t.peer, stream, ref(t.input, DType::u8), t.tag, ""});
         break;
       case TraceStep::Kind::collective: {
         CollectiveCall c;

@@ -74,7 +74,7 @@ Shadow::Ranges World::undefined_rel(int rank, const core::TensorRef& t) {
   Shadow::Ranges out;
   if (!options_.detectors || t.numel == 0) return out;
   const uint64_t a = address(rank, t);
-  ranks_[rank]->shadow.undefined(a, a + static_cast<uint64_t>(t.bytes()), out);
+  ranks_[rank]->shadow.undefined(a, a + static_cast<uint64_t>(t.bytes()), ranks_[rank]->buffers[t.buffer], out);
   for (auto& [x, y] : out) {
     x -= a;
     y -= a;
@@ -211,7 +211,7 @@ void World::execute_p2p(int rank, int stream) {
   const Op& head = ranks_[rank]->streams[stream].queue.front();
   const bool send = head.kind == OpKind::send;
   const int from = send ? rank : head.p2p.peer, to = send ? head.p2p.peer : rank;
-  Channel& ch = channels_[{from, to}];
+  Channel& ch = channel(from, to, head.p2p.channel);
   const int64_t k = head.instance;
   const auto pair = ch.at(k);
   Op& s_op = ranks_[from]->streams[pair.first.stream].queue.front();

@@ -3,22 +3,40 @@
 
 namespace shardcheck::sim {
 
-int64_t measure_steps(const Program& program, Options base) {
+Factory plain(Program program) {
+  return [program](World&) { return RunSetup{program, nullptr}; };
+}
+
+RunResult run_once(World& world, const Factory& factory) {
+  RunSetup setup = factory(world);
+  RunResult r = world.run(setup.program);
+  if (setup.after && r.error.empty()) {
+    try {
+      setup.after(world, r);
+    } catch (const std::exception& e) {
+      r.error = std::string("oracle: ") + e.what();
+    }
+  }
+  return r;
+}
+
+int64_t measure_steps(const Factory& factory, Options base) {
   base.policy = Policy::in_order;
   base.detectors = false;
   base.record_trace = false;
   World w(base);
-  return w.run(program).steps;
+  RunSetup setup = factory(w);
+  return w.run(setup.program).steps;
 }
 
-ExploreResult explore(const Program& program, const ExploreOptions& o) {
+ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
   ExploreResult r;
   Options opts = o.base;
-  if (opts.policy == Policy::pct && opts.pct_steps_hint <= 0) opts.pct_steps_hint = measure_steps(program, opts);
+  if (opts.policy == Policy::pct && opts.pct_steps_hint <= 0) opts.pct_steps_hint = measure_steps(factory, opts);
   for (int i = 0; i < o.runs; ++i) {
     opts.seed = o.base.seed + static_cast<uint64_t>(i);
     World w(opts);
-    RunResult run = w.run(program);
+    RunResult run = run_once(w, factory);
     r.runs_done++;
     r.steps += run.steps;
     r.ops += run.ops_executed;
@@ -34,12 +52,12 @@ ExploreResult explore(const Program& program, const ExploreOptions& o) {
   return r;
 }
 
-Replay replay(const Program& program, Options options) {
+Replay replay(const Factory& factory, Options options) {
   Replay r;
-  if (options.policy == Policy::pct && options.pct_steps_hint <= 0) options.pct_steps_hint = measure_steps(program, options);
+  if (options.policy == Policy::pct && options.pct_steps_hint <= 0) options.pct_steps_hint = measure_steps(factory, options);
   options.record_trace = true;
   r.world = std::make_unique<World>(options);
-  r.result = r.world->run(program);
+  r.result = run_once(*r.world, factory);
   r.log = trace_log(*r.world, "");
   return r;
 }

@@ -15,6 +15,15 @@ namespace shardcheck::sim {
 
 using Program = std::function<core::Task<>(core::Runtime&)>;
 
+// What one run needs: the program every rank runs, and optionally a step after the run
+// (oracles judging what the run left, adding their findings). Built per run, from its world.
+struct RunSetup {
+  Program program;
+  std::function<void(World&, RunResult&)> after;
+};
+using Factory = std::function<RunSetup(World&)>;
+Factory plain(Program program);
+
 struct ExploreOptions {
   Options base;
   int runs = 1;
@@ -33,16 +42,20 @@ struct ExploreResult {
 };
 
 // Steps of one in_order run with detectors off: the PCT change-point range.
-int64_t measure_steps(const Program& program, Options base);
+int64_t measure_steps(const Factory& factory, Options base);
 
-ExploreResult explore(const Program& program, const ExploreOptions& options);
+ExploreResult explore(const Factory& factory, const ExploreOptions& options);
+inline ExploreResult explore(const Program& p, const ExploreOptions& o) { return explore(plain(p), o); }
 
 struct Replay {
   std::unique_ptr<World> world;
   RunResult result;
   core::TraceLog log;
 };
-Replay replay(const Program& program, Options options);
+Replay replay(const Factory& factory, Options options);
+inline Replay replay(const Program& p, Options o) { return replay(plain(p), o); }
+// One run: the world, its result with the factory's `after` applied.
+RunResult run_once(World& world, const Factory& factory);
 
 // The timeline of a finished run, for reports (the world must have record_trace on).
 core::TraceLog trace_log(const World& world, const std::string& title);

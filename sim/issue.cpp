@@ -207,10 +207,15 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
   l.generation = ++generations_[{rank, a.addr}];
   l.alloc_op = new_op(rank, -1, OpKind::host_alloc, "alloc " + quoted(name) + " on " + quoted(r.streams[stream].name));
   lifetimes_.push_back(l);
+  lifetime_maps_.emplace_back();
   const uint32_t index = static_cast<uint32_t>(lifetimes_.size() - 1);
-  if (options_.detectors) r.shadow.begin_lifetime(a.addr, a.addr + l.bytes, index);
   r.buffers.push_back(index);
   return static_cast<core::BufferId>(r.buffers.size() - 1);
+}
+
+void World::annotate(int rank, core::BufferId b, std::shared_ptr<const core::LogicalMap> map) {
+  live_buffer(rank, b, "annotate");
+  lifetime_maps_[ranks_[rank]->buffers[b]] = std::move(map);
 }
 
 void World::free(int rank, core::BufferId b) {
@@ -304,6 +309,8 @@ void World::collective(int rank, core::CollectiveCall call) {
   m.position = ranks_[rank]->streams[call.stream].issued;
   m.fingerprint = fingerprint(call, group.members, group.name);
   m.tag = call.tag;
+  m.input = call.input;
+  inst.kind = call.kind;
   Op op;
   op.kind = OpKind::collective;
   op.id = new_op(rank, call.stream, OpKind::collective, std::string(core::to_string(call.kind)) + " " + quoted(call.tag));
@@ -320,7 +327,7 @@ void World::p2p(int rank, core::P2PCall call, bool send) {
   if (call.peer < 0 || call.peer >= ranks() || call.peer == rank) throw InternalError("p2p with an invalid peer");
   check_ref(rank, call.buffer, send ? "send" : "recv");
   if (call.stream < 0 || call.stream >= num_streams(rank)) throw InternalError("p2p on an unknown stream");
-  Channel& ch = channels_[send ? std::pair{rank, call.peer} : std::pair{call.peer, rank}];
+  Channel& ch = send ? channel(rank, call.peer, call.channel) : channel(call.peer, rank, call.channel);
   const int64_t k = send ? ch.sends++ : ch.recvs++;
   auto& pair = ch.at(k);
   Channel::Half& h = send ? pair.first : pair.second;
@@ -341,8 +348,8 @@ void World::p2p(int rank, core::P2PCall call, bool send) {
   if (pair.first.issued && pair.second.issued && options_.detectors) {
     Instance inst;  // reuse the collective comparison: two members, sender first
     inst.members.resize(2);
-    inst.members[0] = {true, pair.first.stream, pair.first.position, "p2p " + std::to_string(pair.first.bytes) + " bytes " + std::to_string(from) + "->" + std::to_string(to), pair.first.tag, pair.first.op};
-    inst.members[1] = {true, pair.second.stream, pair.second.position, "p2p " + std::to_string(pair.second.bytes) + " bytes " + std::to_string(from) + "->" + std::to_string(to), pair.second.tag, pair.second.op};
+    inst.members[0] = {true, pair.first.stream, pair.first.position, "p2p " + std::to_string(pair.first.bytes) + " bytes " + std::to_string(from) + "->" + std::to_string(to), pair.first.tag, pair.first.op, {}};
+    inst.members[1] = {true, pair.second.stream, pair.second.position, "p2p " + std::to_string(pair.second.bytes) + " bytes " + std::to_string(from) + "->" + std::to_string(to), pair.second.tag, pair.second.op, {}};
     compare_instance(-1, inst, k);
   }
   push(rank, stream, std::move(op));

@@ -2,6 +2,7 @@
 // streams, operations, buffers and block lifetimes, the ordering that is missing, and the
 // fixes that would add it; and the per-rank view of a mismatched or swapped collective.
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "sim/world_state.hpp"
@@ -104,8 +105,86 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
   core::add_finding(findings_, std::move(f));
 }
 
+namespace {
+// The labelled segments of a buffer range, relative to the range's start.
+struct Label {
+  int64_t start, count;
+  int param;
+  int64_t first;
+};
+std::vector<Label> labels(const core::LogicalMap& map, int64_t offset, int64_t numel) {
+  std::vector<Label> out;
+  for (const auto& s : map.segments) {
+    const int64_t b = std::max(s.offset, offset), e = std::min(s.offset + s.count, offset + numel);
+    if (b < e) out.push_back({b - offset, e - b, s.param, s.first + (b - s.offset)});
+  }
+  return out;
+}
+// The first position where both ranges are labelled with different logical elements.
+std::optional<std::pair<Label, Label>> first_difference(const std::vector<Label>& a, const std::vector<Label>& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const int64_t lo = std::max(a[i].start, b[j].start), hi = std::min(a[i].start + a[i].count, b[j].start + b[j].count);
+    if (lo < hi) {
+      const int64_t ea = a[i].first + (lo - a[i].start), eb = b[j].first + (lo - b[j].start);
+      if (a[i].param != b[j].param || ea != eb) return std::pair{Label{lo, 1, a[i].param, ea}, Label{lo, 1, b[j].param, eb}};
+    }
+    (a[i].start + a[i].count < b[j].start + b[j].count) ? ++i : ++j;
+  }
+  return std::nullopt;
+}
+}  // namespace
+
+bool World::check_layouts(int group, const Instance& inst, int64_t k) {
+  if (inst.kind != core::CollectiveKind::all_reduce && inst.kind != core::CollectiveKind::reduce_scatter) return false;
+  const Group& g = groups_[group];
+  std::vector<std::vector<Label>> per(inst.members.size());
+  std::shared_ptr<const core::LogicalMap> names;
+  for (size_t m = 0; m < inst.members.size(); ++m) {
+    const core::TensorRef& in = inst.members[m].input;
+    const auto& map = lifetime_maps_[ranks_[g.members[m]]->buffers[in.buffer]];
+    if (!map) return false;  // unannotated buffers are not checked
+    names = map;
+    per[m] = labels(*map, in.offset, in.numel);
+  }
+  for (size_t m = 1; m < inst.members.size(); ++m) {
+    const auto diff = first_difference(per[0], per[m]);
+    if (!diff) continue;
+    const auto& [a, b] = *diff;
+    const auto name = [&](int p) { return p < static_cast<int>(names->param_names.size()) ? names->param_names[p] : "param " + std::to_string(p); };
+    core::ElementDetail d;
+    d.tensor = name(a.param);
+    d.element = a.first;
+    d.rank = g.members[0];
+    d.other_rank = g.members[m];
+    d.expected = static_cast<double>(a.first);
+    d.actual = static_cast<double>(b.first);
+    d.note = name(b.param) + " element " + std::to_string(b.first);
+    const OpInfo& info = op_info_[inst.members[0].op];
+    core::Finding f;
+    f.kind = core::FindingKind::layout_mismatch;
+    f.summary = names_[info.name] + " on group '" + g.name + "' reduces different logical elements together: position " +
+                std::to_string(a.start) + " is " + d.tensor + " element " + std::to_string(a.first) + " on rank " +
+                std::to_string(d.rank) + " but " + d.note + " on rank " + std::to_string(d.other_rank);
+    const bool sizes_differ = inst.members[0].input.numel != inst.members[m].input.numel;
+    f.explanation = f.summary + ".\nThe members hold the tensor in different layouts (their shards cover different rows)" +
+                    std::string(sizes_differ ? ", and even different numbers of elements, so the call itself does not match" : "") +
+                    ". Reduce the full logical tensor instead: rebuild it on every member, reduce, and copy each rank's rows back.";
+    f.key = "layout|" + g.name + "|" + names_[info.name];
+    f.detail = d;
+    f.seed = options_.seed;
+    core::add_finding(findings_, std::move(f));
+    (void)k;
+    return true;
+  }
+  return false;
+}
+
 void World::compare_instance(int group, const Instance& inst, int64_t k) {
   if (!options_.detectors) return;
+  // A reduction of differently laid-out buffers is reported as what it is; a size
+  // difference that comes with it is part of the same bug.
+  const bool layout_bug = group >= 0 && check_layouts(group, inst, k);
   const bool p2p = group < 0;
   bool fp_differs = false, tag_differs = false;
   for (const auto& m : inst.members) {
@@ -117,6 +196,7 @@ void World::compare_instance(int group, const Instance& inst, int64_t k) {
     groups_[group].at(k).mismatch = true;
     mismatch_seen_ = true;
   }
+  if (layout_bug) return;
   core::CollectiveDetail d;
   d.group = p2p ? "p2p" : groups_[group].name;
   d.index = k;

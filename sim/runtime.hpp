@@ -19,6 +19,9 @@ class SimRuntime final : public core::Runtime {
   core::GroupId group(std::string_view name, std::span<const int> members) override;
   std::span<const int> group_members(core::GroupId g) const override;
 
+  void annotate(core::BufferId b, std::shared_ptr<const core::LogicalMap> map) override {
+    world_.annotate(rank_, b, std::move(map));
+  }
   bool host_may_continue() override { return false; }
   void park(std::coroutine_handle<> h) override;
 

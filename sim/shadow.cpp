@@ -69,6 +69,10 @@ void Shadow::access(uint64_t a, uint64_t b, const AccessRec& cur, Access kind, c
                     std::vector<Conflict>& conflicts) {
   if (a >= b) return;
   for_each(a, b, [&](Cell& c) {
+    if (cur.lifetime > c.lifetime) {
+      c.lifetime = cur.lifetime;
+      c.defined = false;
+    }
     if (!ordered(c.write, cur, clock)) note(conflicts, c.write, c.write_kind);
     if (kind == Access::read) {
       for (AccessRec& r : c.reads) {
@@ -90,19 +94,12 @@ void Shadow::access(uint64_t a, uint64_t b, const AccessRec& cur, Access kind, c
   });
 }
 
-void Shadow::begin_lifetime(uint64_t a, uint64_t b, uint32_t lifetime) {
-  for_each(a, b, [&](Cell& c) {
-    c.lifetime = lifetime;
-    c.defined = false;
-  });
-}
-
 void Shadow::set_defined(uint64_t a, uint64_t b, bool defined) {
   if (a >= b) return;
   for_each(a, b, [&](Cell& c) { c.defined = defined; });
 }
 
-void Shadow::undefined(uint64_t a, uint64_t b, Ranges& out) const {
+void Shadow::undefined(uint64_t a, uint64_t b, uint32_t lifetime, Ranges& out) const {
   uint64_t cursor = a;
   auto it = cells_.upper_bound(a);
   if (it != cells_.begin()) --it;
@@ -118,7 +115,7 @@ void Shadow::undefined(uint64_t a, uint64_t b, Ranges& out) const {
     const uint64_t s = std::max(it->first, a), e = std::min(it->second.end, b);
     if (e <= cursor) continue;
     emit(cursor, std::max(cursor, s));  // an untouched gap before this cell
-    if (!it->second.cell.defined) emit(std::max(cursor, s), e);
+    if (!it->second.cell.defined || it->second.cell.lifetime < lifetime) emit(std::max(cursor, s), e);
     cursor = e;
   }
   emit(cursor, b);

@@ -39,14 +39,16 @@ class Shadow {
   using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;
 
   // Checks the access [a, b) by `cur` at `clock` against the recorded history, appends every
-  // prior access not ordered before it (once per prior operation), then records it.
+  // prior access not ordered before it (once per prior operation), then records it. The
+  // first access of a newer lifetime (a larger lifetime index) starts that lifetime on the
+  // bytes: they become undefined until written. This happens when the access runs, not when
+  // the host allocates, so operations of the previous lifetime still in flight see its data.
   void access(uint64_t a, uint64_t b, const AccessRec& cur, Access kind, const VectorClock& clock,
               std::vector<Conflict>& conflicts);
-  // Starts a lifetime over [a, b): bytes become undefined; access history is kept.
-  void begin_lifetime(uint64_t a, uint64_t b, uint32_t lifetime);
   void set_defined(uint64_t a, uint64_t b, bool defined);
-  // Appends the undefined sub-ranges of [a, b) (never-written bytes count as undefined).
-  void undefined(uint64_t a, uint64_t b, Ranges& out) const;
+  // Appends the sub-ranges of [a, b) that are undefined for `lifetime`: never written in it
+  // (bytes last touched by an older lifetime count as never written).
+  void undefined(uint64_t a, uint64_t b, uint32_t lifetime, Ranges& out) const;
   size_t intervals() const { return cells_.size(); }
 
  private:

@@ -66,6 +66,12 @@ std::span<const std::byte> World::read(int rank, core::BufferId buffer) {
   return {ranks_[rank]->heap.bytes(l.addr), l.bytes};
 }
 
+World::Channel& World::channel(int from, int to, const std::string& name) { return channels_[{from, to, name}]; }
+
+World::Channel& World::channel_of(int rank, const Op& op) {
+  return op.kind == OpKind::send ? channel(rank, op.p2p.peer, op.p2p.channel) : channel(op.p2p.peer, rank, op.p2p.channel);
+}
+
 bool World::host_ready(int rank) {
   const Host& h = ranks_[rank]->host;
   if (h.status == Host::Status::done || h.status == Host::Status::running) return false;
@@ -95,7 +101,7 @@ bool World::stream_ready(int rank, int stream) {
     case OpKind::send:
     case OpKind::recv: {
       const bool send = op.kind == OpKind::send;
-      Channel& ch = channels_[send ? std::pair{rank, op.p2p.peer} : std::pair{op.p2p.peer, rank}];
+      Channel& ch = channel_of(rank, op);
       const auto& pair = ch.at(op.instance);
       const auto& other = send ? pair.second : pair.first;
       if (!other.issued || pair.first.bytes != pair.second.bytes) return false;

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -133,6 +134,9 @@ class World {
   Lifetime& live_buffer(int rank, core::BufferId b, const char* use);
   void check_ref(int rank, const core::TensorRef& t, const char* use);
   int group_index(int rank, core::GroupId g);
+  Channel& channel(int from, int to, const std::string& name);
+  // The channel of a queued send or recv issued by `rank`.
+  Channel& channel_of(int rank, const Op& op);
 
   // --- scheduling (world.cpp) ---
   bool host_ready(int rank);
@@ -160,6 +164,8 @@ class World {
   // --- findings (report.cpp, deadlock.cpp) ---
   void report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c);
   void compare_instance(int group, const Instance& inst, int64_t k);
+  bool check_layouts(int group, const Instance& inst, int64_t k);  // true: a layout_mismatch
+  void annotate(int rank, core::BufferId b, std::shared_ptr<const core::LogicalMap> map);
   void report_deadlock();
   std::string describe_head(int rank, int stream);
   core::AccessSite site(int rank, const AccessRec& a, Access kind, uint64_t begin, uint64_t end);
@@ -173,9 +179,10 @@ class World {
   std::vector<std::unique_ptr<SimRuntime>> runtimes_;
   std::vector<Record> records_;
   std::vector<Group> groups_;
-  std::map<std::pair<int, int>, Channel> channels_;
+  std::map<std::tuple<int, int, std::string>, Channel> channels_;
   std::vector<OpInfo> op_info_;
   std::vector<Lifetime> lifetimes_;
+  std::vector<std::shared_ptr<const core::LogicalMap>> lifetime_maps_;  // parallel to lifetimes_
   std::vector<TraceEvent> trace_;
   std::vector<std::string> names_;
   std::unordered_map<std::string, uint32_t> name_ids_;

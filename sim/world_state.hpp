@@ -73,8 +73,10 @@ struct World::Instance {
     std::string fingerprint;
     std::string tag;
     uint32_t op = 0;
+    core::TensorRef input;  // for the layout check of reductions
   };
   std::vector<Member> members;
+  core::CollectiveKind kind = core::CollectiveKind::all_reduce;
   int issued = 0;
   bool mismatch = false;
 };

@@ -47,10 +47,10 @@ TEST_CASE("send meets recv and an unmatched recv is reported as a hang", "[core]
     if (rt.rank() == 0) {
       b0 = b;
       co_await rt.launch(kernels::fill(s, TensorRef::f32(b, 0, 1), 42.0));
-      co_await rt.send({1, s, TensorRef::f32(b, 0, 1), "x"});
+      co_await rt.send({1, s, TensorRef::f32(b, 0, 1), "x", ""});
     } else {
       b1 = b;
-      co_await rt.recv({0, s, TensorRef::f32(b, 0, 1), "x"});
+      co_await rt.recv({0, s, TensorRef::f32(b, 0, 1), "x", ""});
     }
   });
   REQUIRE(floats(world.rank(1), b1) == std::vector<float>{42});
@@ -60,7 +60,7 @@ TEST_CASE("send meets recv and an unmatched recv is reported as a hang", "[core]
   REQUIRE_THROWS_AS(stuck.run([&](Runtime& rt) -> Task<> {
     StreamId s = rt.stream("compute");
     BufferId b = co_await rt.alloc(4, s, "x");
-    co_await rt.recv({1 - rt.rank(), s, TensorRef::f32(b, 0, 1), "x"});
+    co_await rt.recv({1 - rt.rank(), s, TensorRef::f32(b, 0, 1), "x", ""});
   }),
                     InternalError);
 }

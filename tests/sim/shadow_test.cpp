@@ -44,23 +44,27 @@ TEST_CASE("reads of the same participant never conflict and reads do not conflic
   REQUIRE(out.empty());
 }
 
-TEST_CASE("history survives a new lifetime, which starts undefined", "[sim][shadow]") {
+TEST_CASE("history survives a new lifetime, which starts undefined when first touched", "[sim][shadow]") {
   Shadow s;
   std::vector<Shadow::Conflict> out;
   s.access(0, 128, {1, 1, 1, 0}, Access::write, clock_with(3, {{1, 1}}), out);
   Shadow::Ranges undef;
-  s.undefined(0, 128, undef);
+  s.undefined(0, 128, 0, undef);
   REQUIRE(undef.empty());
-  s.begin_lifetime(0, 128, 1);
-  s.undefined(0, 256, undef);
+  // For lifetime 1 (a later allocation of the block) nothing has been written yet.
+  s.undefined(0, 256, 1, undef);
   REQUIRE(undef == Shadow::Ranges{{0, 256}});
   // The new lifetime's first write from another participant still meets the old write.
   s.access(0, 64, {2, 1, 2, 1}, Access::write, clock_with(3, {{2, 1}}), out);
   REQUIRE(out.size() == 1);
   REQUIRE(out[0].prior.lifetime == 0);
   undef.clear();
-  s.undefined(0, 128, undef);
+  s.undefined(0, 128, 1, undef);
   REQUIRE(undef == Shadow::Ranges{{64, 128}});
+  // The old lifetime's bytes [64, 128) are still its own: an in-flight reader sees them.
+  undef.clear();
+  s.undefined(64, 128, 0, undef);
+  REQUIRE(undef.empty());
 }
 
 TEST_CASE("equal neighbouring intervals coalesce", "[sim][shadow]") {

@@ -1,0 +1,175 @@
+// Escaping, number formatting and totals shared by the Markdown, HTML and JSON renderers.
+#include "reports/format.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace shardcheck::reports {
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + s.size() / 8);
+  for (const char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string md_text(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '\n' || c == '\r') {
+      out += ' ';
+      continue;
+    }
+    if (std::string_view("\\`*[]<>").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string md_cell(std::string_view s) {
+  std::string out;
+  for (const char c : md_text(s)) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out.empty() ? " " : out;
+}
+
+namespace {
+size_t longest_backtick_run(std::string_view s) {
+  size_t longest = 0, run = 0;
+  for (const char c : s) {
+    run = c == '`' ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  return longest;
+}
+}  // namespace
+
+std::string md_fence(std::string_view s) {
+  return std::string(std::max<size_t>(3, longest_backtick_run(s) + 1), '`');
+}
+
+std::string md_code(std::string_view s) {
+  const std::string ticks(longest_backtick_run(s) + 1, '`');
+  const std::string pad = ticks.size() > 1 ? " " : "";
+  return ticks + pad + std::string(s) + pad + ticks;
+}
+
+std::string number(double v, int digits) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", std::clamp(digits, 1, 17), v);
+  return buf;
+}
+
+std::string seconds_text(double seconds) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f s", seconds);
+  return buf;
+}
+
+size_t char_count(std::string_view s) {
+  size_t count = 0;
+  for (const char c : s)
+    count += (static_cast<unsigned char>(c) & 0xC0) != 0x80;  // skip UTF-8 continuation bytes
+  return count;
+}
+
+std::string truncate(std::string_view s, size_t chars) {
+  if (char_count(s) <= chars) return std::string(s);
+  if (chars == 0) return "";
+  size_t count = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) continue;
+    if (count == chars - 1) return std::string(s.substr(0, i)) + "…";
+    ++count;
+  }
+  return std::string(s);
+}
+
+std::string kinds_text(const std::vector<core::FindingKind>& kinds) {
+  if (kinds.empty()) return "none";
+  std::string out;
+  for (const auto k : kinds) {
+    if (!out.empty()) out += ", ";
+    out += core::to_string(k);
+  }
+  return out;
+}
+
+std::string result_text(const ScenarioResult& s) { return s.met && s.error.empty() ? "ok" : "FAILED"; }
+
+Totals totals(const Report& r) {
+  Totals t;
+  for (const auto& s : r.scenarios) {
+    ++t.scenarios;
+    if (result_text(s) == "ok")
+      ++t.met;
+    else
+      ++t.failed;
+    t.findings += static_cast<int>(s.findings.size());
+  }
+  return t;
+}
+
+std::string totals_text(const Totals& t) {
+  return std::to_string(t.scenarios) + (t.scenarios == 1 ? " scenario: " : " scenarios: ") +
+         std::to_string(t.met) + " met expectations, " + std::to_string(t.failed) + " failed; " +
+         std::to_string(t.findings) + (t.findings == 1 ? " finding" : " findings");
+}
+
+size_t compare_steps(const CompareData& c) {
+  size_t n = 0;
+  for (const auto& s : c.series) n = std::max(n, s.losses.size());
+  return n;
+}
+
+StepDelta step_delta(const CompareData& c, size_t step) {
+  StepDelta d;
+  double lo = 0, hi = 0, mag = 0;
+  int seen = 0;
+  bool nan = false;
+  for (const auto& s : c.series) {
+    if (step >= s.losses.size()) continue;
+    const double v = s.losses[step];
+    nan = nan || std::isnan(v);
+    lo = seen == 0 ? v : std::min(lo, v);
+    hi = seen == 0 ? v : std::max(hi, v);
+    mag = std::max(mag, std::fabs(v));
+    ++seen;
+  }
+  if (seen < 2) return d;
+  d.present = true;
+  if (nan) {  // min/max would silently skip a NaN; a NaN loss is the largest difference there is
+    d.abs = d.rel = std::nan("");
+    return d;
+  }
+  d.abs = hi - lo;
+  d.rel = mag > 0 ? d.abs / mag : 0;
+  return d;
+}
+
+}  // namespace shardcheck::reports

@@ -1,0 +1,56 @@
+// Text helpers the renderers share: escaping for HTML and Markdown, number formatting, and
+// the totals every report prints. Internal to reports/.
+//   html_escape("a<b") == "a&lt;b";  number(7.0710678) == "7.071068"
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/findings.hpp"
+#include "reports/report_model.hpp"
+
+namespace shardcheck::reports {
+
+std::string html_escape(std::string_view s);
+// Markdown prose on one line: characters that would start markup (\ ` * [ ] < >) escaped,
+// line breaks turned into spaces.
+std::string md_text(std::string_view s);
+// A Markdown table cell: md_text with '|' escaped too.
+std::string md_cell(std::string_view s);
+// Inline code: `s`, with a longer backtick run when `s` holds backticks itself.
+std::string md_code(std::string_view s);
+// A fence (``` or longer) that does not occur in `s`, so `s` can sit in a code block verbatim.
+std::string md_fence(std::string_view s);
+
+// Up to `digits` significant digits, no trailing noise; "NaN", "inf", "-inf" for the rest.
+std::string number(double v, int digits = 7);
+std::string seconds_text(double seconds);  // "0.12 s"
+// Characters (UTF-8 code points) in `s`.
+size_t char_count(std::string_view s);
+// `s` cut to at most `chars` characters, the last of them "…" when it was cut.
+std::string truncate(std::string_view s, size_t chars);
+
+std::string kinds_text(const std::vector<core::FindingKind>& kinds);  // "a, b" or "none"
+std::string result_text(const ScenarioResult& s);                     // "ok" or "FAILED"
+
+struct Totals {
+  int scenarios = 0;
+  int met = 0;
+  int failed = 0;
+  int findings = 0;
+};
+Totals totals(const Report& r);
+std::string totals_text(const Totals& t);  // "3 scenarios: 2 met expectations, 1 failed; 4 findings"
+
+// Per-step spread of a compare result's series: max |a - b| over pairs, and that relative to
+// the largest magnitude. `present` is false at steps fewer than two series reach.
+struct StepDelta {
+  bool present = false;
+  double abs = 0;
+  double rel = 0;
+};
+StepDelta step_delta(const CompareData& c, size_t step);
+size_t compare_steps(const CompareData& c);  // the longest series' length
+
+}  // namespace shardcheck::reports

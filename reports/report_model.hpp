@@ -1,0 +1,63 @@
+// What a report says: the scenarios that ran, what each expected and found, how many
+// schedules it took, and every finding with its reproducer and the data for its picture.
+// The renderers (Markdown, HTML with SVG, JSON) all read this one model.
+//   Report r; r.scenarios.push_back(result);  write_report(r, "out/demo");
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/findings.hpp"
+#include "core/trace_log.hpp"
+
+namespace shardcheck::reports {
+
+// One curve of per-step losses (e.g. "optim_grads_params" and "distopt").
+struct LossSeries {
+  std::string label;
+  std::vector<double> losses;  // index = step
+};
+
+// A `shardcheck compare` result.
+struct CompareData {
+  std::string against;  // single_rank | distopt | sim
+  std::vector<LossSeries> series;
+  double max_abs_diff = 0;
+  double max_rel_diff = 0;
+  bool bitwise_equal = false;       // weights bitwise equal after the last step
+  std::string first_divergent;      // "step 2, tensor layers.1.fc1.weight, element 17" or empty
+  double achievable_loss = -1;      // the data's entropy rate in nats, when known (< 0: unknown)
+};
+
+struct ScenarioResult {
+  std::string name;
+  std::string file;
+  std::string kind;         // trace | training
+  std::string description;  // the file's two-sentence description
+  std::string expected;     // core::describe(expect): "stream_race", "clean", ...
+  std::vector<core::FindingKind> found;
+  bool met = false;
+  int schedules = 0;        // schedules explored
+  double seconds = 0;       // wall time of this scenario
+  std::vector<core::Finding> findings;
+  // Parallel to `findings`: the timeline of the run that first found each one (may be empty).
+  std::vector<core::TraceLog> finding_traces;
+  std::optional<CompareData> compare;
+  std::string error;        // an internal error, if one happened
+  std::string policy;       // schedule policy used, for the reproducer line
+};
+
+struct Report {
+  static constexpr int kSchemaVersion = 1;
+  std::string title = "shardcheck report";
+  std::string command;      // the command line that produced it
+  bool complete = true;     // false when the run was interrupted or hit an internal error
+  std::string incomplete_reason;
+  std::vector<ScenarioResult> scenarios;
+};
+
+// The reproducer a user runs to see a finding again.
+std::string reproducer(const ScenarioResult& s, const core::Finding& f);
+
+}  // namespace shardcheck::reports

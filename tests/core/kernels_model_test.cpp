@@ -1,0 +1,930 @@
+// The grid roundings and TinyLM kernels' CPU reference: forward results against double
+// re-computations, backward kernels against central finite differences of a double forward,
+// bf16 widening and rounding, optimizer steps against hand-computed values, argument checks,
+// and determinism. Inputs are small nonzero values from the seeded Rng, so a kernel that
+// ignores an operand, transposes wrongly or sums the wrong rows fails.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <vector>
+
+#include "core/kernels.hpp"
+#include "core/rng.hpp"
+#include "core/status.hpp"
+
+using namespace shardcheck::core;
+
+namespace {
+
+constexpr int64_t kGuard = 4;  // elements of padding on each side of every tensor
+constexpr std::byte kGuardByte{0x5a};
+
+// Each tensor gets its own buffer, padded with guard bytes on both sides, so a kernel that
+// writes past a tensor's range is caught by guards_intact(), and an offset is always in play.
+class Mem : public MemoryView {
+ public:
+  std::byte* data(const TensorRef& t) override {
+    std::vector<std::byte>& b = bufs_.at(static_cast<size_t>(t.buffer)).bytes;
+    if (t.offset < 0 || t.byte_offset() + t.bytes() > static_cast<int64_t>(b.size())) {
+      throw std::out_of_range("tensor outside its buffer");
+    }
+    return b.data() + t.byte_offset();
+  }
+  TensorRef alloc(DType dt, int64_t n) {
+    const TensorRef t{static_cast<BufferId>(bufs_.size()), kGuard, n, dt};
+    const size_t guard = static_cast<size_t>(kGuard * dtype_bytes(dt));
+    bufs_.push_back({std::vector<std::byte>(static_cast<size_t>(t.bytes()) + 2 * guard, kGuardByte), guard});
+    std::memset(data(t), 0, static_cast<size_t>(t.bytes()));
+    return t;
+  }
+  // A new tensor holding `values`, rounded to its dtype.
+  TensorRef put(DType dt, const std::vector<double>& values) {
+    const TensorRef t = alloc(dt, static_cast<int64_t>(values.size()));
+    for (size_t i = 0; i < values.size(); ++i) store_element(data(t), dt, static_cast<int64_t>(i), values[i]);
+    return t;
+  }
+  std::vector<double> get(const TensorRef& t) {
+    std::vector<double> v(static_cast<size_t>(t.numel));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = load_element(data(t), t.dtype, static_cast<int64_t>(i));
+    return v;
+  }
+  std::vector<std::byte> bytes(const TensorRef& t) {
+    const std::byte* p = data(t);
+    return std::vector<std::byte>(p, p + t.bytes());
+  }
+  bool guards_intact() const {
+    for (const Buf& b : bufs_) {
+      for (size_t j = 0; j < b.guard; ++j) {
+        if (b.bytes[j] != kGuardByte || b.bytes[b.bytes.size() - 1 - j] != kGuardByte) return false;
+      }
+    }
+    return true;
+  }
+  // Runs a call that must pass check_kernel and stay inside its tensors.
+  void run(const KernelCall& call) {
+    INFO("kernel " << call.name);
+    REQUIRE(check_kernel(call).empty());
+    execute_cpu(call, *this);
+    REQUIRE(guards_intact());
+  }
+
+ private:
+  struct Buf {
+    std::vector<std::byte> bytes;
+    size_t guard;
+  };
+  std::vector<Buf> bufs_;
+};
+
+double as_dtype(DType dt, double v) {
+  return dt == DType::bf16 ? static_cast<double>(round_bf16(static_cast<float>(v)))
+                           : static_cast<double>(static_cast<float>(v));
+}
+
+// n values with magnitudes in [lo, hi) and random signs, exactly representable in dt: never
+// zero, so no operand can be ignored without changing a result.
+std::vector<double> nonzero(Rng& rng, int64_t n, double lo, double hi, DType dt = DType::f32) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) {
+    const double mag = lo + (hi - lo) * rng.uniform_real();
+    x = as_dtype(dt, rng.bernoulli(0.5) ? -mag : mag);
+    REQUIRE(x != 0.0);
+  }
+  return v;
+}
+
+std::vector<double> ids(Rng& rng, int64_t n, int64_t bound) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = static_cast<double>(rng.uniform(static_cast<uint64_t>(bound)));
+  return v;
+}
+
+// The worst |got - want| / (|want| + floor) must be at most rel. floor turns the check into an
+// absolute one for values much smaller than it (sums that cancel, GELU's far negative tail).
+void require_close(const std::vector<double>& got, const std::vector<double>& want, double rel, double floor,
+                   const char* what) {
+  REQUIRE(got.size() == want.size());
+  double err = 0, scale = 0;
+  size_t worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double e = std::fabs(got[i] - want[i]) / (std::fabs(want[i]) + floor);
+    if (!(e <= err)) worst = i, err = std::isnan(e) ? INFINITY : e;
+    scale = std::max(scale, std::fabs(want[i]));
+  }
+  INFO(what << ": worst element " << worst << " is " << got[worst] << ", expected " << want[worst]
+            << " (error " << err << ")");
+  REQUIRE(scale > 0);  // an all-zero expectation would let a kernel that writes nothing pass
+  REQUIRE(err <= rel);
+}
+
+// Central differences of a scalar function of `x` in double, one coordinate at a time.
+std::vector<double> finite_diff(std::vector<double> x,
+                                const std::function<double(const std::vector<double>&)>& f, double h = 1e-5) {
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    x[i] = x0 + h;
+    const double up = f(x);
+    x[i] = x0 - h;
+    const double down = f(x);
+    x[i] = x0;
+    g[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+std::vector<double> to_bf16_values(const std::vector<double>& v) {
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = as_dtype(DType::bf16, v[i]);
+  return r;
+}
+
+// ---- Double-precision forwards the kernels are compared against.
+
+struct LayerNormRef {
+  std::vector<double> y, mean, rstd;
+};
+LayerNormRef layernorm_ref(const std::vector<double>& x, const std::vector<double>& gamma,
+                           const std::vector<double>& beta, int64_t rows, int64_t hidden, double eps) {
+  LayerNormRef r{std::vector<double>(x.size()), {}, {}};
+  const size_t h = static_cast<size_t>(hidden);
+  for (size_t n = 0; n < static_cast<size_t>(rows); ++n) {
+    double mean = 0, var = 0;
+    for (size_t j = 0; j < h; ++j) mean += x[n * h + j] / static_cast<double>(h);
+    for (size_t j = 0; j < h; ++j)
+      var += (x[n * h + j] - mean) * (x[n * h + j] - mean) / static_cast<double>(h);
+    const double rstd = 1 / std::sqrt(var + eps);
+    for (size_t j = 0; j < h; ++j) r.y[n * h + j] = (x[n * h + j] - mean) * rstd * gamma[j] + beta[j];
+    r.mean.push_back(mean);
+    r.rstd.push_back(rstd);
+  }
+  return r;
+}
+
+// op(A) op(B) with A stored K x M when trans_a, B stored N x K when trans_b.
+std::vector<double> matmul_ref(const std::vector<double>& a, const std::vector<double>& b,
+                               const kernel::Gemm& g) {
+  std::vector<double> c(static_cast<size_t>(g.m * g.n));
+  for (int64_t i = 0; i < g.m; ++i) {
+    for (int64_t j = 0; j < g.n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < g.k; ++p) {
+        const double x = g.trans_a ? a[p * g.m + i] : a[i * g.k + p];
+        const double y = g.trans_b ? b[j * g.k + p] : b[p * g.n + j];
+        s += x * y;
+      }
+      c[i * g.n + j] = s;
+    }
+  }
+  return c;
+}
+
+double gelu_ref(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+double softmax_ce_ref(const std::vector<double>& logits, const std::vector<double>& targets, int64_t rows,
+                      int64_t vocab) {
+  double total = 0;
+  for (int64_t n = 0; n < rows; ++n) {
+    const double* r = logits.data() + n * vocab;
+    double mx = r[0], sum = 0;
+    for (int64_t v = 0; v < vocab; ++v) mx = std::max(mx, r[v]);
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(r[v] - mx);
+    total += -(r[static_cast<int64_t>(targets[static_cast<size_t>(n)])] - mx - std::log(sum));
+  }
+  return total / static_cast<double>(rows);
+}
+
+}  // namespace
+
+// ---- Grid roundings.
+
+TEST_CASE("round_bf16 rounds to nearest even and keeps the output dtype", "[core][kernels]") {
+  Mem m;
+  // 1 + 2^-8 lies halfway between bf16 neighbours 1 and 1 + 2^-7 (ties to the even 1);
+  // 1 + 3 * 2^-8 lies halfway between 1 + 2^-7 and 1 + 2^-6 (ties to the even 1 + 2^-6).
+  Rng rng(11);
+  std::vector<double> in = {1 + 0x1p-8, 1 + 3 * 0x1p-8, -(1 + 0x1p-8 + 0x1p-20), 0x1p-130};
+  for (double v : nonzero(rng, 60, 0.01, 100)) in.push_back(v);
+  const TensorRef x = m.put(DType::f32, in);
+  const TensorRef y32 = m.alloc(DType::f32, x.numel), y16 = m.alloc(DType::bf16, x.numel);
+  m.run(kernels::round_bf16(0, x, y32));
+  m.run(kernels::round_bf16(0, x, y16));
+  const std::vector<double> got32 = m.get(y32), got16 = m.get(y16);
+  REQUIRE(got32[0] == 1.0);
+  REQUIRE(got32[1] == 1 + 0x1p-6);
+  REQUIRE(got32[2] == -(1 + 0x1p-7));
+  for (size_t i = 0; i < in.size(); ++i) {
+    INFO("element " << i << " = " << in[i]);
+    REQUIRE(got32[i] == static_cast<double>(round_bf16(static_cast<float>(in[i]))));
+    REQUIRE(got16[i] == got32[i]);
+  }
+  // A bf16 input is already on the grid: rounding again changes nothing.
+  const TensorRef z = m.alloc(DType::f32, x.numel);
+  m.run(kernels::round_bf16(0, y16, z));
+  REQUIRE(m.get(z) == got32);
+}
+
+TEST_CASE("round_to_grid lands on exact multiples of q with ties to even and clamping", "[core][kernels]") {
+  Mem m;
+  const double q = 3 * 0x1p-10;  // dp = 3: not a power of two
+  const double limit = 100;
+  std::vector<double> in = {2.5 * q, 3.5 * q, -2.5 * q, 0.5 * q, 1000 * q, -INFINITY, NAN, 99.5 * q};
+  Rng rng(12);
+  for (double v : nonzero(rng, 200, 1e-4, 0.4)) in.push_back(v);  // some beyond 100 q
+  const TensorRef x = m.put(DType::f32, in), y = m.alloc(DType::f32, x.numel);
+  m.run(kernels::round_to_grid(0, x, y, q, limit));
+  const std::vector<double> got = m.get(y);
+  REQUIRE(got[0] == 2 * q);  // ties to even
+  REQUIRE(got[1] == 4 * q);
+  REQUIRE(got[2] == -2 * q);
+  REQUIRE(got[3] == 0.0);
+  REQUIRE(got[4] == limit * q);  // clamped
+  REQUIRE(got[5] == -limit * q);
+  REQUIRE(std::isnan(got[6]));
+  REQUIRE(got[7] == 100 * q);  // 99.5 ties to the even 100, which is still inside the limit
+  bool some_clamped = false, some_inside = false;
+  for (size_t i = 8; i < in.size(); ++i) {
+    INFO("element " << i << " = " << in[i] << " -> " << got[i]);
+    const double units = got[i] / q;
+    REQUIRE(units == std::nearbyint(units));  // an exact multiple of q
+    REQUIRE(std::fabs(units) <= limit);
+    if (std::fabs(in[i] / q) > limit) {
+      some_clamped = true;
+    } else {
+      some_inside = true;
+      REQUIRE(std::fabs(got[i] - in[i]) <= q / 2);
+    }
+  }
+  REQUIRE(some_clamped);
+  REQUIRE(some_inside);
+  // The point of the grid: sums of grid values are exact in fp32, so any order agrees.
+  float forward = 0, backward = 0;
+  for (size_t i = 8; i < got.size(); ++i) forward += static_cast<float>(got[i]);
+  for (size_t i = got.size(); i-- > 8;) backward += static_cast<float>(got[i]);
+  REQUIRE(forward == backward);
+}
+
+// ---- Embedding.
+
+TEST_CASE("embedding_forward gathers weight rows by token in f32 and bf16", "[core][kernels]") {
+  const int64_t vocab = 5, hidden = 3, n = 7;
+  Rng rng(21);
+  const std::vector<double> tok = ids(rng, n, vocab);
+  for (DType wt : {DType::f32, DType::bf16}) {
+    Mem m;
+    const std::vector<double> w = nonzero(rng, vocab * hidden, 0.1, 2, wt);
+    const TensorRef tokens = m.put(DType::i32, tok), weight = m.put(wt, w);
+    const TensorRef out32 = m.alloc(DType::f32, n * hidden), out16 = m.alloc(DType::bf16, n * hidden);
+    m.run(kernels::embedding_forward(0, tokens, weight, out32, vocab, hidden));
+    m.run(kernels::embedding_forward(0, tokens, weight, out16, vocab, hidden));
+    const std::vector<double> got32 = m.get(out32), got16 = m.get(out16);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < hidden; ++j) {
+        const double want = w[static_cast<size_t>(tok[i] * hidden + j)];
+        REQUIRE(got32[i * hidden + j] == want);
+        REQUIRE(got16[i * hidden + j] == as_dtype(DType::bf16, want));
+      }
+    }
+  }
+}
+
+TEST_CASE("embedding_backward sums repeated tokens and matches finite differences", "[core][kernels]") {
+  const int64_t vocab = 6, hidden = 4, n = 13;
+  Rng rng(22);
+  std::vector<double> tok = ids(rng, n, vocab - 1);  // the last row gets no token: its gradient is 0
+  tok[3] = tok[7] = tok[11] = 2;                     // and row 2 several
+  const std::vector<double> w = nonzero(rng, vocab * hidden, 0.1, 1), r = nonzero(rng, n * hidden, 0.1, 1);
+  Mem m;
+  const TensorRef tokens = m.put(DType::i32, tok), dout = m.put(DType::f32, r);
+  const TensorRef dw = m.put(DType::f32, nonzero(rng, vocab * hidden, 1, 2));  // overwritten, not added to
+  m.run(kernels::embedding_backward(0, tokens, dout, dw, vocab, hidden));
+  // L(W) = sum over n, j of r[n][j] * W[tokens[n]][j].
+  auto loss = [&](const std::vector<double>& wt) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < hidden; ++j)
+        s += r[i * hidden + j] * wt[static_cast<size_t>(tok[i] * hidden + j)];
+    }
+    return s;
+  };
+  const std::vector<double> got = m.get(dw);
+  require_close(got, finite_diff(w, loss), 1e-5, 1e-3, "dweight");
+  for (int64_t j = 0; j < hidden; ++j) REQUIRE(got[(vocab - 1) * hidden + j] == 0.0);
+  // bf16 dweight: accumulated in fp32 and rounded once at the end, not per addition.
+  const TensorRef dw16 = m.alloc(DType::bf16, vocab * hidden);
+  m.run(kernels::embedding_backward(0, tokens, dout, dw16, vocab, hidden));
+  REQUIRE(m.get(dw16) == to_bf16_values(got));
+}
+
+TEST_CASE("embedding kernels refuse token ids outside the vocabulary", "[core][kernels]") {
+  const int64_t vocab = 4, hidden = 2;
+  for (double bad : {-1.0, 4.0}) {
+    Mem m;
+    const TensorRef tokens = m.put(DType::i32, {0, 3, bad}),
+                    weight = m.put(DType::f32, {1, 2, 3, 4, 5, 6, 7, 8});
+    const TensorRef out = m.alloc(DType::f32, 3 * hidden), dw = m.alloc(DType::f32, vocab * hidden);
+    REQUIRE(check_kernel(kernels::embedding_forward(0, tokens, weight, out, vocab, hidden)).empty());
+    REQUIRE_THROWS_AS(execute_cpu(kernels::embedding_forward(0, tokens, weight, out, vocab, hidden), m),
+                      InternalError);
+    REQUIRE_THROWS_AS(execute_cpu(kernels::embedding_backward(0, tokens, out, dw, vocab, hidden), m),
+                      InternalError);
+    REQUIRE(m.guards_intact());
+  }
+}
+
+// ---- LayerNorm.
+
+TEST_CASE("layernorm_forward matches a double-precision layer norm", "[core][kernels]") {
+  const int64_t rows = 5, hidden = 7;
+  const double eps = 1e-5;
+  Rng rng(31);
+  std::vector<double> x = nonzero(rng, rows * hidden, 0.1, 2);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = as_dtype(DType::f32, x[i] + static_cast<double>(i / hidden));
+  const std::vector<double> gamma = nonzero(rng, hidden, 0.5, 1.5), beta = nonzero(rng, hidden, 0.1, 1);
+  Mem m;
+  const TensorRef tx = m.put(DType::f32, x), tg = m.put(DType::f32, gamma), tb = m.put(DType::f32, beta);
+  const TensorRef y = m.alloc(DType::f32, rows * hidden), mean = m.alloc(DType::f32, rows);
+  const TensorRef rstd = m.alloc(DType::f32, rows);
+  m.run(kernels::layernorm_forward(0, tx, tg, tb, y, mean, rstd, rows, hidden, eps));
+  const LayerNormRef want = layernorm_ref(x, gamma, beta, rows, hidden, eps);
+  require_close(m.get(y), want.y, 1e-5, 1e-2, "y");
+  require_close(m.get(mean), want.mean, 1e-5, 1e-3, "mean");
+  require_close(m.get(rstd), want.rstd, 1e-5, 1e-3, "rstd");
+}
+
+TEST_CASE("layernorm_backward matches finite differences of the forward", "[core][kernels]") {
+  const int64_t rows = 4, hidden = 6;
+  const double eps = 1e-5;
+  Rng rng(32);
+  const std::vector<double> x = nonzero(rng, rows * hidden, 0.1, 2), gamma = nonzero(rng, hidden, 0.5, 1.5);
+  const std::vector<double> beta = nonzero(rng, hidden, 0.1, 1), dy = nonzero(rng, rows * hidden, 0.1, 1);
+  Mem m;
+  const TensorRef tx = m.put(DType::f32, x), tg = m.put(DType::f32, gamma), tb = m.put(DType::f32, beta);
+  const TensorRef tdy = m.put(DType::f32, dy), y = m.alloc(DType::f32, rows * hidden);
+  const TensorRef mean = m.alloc(DType::f32, rows), rstd = m.alloc(DType::f32, rows);
+  const TensorRef dx = m.alloc(DType::f32, rows * hidden);
+  const TensorRef dgamma = m.put(DType::f32, nonzero(rng, hidden, 1, 2)), dbeta = m.alloc(DType::f32, hidden);
+  m.run(kernels::layernorm_forward(0, tx, tg, tb, y, mean, rstd, rows, hidden, eps));
+  m.run(kernels::layernorm_backward(0, tdy, tx, tg, mean, rstd, dx, dgamma, dbeta, rows, hidden));
+  // L = sum of dy * y, so dL/dy = dy.
+  auto by_x = [&](const std::vector<double>& v) {
+    return dot(dy, layernorm_ref(v, gamma, beta, rows, hidden, eps).y);
+  };
+  auto by_gamma = [&](const std::vector<double>& v) {
+    return dot(dy, layernorm_ref(x, v, beta, rows, hidden, eps).y);
+  };
+  auto by_beta = [&](const std::vector<double>& v) {
+    return dot(dy, layernorm_ref(x, gamma, v, rows, hidden, eps).y);
+  };
+  require_close(m.get(dx), finite_diff(x, by_x), 1e-4, 1e-2, "dx");
+  require_close(m.get(dgamma), finite_diff(gamma, by_gamma), 1e-4, 1e-2, "dgamma");
+  require_close(m.get(dbeta), finite_diff(beta, by_beta), 1e-4, 1e-2, "dbeta");
+}
+
+TEST_CASE("layernorm with bf16 operands widens them and rounds y once", "[core][kernels]") {
+  const int64_t rows = 3, hidden = 8;
+  Rng rng(33);
+  const std::vector<double> x = nonzero(rng, rows * hidden, 0.1, 2, DType::bf16);
+  const std::vector<double> gamma = nonzero(rng, hidden, 0.5, 1.5, DType::bf16);
+  const std::vector<double> beta = nonzero(rng, hidden, 0.1, 1, DType::bf16);
+  Mem m;
+  auto run = [&](DType in, DType out) {
+    const TensorRef y = m.alloc(out, rows * hidden), mean = m.alloc(DType::f32, rows);
+    const TensorRef rstd = m.alloc(DType::f32, rows);
+    m.run(kernels::layernorm_forward(0, m.put(in, x), m.put(in, gamma), m.put(in, beta), y, mean, rstd, rows,
+                                     hidden));
+    return m.get(y);
+  };
+  const std::vector<double> y32 = run(DType::f32, DType::f32);
+  REQUIRE(run(DType::bf16, DType::f32) == y32);
+  REQUIRE(run(DType::bf16, DType::bf16) == to_bf16_values(y32));
+}
+
+// ---- GEMM.
+
+TEST_CASE("gemm matches a double product for every transpose combination", "[core][kernels]") {
+  const int64_t M = 5, N = 7, K = 9;
+  Rng rng(41);
+  const std::vector<double> a = nonzero(rng, M * K, 0.1, 1), b = nonzero(rng, K * N, 0.1, 1);
+  const std::vector<double> c0 = nonzero(rng, M * N, 0.1, 1);
+  for (int variant = 0; variant < 8; ++variant) {
+    kernel::Gemm g{M, N, K, (variant & 1) != 0, (variant & 2) != 0, 0.75, (variant & 4) ? -0.5 : 0.0};
+    INFO("trans_a " << g.trans_a << " trans_b " << g.trans_b << " beta " << g.beta);
+    Mem m;
+    const TensorRef ta = m.put(DType::f32, a), tb = m.put(DType::f32, b);
+    // With beta == 0, C's old contents must not be read: NaN there would poison the result.
+    const TensorRef tc =
+        g.beta != 0 ? m.put(DType::f32, c0) : m.put(DType::f32, std::vector<double>(c0.size(), NAN));
+    const KernelCall call = kernels::gemm(0, ta, tb, tc, g);
+    REQUIRE(call.reads.size() == (g.beta != 0 ? 3u : 2u));
+    m.run(call);
+    // The same values read through the stored layouts: A as K x M when transposed.
+    std::vector<double> want = matmul_ref(a, b, g);
+    for (size_t i = 0; i < want.size(); ++i) want[i] = g.alpha * want[i] + g.beta * c0[i];
+    require_close(m.get(tc), want, 1e-5, 0.1, "C");
+  }
+}
+
+TEST_CASE("gemm accumulates over k in order in fp32 then applies alpha and beta", "[core][kernels]") {
+  const int64_t M = 4, N = 6, K = 33;
+  Rng rng(42);
+  // Magnitudes spread over six binades, so the summation order shows in the low bits.
+  std::vector<double> a = nonzero(rng, M * K, 0.01, 1), b = nonzero(rng, K * N, 0.1, 1);
+  for (size_t i = 0; i < a.size(); i += 3) a[i] *= 64;
+  const std::vector<double> c0 = nonzero(rng, M * N, 0.1, 1);
+  const kernel::Gemm g{M, N, K, true, false, 0.3, 0.7};  // A stored K x M
+  Mem m;
+  const TensorRef tc = m.put(DType::f32, c0);
+  m.run(kernels::gemm(0, m.put(DType::f32, a), m.put(DType::f32, b), tc, g));
+  const std::vector<double> got = m.get(tc);
+  bool order_matters = false;
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      float acc = 0.0f, reversed = 0.0f;
+      for (int64_t p = 0; p < K; ++p)
+        acc += static_cast<float>(a[p * M + i]) * static_cast<float>(b[p * N + j]);
+      for (int64_t p = K; p-- > 0;)
+        reversed += static_cast<float>(a[p * M + i]) * static_cast<float>(b[p * N + j]);
+      const float want = 0.3f * acc + 0.7f * static_cast<float>(c0[i * N + j]);
+      REQUIRE(got[i * N + j] == static_cast<double>(want));
+      order_matters |= acc != reversed;
+    }
+  }
+  REQUIRE(order_matters);  // otherwise this test could not tell the orders apart
+}
+
+TEST_CASE("gemm computes a linear layer's input and weight gradients", "[core][kernels]") {
+  // y = x W^T with x N x I and W O x I; L = sum of r * y, so dy = r, dW = dy^T x, dx = dy W.
+  const int64_t N = 6, I = 5, O = 4;
+  Rng rng(43);
+  const std::vector<double> x = nonzero(rng, N * I, 0.1, 1), w = nonzero(rng, O * I, 0.1, 1);
+  const std::vector<double> r = nonzero(rng, N * O, 0.1, 1);
+  Mem m;
+  const TensorRef tx = m.put(DType::f32, x), tw = m.put(DType::f32, w), tr = m.put(DType::f32, r);
+  const TensorRef y = m.alloc(DType::f32, N * O), dw = m.alloc(DType::f32, O * I),
+                  dx = m.alloc(DType::f32, N * I);
+  m.run(kernels::gemm(0, tx, tw, y, {N, O, I, false, true}));
+  m.run(kernels::gemm(0, tr, tx, dw, {O, I, N, true, false}));
+  m.run(kernels::gemm(0, tr, tw, dx, {N, I, O, false, false}));
+  auto forward = [&](const std::vector<double>& xv, const std::vector<double>& wv) {
+    return matmul_ref(xv, wv, {N, O, I, false, true});
+  };
+  require_close(m.get(y), forward(x, w), 1e-5, 0.1, "y");
+  const std::vector<double> dw_fd =
+      finite_diff(w, [&](const std::vector<double>& v) { return dot(r, forward(x, v)); });
+  const std::vector<double> dx_fd =
+      finite_diff(x, [&](const std::vector<double>& v) { return dot(r, forward(v, w)); });
+  require_close(m.get(dw), dw_fd, 1e-5, 0.1, "dW");
+  require_close(m.get(dx), dx_fd, 1e-5, 0.1, "dx");
+  // Gradient accumulation: beta = 1 adds this microbatch's dW to the previous one.
+  const std::vector<double> once = m.get(dw);
+  m.run(kernels::gemm(0, tr, tx, dw, {O, I, N, true, false, 1.0, 1.0}));
+  const std::vector<double> twice = m.get(dw);
+  for (size_t i = 0; i < once.size(); ++i) REQUIRE(twice[i] == 2 * once[i]);
+}
+
+TEST_CASE("gemm with bf16 operands widens them and rounds C once", "[core][kernels]") {
+  const int64_t M = 3, N = 5, K = 17;
+  Rng rng(44);
+  const std::vector<double> a = nonzero(rng, M * K, 0.1, 1, DType::bf16);
+  const std::vector<double> b = nonzero(rng, N * K, 0.1, 1, DType::bf16);
+  const kernel::Gemm g{M, N, K, false, true};
+  Mem m;
+  auto run = [&](DType in, DType out) {
+    const TensorRef c = m.alloc(out, M * N);
+    m.run(kernels::gemm(0, m.put(in, a), m.put(in, b), c, g));
+    return m.get(c);
+  };
+  const std::vector<double> c32 = run(DType::f32, DType::f32);
+  REQUIRE(run(DType::bf16, DType::f32) == c32);
+  REQUIRE(run(DType::bf16, DType::bf16) == to_bf16_values(c32));
+  REQUIRE(to_bf16_values(c32) != c32);  // the rounding is visible, so the check above means something
+}
+
+// ---- Bias and GELU.
+
+TEST_CASE("bias_add broadcasts over rows and bias_grad matches finite differences", "[core][kernels]") {
+  const int64_t rows = 5, cols = 3;
+  Rng rng(51);
+  const std::vector<double> x = nonzero(rng, rows * cols, 0.1, 1), bias = nonzero(rng, cols, 0.1, 1);
+  const std::vector<double> dy = nonzero(rng, rows * cols, 0.1, 1);
+  Mem m;
+  const TensorRef tx = m.put(DType::f32, x), tb = m.put(DType::f32, bias),
+                  y = m.alloc(DType::f32, rows * cols);
+  const TensorRef dbias = m.put(DType::f32, nonzero(rng, cols, 1, 2));
+  m.run(kernels::bias_add(0, tx, tb, y, rows, cols));
+  m.run(kernels::bias_grad(0, m.put(DType::f32, dy), dbias, rows, cols));
+  auto forward = [&](const std::vector<double>& b) {
+    std::vector<double> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] + b[i % static_cast<size_t>(cols)];
+    return out;
+  };
+  require_close(m.get(y), forward(bias), 1e-6, 0.1, "y");
+  const auto loss = [&](const std::vector<double>& b) { return dot(dy, forward(b)); };
+  require_close(m.get(dbias), finite_diff(bias, loss), 1e-5, 0.1, "dbias");
+}
+
+TEST_CASE("gelu_forward matches the tanh formula in double", "[core][kernels]") {
+  Rng rng(52);
+  const std::vector<double> x = nonzero(rng, 200, 0.01, 5);
+  Mem m;
+  const TensorRef tx = m.put(DType::f32, x), y = m.alloc(DType::f32, tx.numel);
+  m.run(kernels::gelu_forward(0, tx, y));
+  std::vector<double> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = gelu_ref(x[i]);
+  // Far left, y = 0.5 x (1 + tanh) cancels in fp32: relative 1e-5 above 0.1, absolute 1e-6 below.
+  require_close(m.get(y), want, 1e-5, 0.1, "y");
+}
+
+TEST_CASE("gelu_backward matches finite differences of gelu", "[core][kernels]") {
+  Rng rng(53);
+  const std::vector<double> x = nonzero(rng, 200, 0.01, 5), dy = nonzero(rng, 200, 0.1, 1);
+  Mem m;
+  const TensorRef tx = m.put(DType::f32, x), tdy = m.put(DType::f32, dy), dx = m.alloc(DType::f32, tx.numel);
+  m.run(kernels::gelu_backward(0, tx, tdy, dx));
+  std::vector<double> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    want[i] = dy[i] * finite_diff({x[i]}, [](const std::vector<double>& v) { return gelu_ref(v[0]); })[0];
+  }
+  require_close(m.get(dx), want, 1e-5, 0.1, "dx");
+}
+
+// ---- Softmax cross-entropy.
+
+TEST_CASE("softmax_cross_entropy loss and dlogits match double and finite differences", "[core][kernels]") {
+  const int64_t rows = 4, vocab = 7;
+  Rng rng(61);
+  const std::vector<double> logits = nonzero(rng, rows * vocab, 0.1, 3), targets = ids(rng, rows, vocab);
+  Mem m;
+  const TensorRef tl = m.put(DType::f32, logits), tt = m.put(DType::i32, targets);
+  const TensorRef dl = m.alloc(DType::f32, rows * vocab), loss = m.alloc(DType::f32, 1);
+  // grad_scale = 1/N makes dlogits the gradient of the mean loss.
+  m.run(kernels::softmax_cross_entropy(0, tl, tt, dl, loss, rows, vocab, 1.0 / rows));
+  const auto mean_loss = [&](const std::vector<double>& v) {
+    return softmax_ce_ref(v, targets, rows, vocab);
+  };
+  require_close(m.get(loss), {mean_loss(logits)}, 1e-5, 0, "loss");
+  require_close(m.get(dl), finite_diff(logits, mean_loss), 1e-5, 0.01, "dlogits");
+  // Each row of dlogits sums to 0 (the probabilities sum to 1), and grad_scale scales it.
+  const TensorRef dl2 = m.alloc(DType::f32, rows * vocab);
+  m.run(kernels::softmax_cross_entropy(0, tl, tt, dl2, loss, rows, vocab, 2.0 / rows));
+  const std::vector<double> d1 = m.get(dl), d2 = m.get(dl2);
+  for (size_t i = 0; i < d1.size(); ++i) REQUIRE(d2[i] == 2 * d1[i]);
+  for (int64_t n = 0; n < rows; ++n) {
+    double s = 0;
+    for (int64_t v = 0; v < vocab; ++v) s += d1[n * vocab + v];
+    REQUIRE(std::fabs(s) < 1e-6);
+  }
+}
+
+TEST_CASE("softmax_cross_entropy takes bf16 logits and refuses targets outside the vocabulary",
+          "[core][kernels]") {
+  const int64_t rows = 3, vocab = 5;
+  Rng rng(62);
+  const std::vector<double> logits = nonzero(rng, rows * vocab, 0.1, 3, DType::bf16);
+  Mem m;
+  const TensorRef tt = m.put(DType::i32, ids(rng, rows, vocab)), loss = m.alloc(DType::f32, 1);
+  const TensorRef d32 = m.alloc(DType::f32, rows * vocab), d16 = m.alloc(DType::bf16, rows * vocab);
+  m.run(kernels::softmax_cross_entropy(0, m.put(DType::f32, logits), tt, d32, loss, rows, vocab, 1.0));
+  const double loss32 = m.get(loss)[0];
+  m.run(kernels::softmax_cross_entropy(0, m.put(DType::bf16, logits), tt, d16, loss, rows, vocab, 1.0));
+  REQUIRE(m.get(loss)[0] == loss32);
+  REQUIRE(m.get(d16) == to_bf16_values(m.get(d32)));
+  const TensorRef bad = m.put(DType::i32, {0, 5, 1});
+  REQUIRE_THROWS_AS(execute_cpu(kernels::softmax_cross_entropy(0, d32, bad, d32, loss, rows, vocab, 1.0), m),
+                    InternalError);
+}
+
+TEST_CASE("softmax_cross_entropy subtracts the row maximum so large logits stay finite", "[core][kernels]") {
+  // exp(100) overflows fp32; shifted by the row maximum every exponent is <= 0.
+  const std::vector<double> logits = {100, 98, 90.5, -3, -100, -97, -99.5, -120};
+  const std::vector<double> targets = {1, 3};
+  Mem m;
+  const TensorRef dl = m.alloc(DType::f32, 8), loss = m.alloc(DType::f32, 1);
+  m.run(kernels::softmax_cross_entropy(0, m.put(DType::f32, logits), m.put(DType::i32, targets), dl, loss, 2,
+                                       4, 0.5));
+  require_close(m.get(loss), {softmax_ce_ref(logits, targets, 2, 4)}, 1e-5, 0, "loss");
+  const auto mean_loss = [&](const std::vector<double>& v) { return softmax_ce_ref(v, targets, 2, 4); };
+  require_close(m.get(dl), finite_diff(logits, mean_loss), 1e-5, 0.01, "dlogits");
+}
+
+// ---- Optimizers. Expected values worked out by hand (in double) from the header's formulas.
+
+TEST_CASE("adam matches hand-computed steps with and without coef", "[core][kernels]") {
+  struct Case {
+    int64_t step;
+    double lr, weight_decay, coef;  // coef 0: no coef argument
+    std::vector<double> param0, grad, m0, v0, param, m, v;
+  };
+  const std::vector<Case> cases = {
+      // Step 1 from zero state: mhat / sqrt(vhat) = sign(g), so param moves by lr.
+      {1,
+       0.1,
+       0.0,
+       0.0,
+       {1.0, -3.0},
+       {0.5, -0.25},
+       {0, 0},
+       {0, 0},
+       {0.900000002, -2.900000004},
+       {0.05, -0.025},
+       {0.00025, 0.0000625}},
+      // Step 2 with state and weight decay 0.1: m = 0.9 m + 0.1 g, v = 0.999 v + 0.001 g^2,
+      // mhat = m / 0.19, vhat = v / 0.001999.
+      {2,
+       0.01,
+       0.1,
+       0.0,
+       {2.0, -0.5},
+       {-1.0, 0.3},
+       {0.1, -0.05},
+       {0.01, 0.02},
+       {1.9982244677472603, -0.4992508445636398},
+       {-0.01, -0.015},
+       {0.01099, 0.02007}},
+      // The same with coef 0.5: g = grad * 0.5.
+      {2,
+       0.01,
+       0.1,
+       0.5,
+       {2.0, -0.5},
+       {-1.0, 0.3},
+       {0.1, -0.05},
+       {0.01, 0.02},
+       {1.9970698289746511, -0.4990008490409212},
+       {0.04, -0.03},
+       {0.01024, 0.0200025}},
+  };
+  for (const Case& c : cases) {
+    INFO("step " << c.step << " coef " << c.coef);
+    Mem m;
+    const TensorRef p = m.put(DType::f32, c.param0), g = m.put(DType::f32, c.grad);
+    const TensorRef mm = m.put(DType::f32, c.m0), vv = m.put(DType::f32, c.v0);
+    std::optional<TensorRef> coef;
+    if (c.coef != 0) coef = m.put(DType::f64, {c.coef});
+    kernel::Adam hyper;
+    hyper.lr = c.lr;
+    hyper.weight_decay = c.weight_decay;
+    hyper.step = c.step;
+    const KernelCall call = kernels::adam(0, p, g, mm, vv, coef, hyper);
+    REQUIRE(std::get<kernel::Adam>(call.params).has_coef == coef.has_value());
+    m.run(call);
+    require_close(m.get(p), c.param, 1e-6, 0, "param");
+    // 0.9 m + 0.1 g cancels (step 2): a few fp32 ulps of 0.1 in m.
+    require_close(m.get(mm), c.m, 3e-6, 0, "m");
+    require_close(m.get(vv), c.v, 1e-6, 0, "v");
+  }
+}
+
+TEST_CASE("sgd matches hand-computed steps with and without coef", "[core][kernels]") {
+  for (double coef : {0.0, 0.5}) {
+    INFO("coef " << coef);
+    Mem m;
+    const TensorRef p = m.put(DType::f32, {1.0, -2.0}), g = m.put(DType::f32, {0.5, 1.0});
+    std::optional<TensorRef> tc;
+    if (coef != 0) tc = m.put(DType::f64, {coef});
+    m.run(kernels::sgd(0, p, g, tc, kernel::Sgd{0.1, 0.01}));
+    // param - 0.1 * (g * coef + 0.01 * param): 1 - 0.1 * (0.5 + 0.01) and -2 - 0.1 * (1 - 0.02)
+    // without coef, 1 - 0.1 * (0.25 + 0.01) and -2 - 0.1 * (0.5 - 0.02) with coef 0.5.
+    const std::vector<double> want =
+        coef == 0 ? std::vector<double>{0.949, -2.098} : std::vector<double>{0.974, -2.048};
+    require_close(m.get(p), want, 1e-6, 0, "param");
+  }
+}
+
+TEST_CASE("adam and sgd with a bf16 param round only the stored result", "[core][kernels]") {
+  Rng rng(71);
+  const std::vector<double> p0 = nonzero(rng, 40, 0.1, 1, DType::bf16), g = nonzero(rng, 40, 0.1, 1);
+  std::vector<double> v0 = nonzero(rng, 40, 0.01, 0.1);
+  for (double& x : v0) x = std::fabs(x);
+  Mem m;
+  const TensorRef tg = m.put(DType::f32, g), coef = m.put(DType::f64, {0.75});
+  const TensorRef p32 = m.put(DType::f32, p0), p16 = m.put(DType::bf16, p0);
+  m.run(kernels::sgd(0, p32, tg, coef, kernel::Sgd{0.05, 0.1}));
+  m.run(kernels::sgd(0, p16, tg, coef, kernel::Sgd{0.05, 0.1}));
+  REQUIRE(m.get(p16) == to_bf16_values(m.get(p32)));
+  REQUIRE(m.get(p32) != p0);
+  // Adam: the same, with f32 state next to the bf16 param.
+  const TensorRef q32 = m.put(DType::f32, p0), q16 = m.put(DType::bf16, p0);
+  const TensorRef m32 = m.put(DType::f32, g), v32 = m.put(DType::f32, v0);
+  const TensorRef m16 = m.put(DType::f32, g), v16 = m.put(DType::f32, v0);
+  kernel::Adam hyper;
+  hyper.step = 3;
+  hyper.weight_decay = 0.01;
+  m.run(kernels::adam(0, q32, tg, m32, v32, coef, hyper));
+  m.run(kernels::adam(0, q16, tg, m16, v16, coef, hyper));
+  REQUIRE(m.get(q16) == to_bf16_values(m.get(q32)));
+  REQUIRE(m.get(q32) != p0);
+  REQUIRE(m.get(m16) == m.get(m32));
+  REQUIRE(m.get(v16) == m.get(v32));
+}
+
+// ---- Gradient norm and clipping.
+
+TEST_CASE("sum_squares sums in f64 and accumulate adds to the previous acc", "[core][kernels]") {
+  Mem m;
+  const TensorRef acc = m.put(DType::f64, {123.0});  // overwritten without accumulate
+  m.run(kernels::sum_squares(0, m.put(DType::f32, {1, -2, 3}), acc, false));
+  REQUIRE(m.get(acc)[0] == 14.0);
+  const KernelCall more = kernels::sum_squares(0, m.put(DType::bf16, {0.5, -1.5}), acc, true);
+  REQUIRE(more.reads.size() == 2);
+  m.run(more);
+  REQUIRE(m.get(acc)[0] == 14.0 + 0.25 + 2.25);
+  // Random f32 values: squares are exact in double; the sum matches a double loop exactly.
+  Rng rng(81);
+  const std::vector<double> x = nonzero(rng, 1000, 1e-3, 10);
+  double want = 0;
+  for (double v : x) want += v * v;
+  m.run(kernels::sum_squares(0, m.put(DType::f32, x), acc, false));
+  REQUIRE(m.get(acc)[0] == want);
+  m.run(kernels::sum_squares(0, m.put(DType::f64, {0.1}), acc, true));
+  REQUIRE(m.get(acc)[0] == want + 0.1 * 0.1);
+}
+
+TEST_CASE("clip_coef is 1 without max_norm and scales down only above it", "[core][kernels]") {
+  Mem m;
+  const TensorRef sumsq = m.put(DType::f64, {25.0}), coef = m.alloc(DType::f64, 1),
+                  norm = m.alloc(DType::f64, 1);
+  m.run(kernels::clip_coef(0, sumsq, coef, norm, 0.0));
+  REQUIRE(m.get(norm)[0] == 5.0);
+  REQUIRE(m.get(coef)[0] == 1.0);
+  m.run(kernels::clip_coef(0, sumsq, coef, norm, 1.0));
+  REQUIRE(m.get(coef)[0] == 1.0 / (5.0 + 1e-6));
+  m.run(kernels::clip_coef(0, sumsq, coef, norm, 10.0));
+  REQUIRE(m.get(coef)[0] == 1.0);
+  // Clipping then stepping: sgd uses grad * coef.
+  m.run(kernels::clip_coef(0, sumsq, coef, norm, 2.5));
+  REQUIRE(m.get(coef)[0] == Approx(0.5).epsilon(1e-6));
+  const TensorRef p = m.put(DType::f32, {1.0}), g = m.put(DType::f32, {4.0});
+  m.run(kernels::sgd(0, p, g, coef, kernel::Sgd{0.25, 0.0}));
+  REQUIRE(m.get(p)[0] == Approx(0.5).epsilon(1e-6));  // 1 - 0.25 * 4 * 0.5
+}
+
+// ---- Argument checks.
+
+TEST_CASE("check_kernel explains wrong counts shapes and dtypes", "[core][kernels]") {
+  auto f32 = [](int64_t n) { return TensorRef{0, 0, n, DType::f32}; };
+  auto of = [](DType t, int64_t n) { return TensorRef{1, 0, n, t}; };
+  const TensorRef tok = of(DType::i32, 4);
+  const std::vector<std::pair<KernelCall, std::string>> cases = {
+      {kernels::embedding_forward(0, f32(4), f32(12), f32(12), 4, 3),
+       "tokens (reads[0]) is f32, expected i32"},
+      {kernels::embedding_forward(0, tok, f32(11), f32(12), 4, 3),
+       "weight (reads[1]) has 11 elements, expected 12 (V x H)"},
+      {kernels::embedding_forward(0, tok, f32(12), f32(13), 4, 3),
+       "out (writes[0]) has 13 elements, expected 12"},
+      {kernels::embedding_backward(0, tok, f32(12), f32(12), 0, 3), "vocab and hidden must be positive"},
+      {kernels::layernorm_forward(0, f32(6), f32(3), f32(3), f32(6), f32(3), f32(2), 2, 3),
+       "mean (writes[1]) has 3 elements, expected 2 (N)"},
+      {kernels::layernorm_forward(0, f32(6), f32(3), f32(3), f32(6), f32(2), f32(2), 2, 3, -1.0),
+       "eps must be non-negative"},
+      {kernels::layernorm_backward(0, f32(6), f32(6), f32(2), f32(2), f32(2), f32(6), f32(3), f32(3), 2, 3),
+       "gamma (reads[2]) has 2 elements, expected 3 (H)"},
+      {kernels::gemm(0, f32(6), f32(12), f32(8), {2, 4, 3, true, false}),
+       "A (reads[0]) has 6 elements"},  // fine: A is 3 x 2 stored
+      {kernels::gemm(0, f32(7), f32(12), f32(8), {2, 4, 3, true, false}), "expected 6 (K x M, trans_a)"},
+      {kernels::gemm(0, f32(6), f32(12), of(DType::f64, 8), {2, 4, 3}),
+       "C (writes[0]) is f64, expected f32 or bf16"},
+      {kernels::gemm(0, f32(6), f32(12), f32(8), {2, 4, -3}), "m, n and k must be non-negative"},
+      {kernels::bias_add(0, f32(6), f32(2), f32(6), 2, 3), "bias (reads[1]) has 2 elements, expected 3 (C)"},
+      {kernels::bias_grad(0, f32(6), f32(3), -2, 3), "rows and cols must be non-negative"},
+      {kernels::gelu_forward(0, of(DType::f64, 4), f32(4)), "x (reads[0]) is f64, expected f32 or bf16"},
+      {kernels::gelu_backward(0, f32(4), f32(3), f32(4)), "dy (reads[1]) has 3 elements, expected 4"},
+      {kernels::round_bf16(0, of(DType::i32, 4), f32(4)), "in (reads[0]) is i32, expected f32 or bf16"},
+      {kernels::round_to_grid(0, f32(4), f32(4), 0.0, 10), "the grid step q must be positive"},
+      {kernels::round_to_grid(0, f32(4), f32(4), 0.5, -1), "limit must be non-negative"},
+      {kernels::softmax_cross_entropy(0, f32(6), f32(2), f32(6), f32(1), 2, 3, 1),
+       "targets (reads[1]) is f32"},
+      {kernels::softmax_cross_entropy(0, f32(6), of(DType::i32, 2), f32(6), f32(2), 2, 3, 1),
+       "loss (writes[1]) has 2 elements, expected 1"},
+      {kernels::softmax_cross_entropy(0, f32(6), of(DType::i32, 2), f32(6), of(DType::bf16, 1), 2, 3, 1),
+       "loss (writes[1]) is bf16, expected f32"},
+      {kernels::adam(0, f32(4), f32(4), f32(4), f32(4), f32(1), {}), "coef (reads[4]) is f32, expected f64"},
+      {kernels::adam(0, f32(4), f32(4), f32(4), f32(5), std::nullopt, {}), "v (reads[3]) has 5 elements"},
+      {kernels::sgd(0, f32(4), f32(4), of(DType::f64, 2), {}), "coef (reads[2]) has 2 elements, expected 1"},
+      {kernels::sum_squares(0, f32(4), f32(1), false), "acc (writes[0]) is f32, expected f64"},
+      {kernels::sum_squares(0, f32(4), of(DType::f64, 2), true),
+       "acc (writes[0]) has 2 elements, expected 1"},
+      {kernels::clip_coef(0, of(DType::f64, 1), f32(1), of(DType::f64, 1), 1), "coef (writes[0]) is f32"},
+      {kernels::clip_coef(0, of(DType::f64, 2), of(DType::f64, 1), of(DType::f64, 1), 1),
+       "sumsq (reads[0]) has 2"},
+  };
+  for (const auto& [call, why] : cases) {
+    INFO("kernel " << call.name << ", expecting: " << why);
+    const std::string got = check_kernel(call);
+    if (why == "A (reads[0]) has 6 elements") {
+      REQUIRE(got.empty());  // the control case: a correct transposed call passes
+      continue;
+    }
+    REQUIRE_THAT(got, Catch::Contains(why) && Catch::StartsWith("kernel '" + call.name + "': "));
+    Mem m;
+    REQUIRE_THROWS_AS(execute_cpu(call, m), InternalError);  // refused before touching memory
+  }
+}
+
+TEST_CASE("check_kernel refuses in-place kernels whose outputs are not their inputs", "[core][kernels]") {
+  const TensorRef a{0, 0, 4, DType::f32}, b{0, 4, 4, DType::f32}, c{0, 8, 4, DType::f32};
+  const TensorRef coef{1, 0, 1, DType::f64};
+  KernelCall adam = kernels::adam(0, a, b, c, b, std::nullopt, {});
+  REQUIRE(check_kernel(adam).empty());
+  adam.writes[1] = a.slice(1, 3);
+  REQUIRE_THAT(check_kernel(adam), Catch::Contains("m is updated in place: writes[1] must be reads[2]"));
+  kernel::Adam at_zero;
+  at_zero.step = 0;
+  REQUIRE_THAT(check_kernel(kernels::adam(0, a, b, c, b, coef, at_zero)),
+               Catch::Contains("step counts from 1"));
+  kernel::Adam claims_coef;
+  claims_coef.has_coef = true;
+  REQUIRE_THAT(check_kernel(kernels::adam(0, a, b, c, b, std::nullopt, claims_coef)),
+               Catch::Contains("takes 5 inputs and 3 outputs, got 4 and 3"));
+  KernelCall sgd = kernels::sgd(0, a, b, coef, {});
+  sgd.writes[0] = c;
+  REQUIRE_THAT(check_kernel(sgd), Catch::Contains("param is updated in place"));
+  // Gemm reads C exactly when beta != 0, and then C must be the output.
+  KernelCall gemm = kernels::gemm(0, a, b, c, {2, 2, 2, false, false, 1.0, 1.0});
+  REQUIRE(check_kernel(gemm).empty());
+  gemm.reads[2] = a;
+  REQUIRE_THAT(check_kernel(gemm), Catch::Contains("writes[0] must be reads[2]"));
+  gemm.reads.pop_back();
+  REQUIRE_THAT(check_kernel(gemm), Catch::Contains("beta != 0 makes C an input"));
+  gemm.params = kernel::Gemm{2, 2, 2};
+  gemm.reads.push_back(c);
+  REQUIRE_THAT(check_kernel(gemm), Catch::Contains("beta == 0 never reads C"));
+  gemm.reads.push_back(c);
+  REQUIRE_THAT(check_kernel(gemm), Catch::Contains("takes 2 inputs and 1 outputs, got 4 and 1"));
+  KernelCall acc = kernels::sum_squares(0, a, coef, true);
+  acc.reads[1] = TensorRef{2, 0, 1, DType::f64};
+  REQUIRE_THAT(check_kernel(acc), Catch::Contains("writes[0] must be reads[1]"));
+}
+
+// ---- Determinism: the same call on the same bytes writes the same bytes.
+
+TEST_CASE("every model kernel is deterministic", "[core][kernels]") {
+  const int64_t rows = 6, hidden = 8, vocab = 10;
+  auto build = [&](Mem& m) {
+    Rng rng(91);  // the same draws for both memories
+    std::vector<KernelCall> calls;
+    const TensorRef tok = m.put(DType::i32, ids(rng, rows, vocab)),
+                    wte = m.put(DType::f32, nonzero(rng, vocab * hidden, 0.1, 1));
+    const TensorRef x = m.alloc(DType::f32, rows * hidden),
+                    g = m.put(DType::f32, nonzero(rng, hidden, 0.5, 1.5));
+    const TensorRef be = m.put(DType::f32, nonzero(rng, hidden, 0.1, 1)),
+                    y = m.alloc(DType::f32, rows * hidden);
+    const TensorRef mean = m.alloc(DType::f32, rows), rstd = m.alloc(DType::f32, rows);
+    const TensorRef h = m.alloc(DType::f32, rows * hidden), hb = m.alloc(DType::f32, rows * hidden);
+    const TensorRef logits = m.alloc(DType::bf16, rows * vocab), dlog = m.alloc(DType::f32, rows * vocab);
+    const TensorRef loss = m.alloc(DType::f32, 1), dh = m.alloc(DType::f32, rows * hidden);
+    const TensorRef dwte = m.alloc(DType::f32, vocab * hidden), dy = m.alloc(DType::f32, rows * hidden);
+    const TensorRef dx = m.alloc(DType::f32, rows * hidden), dg = m.alloc(DType::f32, hidden);
+    const TensorRef db = m.alloc(DType::f32, hidden), dbias = m.alloc(DType::f32, hidden);
+    const TensorRef grid = m.alloc(DType::f32, vocab * hidden), acc = m.alloc(DType::f64, 1);
+    const TensorRef coef = m.alloc(DType::f64, 1), norm = m.alloc(DType::f64, 1);
+    const TensorRef am = m.alloc(DType::f32, vocab * hidden), av = m.alloc(DType::f32, vocab * hidden);
+    calls.push_back(kernels::embedding_forward(0, tok, wte, x, vocab, hidden));
+    calls.push_back(kernels::layernorm_forward(0, x, g, be, y, mean, rstd, rows, hidden));
+    calls.push_back(kernels::gelu_forward(0, y, h));
+    calls.push_back(kernels::bias_add(0, h, be, hb, rows, hidden));
+    calls.push_back(kernels::gemm(0, hb, wte, logits, {rows, vocab, hidden, false, true}));
+    calls.push_back(kernels::softmax_cross_entropy(0, logits, tok, dlog, loss, rows, vocab, 1.0 / rows));
+    calls.push_back(kernels::gemm(0, dlog, wte, dh, {rows, hidden, vocab}));
+    calls.push_back(kernels::gemm(0, dlog, hb, dwte, {vocab, hidden, rows, true, false}));
+    calls.push_back(kernels::bias_grad(0, dh, dbias, rows, hidden));
+    calls.push_back(kernels::gelu_backward(0, y, dh, dy));
+    calls.push_back(kernels::layernorm_backward(0, dy, x, g, mean, rstd, dx, dg, db, rows, hidden));
+    calls.push_back(kernels::embedding_backward(0, tok, dx, dwte, vocab, hidden));
+    calls.push_back(kernels::round_to_grid(0, dwte, grid, 0x1p-20, 1 << 20));
+    calls.push_back(kernels::round_bf16(0, grid, grid));
+    calls.push_back(kernels::sum_squares(0, grid, acc, false));
+    calls.push_back(kernels::sum_squares(0, dg, acc, true));
+    calls.push_back(kernels::clip_coef(0, acc, coef, norm, 1e-3));
+    calls.push_back(kernels::adam(0, wte, grid, am, av, coef, {}));
+    calls.push_back(kernels::sgd(0, g, dg, coef, {}));
+    return calls;
+  };
+  Mem first, second;
+  const std::vector<KernelCall> calls = build(first);
+  const std::vector<KernelCall> again = build(second);
+  REQUIRE(calls.size() == again.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    first.run(calls[i]);
+    second.run(again[i]);
+    for (const TensorRef& w : calls[i].writes) {
+      INFO("kernel " << calls[i].name << " output on buffer " << w.buffer);
+      REQUIRE(first.bytes(w) == second.bytes(w));
+      bool nonzero_out = false;
+      for (double v : first.get(w)) nonzero_out |= v != 0.0;
+      REQUIRE(nonzero_out);
+      for (double v : first.get(w)) REQUIRE(std::isfinite(v));
+    }
+  }
+}

@@ -1,0 +1,337 @@
+// The report renderers on a hand-built report holding every detail type: the Markdown summary
+// rows, the JSON schema field by field, the HTML page's table, pictures and escaping, and the
+// report folder that write_report leaves behind.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "reports/report.hpp"
+#include "tests/reports/sample_report.hpp"
+
+using namespace shardcheck;
+using shardcheck::testing::sample_report;
+
+namespace {
+size_t count(const std::string& s, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = s.find(needle); p != std::string::npos; p = s.find(needle, p + needle.size())) ++n;
+  return n;
+}
+
+std::string temp_dir() {
+  char path[] = "/tmp/shardcheck-report-test-XXXXXX";
+  REQUIRE(mkdtemp(path) != nullptr);
+  return path;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Every tag of an HTML page (from '<' to '>'): markup, as opposed to text.
+std::vector<std::string> tags(const std::string& html) {
+  std::vector<std::string> out;
+  for (size_t p = html.find('<'); p != std::string::npos; p = html.find('<', p + 1)) {
+    const size_t end = html.find('>', p);
+    REQUIRE(end != std::string::npos);
+    out.push_back(html.substr(p, end - p + 1));
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("reproducer names the file and the seed, and the policy only when one was given", "[reports]") {
+  const reports::Report r = sample_report();
+  REQUIRE(reports::reproducer(r.scenarios[0], r.scenarios[0].findings[0]) ==
+          "shardcheck replay scenarios/trace/reuse-race.yaml --seed 7 --policy pct");
+  REQUIRE(reports::reproducer(r.scenarios[1], r.scenarios[1].findings[0]) ==
+          "shardcheck replay scenarios/training/post-step-order.yaml --seed 3");
+  reports::ScenarioResult odd = r.scenarios[1];
+  odd.file = "my scenarios/it's.yaml";  // must survive being pasted into a shell
+  REQUIRE(reports::reproducer(odd, odd.findings[0]) ==
+          "shardcheck replay 'my scenarios/it'\\''s.yaml' --seed 3");
+}
+
+TEST_CASE("Markdown has one summary row per scenario with expected, found, schedules, time and result",
+          "[reports]") {
+  const std::string md = reports::to_markdown(sample_report());
+  REQUIRE_THAT(md, Catch::Contains("| scenario | expected | found | schedules explored | time | result |"));
+  REQUIRE_THAT(md,
+               Catch::Contains("| reuse-race | stream_race | stream_race, deadlock | 12 | 0.25 s | ok |"));
+  REQUIRE_THAT(
+      md,
+      Catch::Contains(
+          "| post-step-order | collective_mismatch | collective_mismatch, collective_swap, deadlock | 200 | "
+          "3.50 s | **FAILED** |"));
+  REQUIRE_THAT(md, Catch::Contains("| compare-distopt | clean | none | 1 | 12.00 s | ok |"));
+  REQUIRE_THAT(md, Catch::Contains("4 scenarios: 3 met expectations, 1 failed; 10 findings."));
+}
+
+TEST_CASE("Markdown puts explanations and reproducers in code blocks and flags an incomplete report",
+          "[reports]") {
+  reports::Report r = sample_report();
+  const std::string md = reports::to_markdown(r);
+  REQUIRE_THAT(md, Catch::Contains("> **Incomplete report:** interrupted by SIGINT."));
+  REQUIRE_THAT(md, Catch::Contains("```text\nThe block of grad was reused for act while <b>not bold</b> & "
+                                   "still in use.\n  missing: an edge\n"));
+  REQUIRE_THAT(
+      md,
+      Catch::Contains("```sh\nshardcheck replay scenarios/trace/reuse-race.yaml --seed 7 --policy pct\n```"));
+  REQUIRE_THAT(md, Catch::Contains("`trace-reuse-race-0.json`"));
+  r.complete = true;
+  REQUIRE_THAT(reports::to_markdown(r), !Catch::Contains("Incomplete report"));
+}
+
+TEST_CASE("Markdown compare table has a row per step with the largest and relative difference", "[reports]") {
+  const std::string md = reports::to_markdown(sample_report());
+  REQUIRE_THAT(md, Catch::Contains("| step | optim_grads_params | distopt | max \\|Δ\\| | relative Δ |"));
+  REQUIRE_THAT(md, Catch::Contains("| 0 | 4.2 | 4.2 | 0 | 0 |"));
+  REQUIRE_THAT(md, Catch::Contains("| 3 | 3.1 | 3.2 | 0.1 | 0.0313 |"));
+  REQUIRE_THAT(md, Catch::Contains("first divergence: step 2, tensor layers.1.fc1.weight, element 17"));
+  REQUIRE_THAT(md, Catch::Contains("achievable loss (the data's entropy rate): 2.5 nats"));
+}
+
+TEST_CASE("JSON report carries the schema, its version, the totals and each scenario's fields", "[reports]") {
+  const auto j = nlohmann::json::parse(reports::to_json(sample_report()));
+  REQUIRE(j["schema"] == "shardcheck-report");
+  REQUIRE(j["schema_version"] == 1);
+  REQUIRE(j["title"] == "shardcheck report <sample>");
+  REQUIRE(j["complete"] == false);
+  REQUIRE(j["incomplete_reason"] == "interrupted by SIGINT");
+  REQUIRE(j["totals"] == nlohmann::json({{"scenarios", 4}, {"met", 3}, {"failed", 1}, {"findings", 10}}));
+  const auto& s = j["scenarios"][0];
+  REQUIRE(s["name"] == "reuse-race");
+  REQUIRE(s["file"] == "scenarios/trace/reuse-race.yaml");
+  REQUIRE(s["kind"] == "trace");
+  REQUIRE(s["expected"] == "stream_race");
+  REQUIRE(s["found"] == nlohmann::json({"stream_race", "deadlock"}));
+  REQUIRE(s["met"] == true);
+  REQUIRE(s["schedules"] == 12);
+  REQUIRE(s["seconds"] == 0.25);
+  REQUIRE(s["error"] == "");
+  REQUIRE(s["compare"].is_null());
+  const auto& f = s["findings"][0];
+  REQUIRE(f["kind"] == "stream_race");
+  REQUIRE(f["key"] == "race|grad|act");
+  REQUIRE(f["seed"] == 7);
+  REQUIRE(f["occurrences"] == 3);
+  REQUIRE(f["reproducer"] == "shardcheck replay scenarios/trace/reuse-race.yaml --seed 7 --policy pct");
+  REQUIRE(f["trace"] == "trace-reuse-race-0.json");
+  REQUIRE(s["findings"][1]["trace"].is_null());
+  const auto& c = j["scenarios"][3]["compare"];
+  REQUIRE(c["against"] == "distopt");
+  REQUIRE(c["series"][1] == nlohmann::json({{"label", "distopt"}, {"losses", {4.2, 3.9, 3.52, 3.2}}}));
+  REQUIRE(c["max_abs_diff"] == 0.1);
+  REQUIRE(c["max_rel_diff"] == 0.03125);
+  REQUIRE(c["bitwise_equal"] == false);
+  REQUIRE(c["first_divergent"] == "step 2, tensor layers.1.fc1.weight, element 17");
+  REQUIRE(c["achievable_loss"] == 2.5);
+}
+
+TEST_CASE("JSON report carries every field of every detail type", "[reports]") {
+  const auto j = nlohmann::json::parse(reports::to_json(sample_report()));
+  const auto& race = j["scenarios"][0]["findings"][0]["detail"];
+  REQUIRE(race["type"] == "race");
+  REQUIRE(race["first"] == nlohmann::json({{"rank", 0},
+                                           {"stream", "rs"},
+                                           {"op", "reduce_scatter 'grad'"},
+                                           {"step", 9},
+                                           {"op_id", 9},
+                                           {"buffer", "grad"},
+                                           {"lifetime", 1},
+                                           {"address", 4096},
+                                           {"byte_begin", 0},
+                                           {"byte_end", 4096},
+                                           {"write", false}}));
+  REQUIRE(race["second"]["write"] == true);
+  REQUIRE(race["second"]["lifetime"] == 2);
+  REQUIRE(race["reuse"] == true);
+  REQUIRE(race["missing_edge"].get<std::string>().find("no happens-before edge") == 0);
+  REQUIRE(race["fixes"].size() == 2);
+
+  const auto& cycle = j["scenarios"][0]["findings"][1]["detail"];
+  REQUIRE(cycle["type"] == "deadlock");
+  REQUIRE(cycle["is_cycle"] == true);
+  REQUIRE(cycle["cycle"][1] == nlohmann::json({{"rank", 0},
+                                               {"where", "rs"},
+                                               {"op", "all_gather 'w1' on dp"},
+                                               {"waits_for", "rank 1 rs to issue all_gather 'w1'"}}));
+  REQUIRE(j["scenarios"][1]["findings"][2]["detail"]["is_cycle"] == false);
+
+  const auto& coll = j["scenarios"][1]["findings"][0]["detail"];
+  REQUIRE(coll["type"] == "collective");
+  REQUIRE(coll["group"] == "dp");
+  REQUIRE(coll["index"] == 4);
+  REQUIRE(coll["ranks"].size() == 4);
+  REQUIRE(coll["ranks"][3] == nlohmann::json({{"rank", 3},
+                                              {"stream", "ag"},
+                                              {"fingerprint", "all_gather bf16 64->256 on dp [0,1,2,3]"},
+                                              {"tag", "post_step.group1"}}));
+
+  const auto& norm = j["scenarios"][2]["findings"][0]["detail"];
+  REQUIRE(norm["type"] == "norm");
+  REQUIRE(norm["expected"] == 5.0);
+  REQUIRE(norm["reported"] == 7.0710678);
+  REQUIRE(norm["params"][1] == nlohmann::json({{"name", "output.weight (shared)"}, {"counted", 2}}));
+
+  const auto& el = j["scenarios"][2]["findings"][2]["detail"];
+  REQUIRE(el == nlohmann::json({{"type", "element"},
+                                {"step", 2},
+                                {"tensor", "layers.1.fc1.weight"},
+                                {"element", 17},
+                                {"rank", 1},
+                                {"other_rank", 2},
+                                {"expected", 0.25},
+                                {"actual", 0.26},
+                                {"note", "first element that differs"}}));
+  REQUIRE(j["scenarios"][2]["findings"][4]["detail"]["actual"].is_null());  // NaN has no JSON spelling
+}
+
+TEST_CASE("HTML has the summary table and one finding picture per finding, of the finding's kind",
+          "[reports]") {
+  const reports::Report r = sample_report();
+  const std::string html = reports::to_html(r);
+  REQUIRE(count(html, "<table id=\"summary\">") == 1);
+  const size_t body = html.find("<tbody>", html.find("id=\"summary\""));
+  REQUIRE(count(html.substr(body, html.find("</tbody>", body) - body), "<tr>") == r.scenarios.size());
+  std::vector<std::string> kinds;
+  const std::regex svg_tag("<svg class=\"finding-picture\" data-kind=\"([a-z_]+)\"");
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), svg_tag); it != std::sregex_iterator(); ++it)
+    kinds.push_back((*it)[1]);
+  std::vector<std::string> expected;
+  for (const auto& s : r.scenarios) {
+    for (const auto& f : s.findings) expected.emplace_back(core::to_string(f.kind));
+  }
+  REQUIRE(kinds == expected);
+  REQUIRE(count(html, "<svg class=\"loss-plot\"") == 1);
+  REQUIRE_THAT(html, Catch::Contains("class=\"race-edge\""));  // the missing edge, dashed in red
+  REQUIRE_THAT(html, Catch::Contains("class=\"cell diff\""));  // the differing collective
+  REQUIRE_THAT(html, Catch::Contains("class=\"box never\""));  // the chain's end
+  REQUIRE_THAT(html, Catch::Contains("class=\"achievable\""));
+  REQUIRE_THAT(
+      html, Catch::Contains(
+                "<li>call record_stream(&#39;grad&#39;, &#39;rs&#39;) before freeing &#39;grad&#39;</li>"));
+  REQUIRE_THAT(html, Catch::Contains("class=\"banner\""));
+}
+
+TEST_CASE("HTML fetches nothing and escapes the text it shows", "[reports]") {
+  const std::string html = reports::to_html(sample_report());
+  for (const std::string& tag : tags(html)) {
+    INFO(tag);
+    REQUIRE(tag.find("http://") == std::string::npos);
+    REQUIRE(tag.find("https://") == std::string::npos);
+    REQUIRE(tag.find("<script") == std::string::npos);
+    REQUIRE(tag.find("<link") == std::string::npos);
+    REQUIRE(tag.find(" src=") == std::string::npos);
+  }
+  REQUIRE_THAT(html, !Catch::Contains("url(http"));
+  // The URL in the explanation stays, as text; the markup-looking text is escaped.
+  REQUIRE_THAT(html, Catch::Contains("See https://github.com/NVIDIA/Megatron-LM/pull/6187"));
+  REQUIRE_THAT(
+      html, Catch::Contains("while &lt;b&gt;not bold&lt;/b&gt; &amp; still in use.\n  missing: an edge\n"));
+  REQUIRE_THAT(html, !Catch::Contains("<b>not bold"));
+  REQUIRE_THAT(html, Catch::Contains("<title>shardcheck report &lt;sample&gt;</title>"));
+}
+
+TEST_CASE("HTML still draws a picture for a finding that carries no detail", "[reports]") {
+  reports::Report r = sample_report();
+  r.scenarios[3].findings.push_back(r.scenarios[0].findings[0]);
+  r.scenarios[3].findings.back().detail = std::monostate{};
+  const std::string html = reports::to_html(r);
+  REQUIRE(count(html, "class=\"finding-picture\"") == 11);
+  REQUIRE_THAT(html, Catch::Contains("no structured detail was recorded"));
+}
+
+TEST_CASE("write_report writes every file atomically and leaves no temporary files", "[reports]") {
+  const std::string root = temp_dir(), dir = root + "/nested/out";
+  const reports::Report r = sample_report();
+  const core::Status s = reports::write_report(r, dir);
+  REQUIRE(s.ok());
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.insert(e.path().filename().string());
+  REQUIRE(names ==
+          std::set<std::string>{"report.md", "report.html", "report.json", "trace-reuse-race-0.json"});
+  REQUIRE(read(dir + "/report.md") == reports::to_markdown(r));
+  REQUIRE(read(dir + "/report.html") == reports::to_html(r));
+  REQUIRE(nlohmann::json::parse(read(dir + "/report.json"))["schema_version"] == 1);
+  const auto trace = nlohmann::json::parse(read(dir + "/trace-reuse-race-0.json"));
+  REQUIRE(trace["traceEvents"].size() > 24);
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("write_report returns the error when the folder cannot be made", "[reports]") {
+  const std::string root = temp_dir();
+  std::ofstream(root + "/file") << "x";
+  const core::Status s = reports::write_report(sample_report(), root + "/file/out");
+  REQUIRE_FALSE(s.ok());
+  REQUIRE_THAT(s.message(), Catch::Contains(root + "/file/out"));
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("trace file names stay inside the folder and apart for scenarios of one name", "[reports]") {
+  reports::Report r = sample_report();
+  r.scenarios[1] = r.scenarios[0];
+  r.scenarios[1].name = "../reuse-race";
+  r.scenarios[2] = r.scenarios[0];
+  const auto names = reports::trace_file_names(r);
+  REQUIRE(names[0][0] == "trace-reuse-race-0.json");
+  REQUIRE(names[1][0] == "trace-_.._reuse-race-0.json");
+  REQUIRE(names[2][0] == "trace-reuse-race_2-0.json");
+  REQUIRE(names[0][1].empty());  // no timeline, no file
+}
+
+TEST_CASE("a race far apart in a long run still draws a bounded picture", "[reports]") {
+  // 20000 scheduler steps between the accesses: one box per operation would be megabytes of
+  // SVG; the picture must merge them into runs instead.
+  reports::Report r = sample_report();
+  core::TraceLog& log = r.scenarios[0].finding_traces[0];
+  log.slices.clear();
+  for (int step = 0; step < 40000; ++step) log.slices.push_back({0, 1 + step % 2, step, 1, "op", "kernel", 0});
+  auto& d = std::get<core::RaceDetail>(r.scenarios[0].findings[0].detail);
+  d.first.step = 100;
+  d.second.step = 20100;
+  r.scenarios.resize(1);
+  const std::string html = reports::to_html(r);
+  const size_t begin = html.find("<svg class=\"finding-picture\" data-kind=\"stream_race\"");
+  REQUIRE(begin != std::string::npos);
+  const std::string svg = html.substr(begin, html.find("</svg>", begin) - begin);
+  REQUIRE(svg.size() < 100'000);
+  REQUIRE(count(svg, "<rect") > 2);  // the runs and the two accesses are there
+  REQUIRE(count(svg, "class=\"access\"") == 2);
+}
+
+TEST_CASE("empty and degenerate details still render a picture each", "[reports]") {
+  // Producers may leave vectors empty or values non-finite; the report must not fall over.
+  reports::Report r;
+  reports::ScenarioResult s;
+  s.name = "edge";
+  s.findings.resize(6);
+  s.findings[0].detail = core::RaceDetail{};  // both accesses at step 0 on one stream
+  s.findings[1].kind = core::FindingKind::deadlock;
+  s.findings[1].detail = core::DeadlockDetail{};
+  s.findings[2].kind = core::FindingKind::collective_swap;
+  s.findings[2].detail = core::CollectiveDetail{};
+  s.findings[3].kind = core::FindingKind::grad_norm_miscount;
+  s.findings[3].detail = core::NormDetail{std::nan(""), INFINITY, {}};
+  s.findings[4].kind = core::FindingKind::uninitialized_read;
+  s.findings[4].detail = core::ElementDetail{};
+  s.findings[5].kind = core::FindingKind::deadlock;
+  s.findings[5].detail = core::DeadlockDetail{{{0, "host", "sync", ""}}, true};  // waits for itself
+  s.compare = reports::CompareData{};
+  s.compare->series = {{"nan", {std::nan(""), std::nan("")}}, {"empty", {}}};
+  r.scenarios = {s, reports::ScenarioResult{}};
+  const std::string html = reports::to_html(r);
+  REQUIRE(count(html, "class=\"finding-picture\"") == 6);
+  REQUIRE_THAT(html, !Catch::Contains("nan\""));  // no NaN coordinates
+  REQUIRE(nlohmann::json::parse(reports::to_json(r))["totals"]["findings"] == 6);
+  REQUIRE_THAT(reports::to_markdown(r), Catch::Contains("| edge |"));
+}
