@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <initializer_list>
 #include <span>
 #include <string_view>
@@ -164,18 +165,16 @@ void store_floats(MemoryView& mem, const TensorRef& t, std::span<const float> v)
   }
 }
 
-// Token or target ids from reads[i]; one outside [0, bound) is a bug in the program that
-// launched the kernel, so it throws rather than indexing out of bounds.
-std::vector<int32_t> load_ids(MemoryView& mem, const KernelCall& c, size_t i, int64_t bound,
-                              std::string_view what) {
+// Token or target ids from reads[i]. An id outside [0, bound) means the ids were corrupted
+// (a race let other data into the buffer, or it was never written): it is returned as -1,
+// and the kernels turn it into NaN results, never an out-of-bounds access or a crash of the
+// checker. The corruption then shows where it belongs, in the numerics.
+std::vector<int32_t> load_ids(MemoryView& mem, const KernelCall& c, size_t i, int64_t bound) {
   const TensorRef& t = c.reads[i];
   std::vector<int32_t> ids(static_cast<size_t>(t.numel));
   if (t.numel > 0) std::memcpy(ids.data(), mem.data(t), ids.size() * 4);
-  for (size_t n = 0; n < ids.size(); ++n) {
-    if (ids[n] < 0 || ids[n] >= bound) {
-      throw InternalError("kernel '" + c.name + "': " + std::string(what) + " " + std::to_string(n) + " is " +
-                          std::to_string(ids[n]) + ", outside [0, " + std::to_string(bound) + ")");
-    }
+  for (int32_t& id : ids) {
+    if (id < 0 || id >= bound) id = -1;
   }
   return ids;
 }
@@ -371,11 +370,12 @@ void execute(const KernelCall& c, const kernel::RoundToGrid& k, MemoryView& mem)
 }
 
 void execute(const KernelCall& c, const kernel::EmbeddingForward& k, MemoryView& mem) {
-  const std::vector<int32_t> tokens = load_ids(mem, c, 0, k.vocab, "token");
+  const std::vector<int32_t> tokens = load_ids(mem, c, 0, k.vocab);
   const std::vector<float> weight = load_floats(mem, c.reads[1]);
   const size_t h = static_cast<size_t>(k.hidden);
-  std::vector<float> out(tokens.size() * h);
+  std::vector<float> out(tokens.size() * h, std::numeric_limits<float>::quiet_NaN());
   for (size_t n = 0; n < tokens.size(); ++n) {
+    if (tokens[n] < 0) continue;  // a corrupted id: the row stays NaN
     std::copy_n(weight.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(tokens[n]) * h), h,
                 out.begin() + static_cast<ptrdiff_t>(n * h));
   }
@@ -383,11 +383,15 @@ void execute(const KernelCall& c, const kernel::EmbeddingForward& k, MemoryView&
 }
 
 void execute(const KernelCall& c, const kernel::EmbeddingBackward& k, MemoryView& mem) {
-  const std::vector<int32_t> tokens = load_ids(mem, c, 0, k.vocab, "token");
+  const std::vector<int32_t> tokens = load_ids(mem, c, 0, k.vocab);
   const std::vector<float> dout = load_floats(mem, c.reads[1]);
   const size_t h = static_cast<size_t>(k.hidden);
   std::vector<float> dweight(static_cast<size_t>(k.vocab) * h, 0.0f);
   for (size_t n = 0; n < tokens.size(); ++n) {  // token order: the one summation order
+    if (tokens[n] < 0) {  // a corrupted id poisons the whole gradient
+      std::fill(dweight.begin(), dweight.end(), std::numeric_limits<float>::quiet_NaN());
+      break;
+    }
     float* row = dweight.data() + static_cast<size_t>(tokens[n]) * h;
     const float* d = dout.data() + n * h;
     for (size_t j = 0; j < h; ++j) row[j] += d[j];
@@ -547,7 +551,7 @@ void execute(const KernelCall& c, const kernel::GeluBackward&, MemoryView& mem) 
 // float sum of row losses in row order, divided by N.
 void execute(const KernelCall& c, const kernel::SoftmaxCrossEntropy& k, MemoryView& mem) {
   std::vector<float> d = load_floats(mem, c.reads[0]);  // logits, overwritten with dlogits
-  const std::vector<int32_t> targets = load_ids(mem, c, 1, k.vocab, "target");
+  const std::vector<int32_t> targets = load_ids(mem, c, 1, k.vocab);
   const size_t rows = static_cast<size_t>(k.rows), vocab = static_cast<size_t>(k.vocab);
   const float scale = static_cast<float>(k.grad_scale);
   float total = 0.0f;
@@ -559,6 +563,11 @@ void execute(const KernelCall& c, const kernel::SoftmaxCrossEntropy& k, MemoryVi
     for (size_t v = 0; v < vocab; ++v) {
       r[v] = std::exp(r[v] - mx);  // libm expf
       sum += r[v];
+    }
+    if (targets[n] < 0) {  // a corrupted target: this row's loss and gradient are NaN
+      total += std::numeric_limits<float>::quiet_NaN();
+      std::fill(r, r + vocab, std::numeric_limits<float>::quiet_NaN());
+      continue;
     }
     const size_t t = static_cast<size_t>(targets[n]);
     for (size_t v = 0; v < vocab; ++v) {

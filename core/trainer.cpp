@@ -46,6 +46,7 @@ class Loop {
       pipe_ = {rt_.stream("p2p.fwd.send"), rt_.stream("p2p.fwd.recv"), rt_.stream("p2p.bwd.send"), rt_.stream("p2p.bwd.recv")};
     }
     co_await engine->setup();
+    co_await rt_.sync_device();  // the observer reads what initialization wrote
     if (obs_) co_await obs_->on_initialized(rt_, engine->view());
     ExecOptions eo;
     eo.rows = rows();

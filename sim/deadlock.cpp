@@ -69,6 +69,24 @@ void World::report_deadlock() {
                                                          ranks_[rec.rank]->streams[rec.stream].name + "'");
       } else if (op.kind == OpKind::collective) {
         Group& grp = groups_[op.group];
+        if (op.instance != grp.first) {
+          // Behind an earlier collective of the same communicator.
+          const Instance& earlier = grp.at(grp.first);
+          mismatch_involved |= earlier.mismatch;
+          for (size_t m = 0; m < grp.members.size(); ++m) {
+            const int peer = grp.members[m];
+            if (!earlier.members[m].issued) {
+              edge(self, host_participant(peer), "rank " + std::to_string(peer) + " to issue collective #" +
+                                                     std::to_string(grp.first) + " of group '" + grp.name + "' (it runs first)");
+            } else if (ranks_[peer]->streams[earlier.members[m].stream].executed != earlier.members[m].position) {
+              edge(self, participant(peer, earlier.members[m].stream),
+                   "collective #" + std::to_string(grp.first) + " of group '" + grp.name + "' (" +
+                       names_[op_info_[earlier.members[m].op].name] + " on rank " + std::to_string(peer) +
+                       "), which the communicator runs first");
+            }
+          }
+          continue;
+        }
         const Instance& inst = grp.at(op.instance);
         mismatch_involved |= inst.mismatch;
         for (size_t m = 0; m < grp.members.size(); ++m) {

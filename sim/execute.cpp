@@ -60,7 +60,13 @@ void World::touch_range(int rank, int stream, uint32_t op, uint32_t lifetime, ui
   const uint32_t p = static_cast<uint32_t>(participant(rank, stream));
   const AccessRec cur{p, s.clock[p], op, lifetime};
   conflicts_.clear();
-  ranks_[rank]->shadow.access(a, b, cur, kind, s.clock, conflicts_);
+  ranges_.clear();
+  const bool poison = options_.reuse == Reuse::earliest;
+  ranks_[rank]->shadow.access(a, b, cur, kind, s.clock, conflicts_, poison ? &ranges_ : nullptr);
+  // reuse: earliest poisons a block when its new lifetime first touches it, in stream order:
+  // a correctly ordered program never sees the poison; an operation of the old lifetime
+  // that runs later (a race) reads NaN.
+  for (const auto& [x, y] : ranges_) std::memset(ranks_[rank]->heap.bytes(x), 0xff, y - x);
   for (const auto& c : conflicts_) report_race(rank, cur, kind, c);
 }
 
@@ -169,11 +175,12 @@ void World::execute_collective(int rank, int stream) {
     in[m] = host_pointer(g.members[m], ops[m]->coll.input);
     out[m] = host_pointer(g.members[m], ops[m]->coll.output);
   }
-  core::execute_collective_cpu(ops[0]->coll, in, out);
   const auto& c = ops[0]->coll;
   const uint64_t in_bytes = static_cast<uint64_t>(c.input.bytes()), out_bytes = static_cast<uint64_t>(c.output.bytes());
+  // Outputs are touched before the data moves: a lifetime they begin is poisoned first.
+  for (size_t m = 0; m < n; ++m) touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll.output, Access::write);
+  core::execute_collective_cpu(c, in, out);
   for (size_t m = 0; m < n; ++m) {
-    touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll.output, Access::write);
     Shadow::Ranges rel;
     for (size_t src = 0; src < n; ++src) {
       for (const auto& [x, y] : undef[src]) {

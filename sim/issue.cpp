@@ -168,7 +168,11 @@ void World::push(int rank, int stream, Op op) {
   if (stream < 0 || stream >= static_cast<int>(r.streams.size())) throw InternalError("unknown stream");
   op.host_version = static_cast<uint32_t>(r.host.versions.size() - 1);
   Stream& s = r.streams[stream];
-  if (options_.policy == Policy::in_order) {
+  // in_order: as if every kernel launch and copy blocked the host (CUDA_LAUNCH_BLOCKING).
+  // Event records and waits, and communication calls, return at enqueue, as they do there
+  // (NCCL's too): otherwise any pipeline's rendezvous transfers would deadlock the host.
+  const bool blocking = op.kind == OpKind::kernel || op.kind == OpKind::upload;
+  if (options_.policy == Policy::in_order && blocking) {
     r.host.wait_stream = stream;
     r.host.wait_position = s.issued;
   }
@@ -228,7 +232,6 @@ void World::free(int rank, core::BufferId b) {
     std::vector<uint32_t> pending;
     for (int s : l.recorded_streams) pending.push_back(record(rank, s, "record (record_stream " + bname + ")"));
     l.free_op = new_op(rank, -1, OpKind::host_free, "free " + bname);
-    if (options_.reuse == Reuse::earliest) std::memset(r.heap.bytes(l.addr), 0xff, l.bytes);
     r.heap.release(l.addr, std::move(pending), l.free_op);
     return;
   }

@@ -9,7 +9,8 @@
 
 namespace shardcheck::sim {
 
-// in_order: as if every launch blocked (one op in flight per rank, oldest first).
+// in_order: as if every launch blocked (one kernel in flight per rank, oldest first);
+// collectives and p2p calls return at enqueue, as NCCL's do.
 // random: a seeded uniform choice among runnable hosts and stream heads at every step.
 // pct: probabilistic concurrency testing: random priorities with depth-1 change points.
 // delay_comm: communication streams run only when nothing else can.
@@ -30,7 +31,7 @@ std::optional<Reuse> parse_reuse(std::string_view s);
 
 struct Options {
   static constexpr int kMaxRanks = 256;
-  static constexpr int kMaxStreamsPerRank = 8;
+  static constexpr int kMaxStreamsPerRank = 12;
 
   int ranks = 1;
   Policy policy = Policy::random;

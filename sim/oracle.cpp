@@ -2,6 +2,7 @@
 #include "sim/oracle.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 namespace shardcheck::sim {
@@ -12,6 +13,12 @@ std::string element_name(const core::ModelLayout& m, int logical, int64_t e) {
   const core::Shape& s = m.logical_shape(logical);
   if (s.size() == 2) return m.logical_name(logical) + "[" + std::to_string(e / s[1]) + ", " + std::to_string(e % s[1]) + "]";
   return m.logical_name(logical) + "[" + std::to_string(e) + "]";
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
 }
 
 bool same_bits(float a, float b) {
@@ -116,7 +123,7 @@ void TrainingOracle::check_replicas(int step, const char* role, std::vector<core
         const std::string when = step < 0 ? "at initialization" : "after step " + std::to_string(step);
         fd.summary = std::string(role) + " weight " + element_name(m, v.piece.logical, v.piece.first + i) + " differs between ranks " +
                      std::to_string(f->second.rank) + " and " + std::to_string(r) + " " + when + " (" +
-                     std::to_string(f->second.value) + " vs " + std::to_string(v.data[i]) + ")";
+                     num(f->second.value) + " vs " + num(v.data[i]) + ")";
         fd.explanation = fd.summary + ".\nEvery copy of a replicated value must be identical: ranks that disagree train different "
                                       "models. Check that parameters are broadcast (or identically initialized) before training "
                                       "and that every replica receives the same reduced gradient.";
@@ -157,12 +164,12 @@ void TrainingOracle::check_numerics(std::vector<core::Finding>& out) const {
           const bool ok = exact ? same_bits(want, got) : std::fabs(static_cast<double>(want) - got) <= tolerance(step, want);
           if (ok) continue;
           core::ElementDetail d{step, m.logical_name(v.piece.logical), v.piece.first + i, r, -1, want, got,
-                                exact ? "bitwise (exact mode)" : "tolerance " + std::to_string(tolerance(step, want))};
+                                exact ? "bitwise (exact mode)" : "tolerance " + num(tolerance(step, want))};
           core::Finding f;
           f.kind = core::FindingKind::numerics_divergence;
           f.summary = "after step " + std::to_string(step) + ", rank " + std::to_string(r) + "'s main weight " +
-                      element_name(m, v.piece.logical, v.piece.first + i) + " is " + std::to_string(got) +
-                      "; the single-rank reference has " + std::to_string(want);
+                      element_name(m, v.piece.logical, v.piece.first + i) + " is " + num(got) +
+                      "; the single-rank reference has " + num(want);
           f.explanation = f.summary + (exact ? " (exact mode: every strategy must match bit for bit)" : " (beyond " + d.note + ")") +
                           ".\nThe strategy computed a different update than the reference: a gradient contribution was "
                           "dropped, counted twice, scaled wrongly, or the model computed with stale weights.";
@@ -217,8 +224,8 @@ void TrainingOracle::check_norms(std::vector<core::Finding>& out) const {
     if (d.params.empty()) continue;
     core::Finding f;
     f.kind = core::FindingKind::grad_norm_miscount;
-    f.summary = "step " + std::to_string(step) + ": the gradient norm is " + std::to_string(reported) + " but the norm of the unique logical gradient elements is " +
-                std::to_string(d.expected) + "; " + std::to_string(d.params.size()) + " parameter(s) counted other than once";
+    f.summary = "step " + std::to_string(step) + ": the gradient norm is " + num(reported) + " but the norm of the unique logical gradient elements is " +
+                num(d.expected) + "; " + std::to_string(d.params.size()) + " parameter(s) counted other than once";
     f.explanation = f.summary + ":" + list +
                     "\nEach logical element belongs in the norm once: divide out replication and leave out shared copies (the "
                     "tied output weight on the last pipeline stage), as Megatron's param_is_not_shared does.";

@@ -43,14 +43,20 @@ core::AccessSite World::site(int rank, const AccessRec& a, Access kind, uint64_t
 }
 
 void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c) {
-  const Lifetime& lp = lifetimes_[c.prior.lifetime];
+  const Lifetime& lp = lifetimes_[std::min(c.prior.lifetime, cur.lifetime)];
   const Lifetime& lc = lifetimes_[cur.lifetime];
   core::RaceDetail d;
-  d.first = site(rank, c.prior, c.prior_kind, lp.addr, lp.addr + lp.bytes);
+  const Lifetime& lprior = lifetimes_[c.prior.lifetime];
+  d.first = site(rank, c.prior, c.prior_kind, lprior.addr, lprior.addr + lprior.bytes);
   d.second = site(rank, cur, cur_kind, lc.addr, lc.addr + lc.bytes);
   d.first.step = op_info_[c.prior.op].exec_step;
   d.second.step = step_;
   d.reuse = c.prior.lifetime != cur.lifetime;
+  // Tell a reuse race from the old lifetime's side, whichever access happened to run first.
+  if (d.reuse && c.prior.lifetime > cur.lifetime) {
+    std::swap(d.first, d.second);
+    cur_kind = c.prior_kind;
+  }
   const auto& A = d.first;
   const auto& B = d.second;
   const std::string alloc_stream = ranks_[rank]->streams[lp.stream].name;
@@ -98,8 +104,15 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
                   std::to_string(B.lifetime) + "), step " + std::to_string(B.step) + "\n  missing: " + d.missing_edge +
                   "\n  fixes:";
   for (const auto& fix : d.fixes) f.explanation += "\n    - " + fix;
-  const std::string sa = A.stream + ":" + A.op + ":" + A.buffer, sb = B.stream + ":" + B.op + ":" + B.buffer;
-  f.key = "race|" + std::min(sa, sb) + "|" + std::max(sa, sb);
+  // One bug repeated over layers, tensors and chunks is one finding: digits are folded.
+  auto fold = [](std::string s) {
+    for (char& ch : s) {
+      if (ch >= '0' && ch <= '9') ch = '#';
+    }
+    return s;
+  };
+  const std::string sa = fold(A.stream + ":" + (d.reuse ? "" : A.op) + ":" + A.buffer), sb = fold(B.stream + ":" + B.buffer);
+  f.key = std::string(d.reuse ? "reuse|" : "race|") + sa + "|" + sb;
   f.detail = std::move(d);
   f.seed = options_.seed;
   core::add_finding(findings_, std::move(f));
@@ -147,25 +160,44 @@ bool World::check_layouts(int group, const Instance& inst, int64_t k) {
     names = map;
     per[m] = labels(*map, in.offset, in.numel);
   }
+  const auto name = [&](int p) { return p < static_cast<int>(names->param_names.size()) ? names->param_names[p] : "param " + std::to_string(p); };
+  const auto extent = [&](const std::vector<Label>& l) {
+    if (l.empty()) return std::string("nothing labelled");
+    return name(l.front().param) + " elements [" + std::to_string(l.front().first) + ", " +
+           std::to_string(l.back().first + l.back().count) + ")";
+  };
+  const auto labelled = [](const std::vector<Label>& l) {
+    int64_t n = 0;
+    for (const auto& x : l) n += x.count;
+    return n;
+  };
   for (size_t m = 1; m < inst.members.size(); ++m) {
     const auto diff = first_difference(per[0], per[m]);
-    if (!diff) continue;
-    const auto& [a, b] = *diff;
-    const auto name = [&](int p) { return p < static_cast<int>(names->param_names.size()) ? names->param_names[p] : "param " + std::to_string(p); };
+    // Same elements where both overlap, but different extents: the same bug, seen at the end.
+    if (!diff && labelled(per[0]) == labelled(per[m])) continue;
     core::ElementDetail d;
-    d.tensor = name(a.param);
-    d.element = a.first;
     d.rank = g.members[0];
     d.other_rank = g.members[m];
-    d.expected = static_cast<double>(a.first);
-    d.actual = static_cast<double>(b.first);
-    d.note = name(b.param) + " element " + std::to_string(b.first);
+    std::string what;
+    if (diff) {
+      const auto& [a, b] = *diff;
+      d.tensor = name(a.param);
+      d.element = a.first;
+      d.expected = static_cast<double>(a.first);
+      d.actual = static_cast<double>(b.first);
+      d.note = name(b.param) + " element " + std::to_string(b.first);
+      what = "position " + std::to_string(a.start) + " is " + d.tensor + " element " + std::to_string(a.first) + " on rank " +
+             std::to_string(d.rank) + " but " + d.note + " on rank " + std::to_string(d.other_rank);
+    } else {
+      d.tensor = per[0].empty() ? "?" : name(per[0].front().param);
+      d.note = "rank " + std::to_string(d.rank) + " reduces " + extent(per[0]) + ", rank " + std::to_string(d.other_rank) +
+               " reduces " + extent(per[m]);
+      what = d.note;
+    }
     const OpInfo& info = op_info_[inst.members[0].op];
     core::Finding f;
     f.kind = core::FindingKind::layout_mismatch;
-    f.summary = names_[info.name] + " on group '" + g.name + "' reduces different logical elements together: position " +
-                std::to_string(a.start) + " is " + d.tensor + " element " + std::to_string(a.first) + " on rank " +
-                std::to_string(d.rank) + " but " + d.note + " on rank " + std::to_string(d.other_rank);
+    f.summary = names_[info.name] + " on group '" + g.name + "' reduces different logical elements together: " + what;
     const bool sizes_differ = inst.members[0].input.numel != inst.members[m].input.numel;
     f.explanation = f.summary + ".\nThe members hold the tensor in different layouts (their shards cover different rows)" +
                     std::string(sizes_differ ? ", and even different numbers of elements, so the call itself does not match" : "") +

@@ -43,7 +43,7 @@ void Shadow::for_each(uint64_t a, uint64_t b, F&& f) {
       const uint64_t gap_end = it == cells_.end() ? b : std::min(b, it->first);
       it = cells_.emplace_hint(it, cursor, Interval{gap_end, Cell{}});
     }
-    f(it->second.cell);
+    f(it->first, it->second.end, it->second.cell);
     cursor = it->second.end;
     ++it;
   }
@@ -66,12 +66,13 @@ void Shadow::coalesce(uint64_t a, uint64_t b) {
 }
 
 void Shadow::access(uint64_t a, uint64_t b, const AccessRec& cur, Access kind, const VectorClock& clock,
-                    std::vector<Conflict>& conflicts) {
+                    std::vector<Conflict>& conflicts, Ranges* started) {
   if (a >= b) return;
-  for_each(a, b, [&](Cell& c) {
+  for_each(a, b, [&](uint64_t start, uint64_t end, Cell& c) {
     if (cur.lifetime > c.lifetime) {
       c.lifetime = cur.lifetime;
       c.defined = false;
+      if (started) started->emplace_back(start, end);
     }
     if (!ordered(c.write, cur, clock)) note(conflicts, c.write, c.write_kind);
     if (kind == Access::read) {
@@ -96,7 +97,7 @@ void Shadow::access(uint64_t a, uint64_t b, const AccessRec& cur, Access kind, c
 
 void Shadow::set_defined(uint64_t a, uint64_t b, bool defined) {
   if (a >= b) return;
-  for_each(a, b, [&](Cell& c) { c.defined = defined; });
+  for_each(a, b, [&](uint64_t, uint64_t, Cell& c) { c.defined = defined; });
 }
 
 void Shadow::undefined(uint64_t a, uint64_t b, uint32_t lifetime, Ranges& out) const {

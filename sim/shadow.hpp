@@ -43,8 +43,9 @@ class Shadow {
   // first access of a newer lifetime (a larger lifetime index) starts that lifetime on the
   // bytes: they become undefined until written. This happens when the access runs, not when
   // the host allocates, so operations of the previous lifetime still in flight see its data.
+  // `started`, when given, receives the ranges whose new lifetime this access began.
   void access(uint64_t a, uint64_t b, const AccessRec& cur, Access kind, const VectorClock& clock,
-              std::vector<Conflict>& conflicts);
+              std::vector<Conflict>& conflicts, Ranges* started = nullptr);
   void set_defined(uint64_t a, uint64_t b, bool defined);
   // Appends the sub-ranges of [a, b) that are undefined for `lifetime`: never written in it
   // (bytes last touched by an older lifetime count as never written).
@@ -67,7 +68,8 @@ class Shadow {
   using Map = std::map<uint64_t, Interval>;
 
   void split(uint64_t x);
-  // Calls f(Cell&) on every interval covering [a, b), creating cells for untouched gaps.
+  // Calls f(start, end, Cell&) on every interval covering [a, b), creating cells for
+  // untouched gaps.
   template <class F>
   void for_each(uint64_t a, uint64_t b, F&& f);
   void coalesce(uint64_t a, uint64_t b);

@@ -91,6 +91,9 @@ bool World::stream_ready(int rank, int stream) {
     case OpKind::wait: return op.record == kNone || records_[op.record].executed;
     case OpKind::collective: {
       Group& g = groups_[op.group];
+      // One communicator runs its collectives in issue order, whatever streams they were
+      // issued on (as NCCL serializes a communicator's kernels).
+      if (op.instance != g.first) return false;
       const Instance& inst = g.at(op.instance);
       if (inst.issued != static_cast<int>(g.members.size()) || inst.mismatch) return false;
       for (size_t m = 0; m < g.members.size(); ++m) {

@@ -326,7 +326,9 @@ TEST_CASE("embedding_backward sums repeated tokens and matches finite difference
   REQUIRE(m.get(dw16) == to_bf16_values(got));
 }
 
-TEST_CASE("embedding kernels refuse token ids outside the vocabulary", "[core][kernels]") {
+TEST_CASE("embedding kernels turn corrupted token ids into NaN, never out-of-bounds reads", "[core][kernels]") {
+  // Corrupted ids come from races on the token buffer; the checker reports those, so the
+  // kernel must not crash: the row becomes NaN and so does the weight gradient.
   const int64_t vocab = 4, hidden = 2;
   for (double bad : {-1.0, 4.0}) {
     Mem m;
@@ -334,10 +336,14 @@ TEST_CASE("embedding kernels refuse token ids outside the vocabulary", "[core][k
                     weight = m.put(DType::f32, {1, 2, 3, 4, 5, 6, 7, 8});
     const TensorRef out = m.alloc(DType::f32, 3 * hidden), dw = m.alloc(DType::f32, vocab * hidden);
     REQUIRE(check_kernel(kernels::embedding_forward(0, tokens, weight, out, vocab, hidden)).empty());
-    REQUIRE_THROWS_AS(execute_cpu(kernels::embedding_forward(0, tokens, weight, out, vocab, hidden), m),
-                      InternalError);
-    REQUIRE_THROWS_AS(execute_cpu(kernels::embedding_backward(0, tokens, out, dw, vocab, hidden), m),
-                      InternalError);
+    m.run(kernels::embedding_forward(0, tokens, weight, out, vocab, hidden));
+    const std::vector<double> y = m.get(out);
+    REQUIRE(y[0] == 1.0);
+    REQUIRE(y[2] == 7.0);
+    REQUIRE(std::isnan(y[4]));
+    REQUIRE(std::isnan(y[5]));
+    m.run(kernels::embedding_backward(0, tokens, out, dw, vocab, hidden));
+    for (double g : m.get(dw)) REQUIRE(std::isnan(g));
     REQUIRE(m.guards_intact());
   }
 }
@@ -587,7 +593,7 @@ TEST_CASE("softmax_cross_entropy loss and dlogits match double and finite differ
   }
 }
 
-TEST_CASE("softmax_cross_entropy takes bf16 logits and refuses targets outside the vocabulary",
+TEST_CASE("softmax_cross_entropy takes bf16 logits and turns corrupted targets into NaN",
           "[core][kernels]") {
   const int64_t rows = 3, vocab = 5;
   Rng rng(62);
@@ -601,8 +607,12 @@ TEST_CASE("softmax_cross_entropy takes bf16 logits and refuses targets outside t
   REQUIRE(m.get(loss)[0] == loss32);
   REQUIRE(m.get(d16) == to_bf16_values(m.get(d32)));
   const TensorRef bad = m.put(DType::i32, {0, 5, 1});
-  REQUIRE_THROWS_AS(execute_cpu(kernels::softmax_cross_entropy(0, d32, bad, d32, loss, rows, vocab, 1.0), m),
-                    InternalError);
+  const TensorRef dl = m.alloc(DType::f32, rows * vocab);
+  m.run(kernels::softmax_cross_entropy(0, m.put(DType::f32, logits), bad, dl, loss, rows, vocab, 1.0));
+  REQUIRE(std::isnan(m.get(loss)[0]));
+  const std::vector<double> g = m.get(dl);
+  REQUIRE_FALSE(std::isnan(g[0]));
+  REQUIRE(std::isnan(g[vocab]));  // the corrupted row
 }
 
 TEST_CASE("softmax_cross_entropy subtracts the row maximum so large logits stay finite", "[core][kernels]") {
