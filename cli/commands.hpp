@@ -18,5 +18,6 @@ Action add_demo_command(CLI::App& app);
 Action add_run_command(CLI::App& app);
 Action add_explore_command(CLI::App& app);
 Action add_replay_command(CLI::App& app);
+Action add_compare_command(CLI::App& app);
 
 }  // namespace shardcheck::cli

@@ -175,6 +175,9 @@ Task<> FsdpEngine::initialize(Group& g) {
     co_await rt().launch(kernels::copy(compute, full.local_ref().slice(mine.offset, mine.numel), g.main.local_ref(), "init.slice"));
     co_await rt().free(full.storage);
   }
+  // Main weights start as fp32 copies of the model's weights: with a bf16 model, the
+  // bf16-rounded initial values (as Megatron builds its main parameters from the model's).
+  if (pd == DType::bf16) co_await rt().launch(kernels::round_bf16(compute, g.main.local_ref(), g.main.local_ref(), g.name + ".init_round"));
   if (pd == DType::f32) {
     g.model = g.main;  // model_weight aliases main_weight
   } else {

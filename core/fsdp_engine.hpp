@@ -35,6 +35,12 @@ class FsdpEngine final : public Engine {
   RankView view() const override;
   const NormPlan& norm_plan() const override { return plan_; }
 
+  // For checks of the norm on a gradient of one's choosing: installs finalized gradients
+  // (placement O) from full logical values (indexed by logical parameter), then computes the
+  // norm as a step would; norm_value() holds it afterwards.
+  Task<> load_gradients(const std::vector<std::vector<float>>& logical);
+  Task<> compute_norm() { co_await norm(); }
+
  private:
   // One context holds the streams and microbatch state; virtual pipeline chunks share it
   // (unless the vpp_separate_contexts mutation gives each chunk its own).

@@ -164,6 +164,22 @@ Task<> FsdpEngine::step(int step) {
   }
 }
 
+Task<> FsdpEngine::load_gradients(const std::vector<std::vector<float>>& logical) {
+  const StreamId compute = env_.streams.compute;
+  for (Group& g : groups_) {
+    if (g.has_grad) co_await rt().free(g.grad.storage);
+    g.grad = co_await allocate(g, pl_.main, DType::f32, compute, "main_grad");
+    g.has_grad = true;
+    co_await rt().launch(kernels::fill(compute, g.grad.local_ref(), 0.0));
+    for (const OwnedRows& o : g.grad.owned()) {
+      const int64_t row = g.layout->tensor(o.tensor).row;
+      const std::vector<float>& v = logical.at(env_.model->params()[g.params[o.tensor]].logical);
+      co_await rt().upload(g.grad.local_ref().slice(o.local_offset, o.rows * row), compute,
+                           {reinterpret_cast<const std::byte*>(v.data() + o.first_row * row), static_cast<size_t>(o.rows * row) * 4});
+    }
+  }
+}
+
 RankView FsdpEngine::view() const {
   RankView v;
   auto pieces = [&](const Group& g, const DBuffer& d, std::vector<Piece>& out) {

@@ -38,6 +38,7 @@ class ReferenceEngine final : public Engine {
     }
     const DType pd = c_.precision.param;
     model_ = main_;
+    if (pd == DType::bf16) co_await rt_.launch(kernels::round_bf16(s_.compute, TensorRef::f32(main_, 0, n), TensorRef::f32(main_, 0, n)));
     if (pd != DType::f32) {
       model_ = co_await rt_.alloc(n * dtype_bytes(pd), s_.compute, "ref.model");
       co_await cast();

@@ -1,0 +1,34 @@
+// `shardcheck compare`: side-by-side losses, bitwise weight agreement in exact mode, and the
+// first divergent tensor when a seed bug is on.
+#include <catch2/catch.hpp>
+
+#include "tests/support/run_command.hpp"
+
+using shardcheck::testing::run_shardcheck;
+
+namespace {
+std::string file(const std::string& rel) { return std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/" + rel; }
+}  // namespace
+
+TEST_CASE("compare against the single-rank reference is bitwise in exact mode", "[cli][compare]") {
+  auto r = run_shardcheck("compare " + file("training/zero1-exact.yaml") + " --against single_rank");
+  REQUIRE(r.exit_code == 0);
+  REQUIRE_THAT(r.out, Catch::Contains("max |delta loss| = 0 (relative 0)"));
+  REQUIRE_THAT(r.out, Catch::Contains("weights: bitwise equal after every step"));
+  REQUIRE_THAT(r.out, Catch::Contains("achievable loss"));
+}
+
+TEST_CASE("compare against DistOpt names the first divergent tensor of a buggy run", "[cli][compare]") {
+  auto fixed = run_shardcheck("compare " + file("catalog/stale-model-weight-after-step-fixed.yaml") + " --against distopt");
+  REQUIRE(fixed.exit_code == 0);
+  REQUIRE_THAT(fixed.out, Catch::Contains("bitwise equal"));
+  auto buggy = run_shardcheck("compare " + file("catalog/stale-model-weight-after-step.yaml") + " --against distopt --steps 2");
+  REQUIRE(buggy.exit_code == 1);
+  REQUIRE_THAT(buggy.out, Catch::Contains("first difference after step 1"));
+  REQUIRE_THAT(buggy.out, Catch::Contains(": 2 steps"));
+}
+
+TEST_CASE("compare rejects trace scenarios and unknown baselines", "[cli][compare]") {
+  REQUIRE(run_shardcheck("compare " + file("trace/reuse-race.yaml")).exit_code == 2);
+  REQUIRE(run_shardcheck("compare " + file("training/zero1-exact.yaml") + " --against megatron").exit_code == 2);
+}
