@@ -9,6 +9,7 @@
 #include "cli/commands.hpp"
 #include "cli/compare.hpp"
 #include "cli/driver.hpp"
+#include "cli/reporting.hpp"
 
 namespace shardcheck::cli {
 
@@ -19,7 +20,33 @@ struct CompareArgs {
   std::string against = "single_rank";
   int steps = 0;
   std::string backend = "sim";
+  std::string report;
 };
+
+bool write_compare_report(const CompareArgs& a, const LoadedScenario& s, const CompareResult& r) {
+  reports::Report report;
+  report.title = "shardcheck compare";
+  report.command = "shardcheck compare " + a.file + " --against " + a.against + " --report " + a.report;
+  reports::ScenarioResult sr;
+  sr.name = s.name;
+  sr.file = s.file;
+  sr.kind = s.kind;
+  sr.description = s.description;
+  sr.expected = r.exact ? "bitwise equal weights" : "losses side by side";
+  sr.met = !(r.exact && !r.first_divergent.empty());
+  sr.schedules = 1;
+  reports::CompareData d;
+  d.against = r.against;
+  d.series = {{r.label, r.ours}, {r.against, r.theirs}};
+  d.max_abs_diff = r.max_abs;
+  d.max_rel_diff = r.max_rel;
+  d.bitwise_equal = r.first_divergent.empty();
+  d.first_divergent = r.first_divergent;
+  d.achievable_loss = r.entropy_rate > 0 ? r.entropy_rate : -1;
+  sr.compare = d;
+  report.scenarios.push_back(std::move(sr));
+  return write_report_to(report, a.report);
+}
 
 void print_table(const CompareResult& r) {
   std::printf("%-6s %-18s %-18s %s\n", "step", r.label.c_str(), r.against.c_str(), "|delta|");
@@ -62,6 +89,7 @@ int run_compare(const CompareArgs& a) {
     std::cout << "weights: first difference " << r.first_divergent << "\n";
   }
   if (r.entropy_rate > 0) std::printf("achievable loss (the data's entropy rate): %.4f nats\n", r.entropy_rate);
+  if (!a.report.empty() && !write_compare_report(a, *s, r)) return kInternalError;
   return r.exact && !r.first_divergent.empty() ? kExpectationFailed : kOk;
 }
 
@@ -74,6 +102,7 @@ Action add_compare_command(CLI::App& app) {
   cmd->add_option("--against", a->against, "single_rank (the reference trainer) or distopt");
   cmd->add_option("--steps", a->steps, "Steps to train (default: the file's)")->check(CLI::Range(1, 10000));
   cmd->add_option("--backend", a->backend, "sim (default)");
+  cmd->add_option("--report", a->report, "Write a report with the loss curves to this folder");
   return [a] { return run_compare(*a); };
 }
 

@@ -3,6 +3,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/driver.hpp"
+#include "cli/reporting.hpp"
 #include "core/atomic_file.hpp"
 #include "reports/chrome_trace.hpp"
 
@@ -55,14 +56,28 @@ bool load_all(const std::vector<std::string>& files, const ScheduleArgs& a, std:
 struct RunArgs {
   std::vector<std::string> files;
   ScheduleArgs schedule;
+  std::string report;
 };
+
+std::string command_line(const std::string& verb, const std::vector<std::string>& files, const ScheduleArgs& a,
+                         const std::string& extra) {
+  std::string c = "shardcheck " + verb;
+  for (const auto& f : files) c += " " + f;
+  if (!a.policy.empty()) c += " --policy " + a.policy;
+  if (a.seed >= 0) c += " --seed " + std::to_string(a.seed);
+  if (a.runs > 0) c += " --runs " + std::to_string(a.runs);
+  return c + extra;
+}
 
 int run_files(const RunArgs& a) {
   std::vector<LoadedScenario> scenarios;
   if (!load_all(a.files, a.schedule, scenarios)) return kBadInput;
   int failed = 0, errors = 0;
+  reports::Report report;
+  report.command = command_line("run", a.files, a.schedule, a.report.empty() ? "" : " --report " + a.report);
   for (const auto& s : scenarios) {
     ScenarioOutcome o = run_scenario(s, overrides(a.schedule));
+    if (!a.report.empty()) report.scenarios.push_back(scenario_result(s, o, overrides(a.schedule), {}));
     std::cout << "== " << s.name << " (" << s.file << "): " << o.explored.runs_done << " schedule"
               << (o.explored.runs_done == 1 ? "" : "s") << "\n";
     print_findings(std::cout, s, o.explored.findings, policy_flag(a.schedule));
@@ -75,6 +90,7 @@ int run_files(const RunArgs& a) {
   }
   std::cout << "\n" << scenarios.size() << " scenario" << (scenarios.size() == 1 ? "" : "s") << ": "
             << scenarios.size() - failed << " met expectations, " << failed << " did not\n";
+  if (!a.report.empty() && !write_report_to(report, a.report)) return kInternalError;
   if (errors) return kInternalError;
   return failed ? kExpectationFailed : kOk;
 }
@@ -83,6 +99,7 @@ struct ExploreArgs {
   std::string file;
   ScheduleArgs schedule;
   bool all = false;
+  std::string report;
 };
 
 int explore_file(const ExploreArgs& a) {
@@ -108,6 +125,12 @@ int explore_file(const ExploreArgs& a) {
     return kInternalError;
   }
   print_verdict(std::cout, s, out.judged);
+  if (!a.report.empty()) {
+    reports::Report report;
+    report.command = command_line("explore", {a.file}, a.schedule, (a.all ? " --all" : "") + std::string(" --report ") + a.report);
+    report.scenarios.push_back(scenario_result(s, out, o, {}));
+    if (!write_report_to(report, a.report)) return kInternalError;
+  }
   return out.judged.met ? kOk : kExpectationFailed;
 }
 
@@ -151,6 +174,7 @@ Action add_run_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Run scenarios on the simulator and check their expectations");
   cmd->add_option("files", a->files, "Scenario files")->required();
   add_schedule_options(cmd, a->schedule, true);
+  cmd->add_option("--report", a->report, "Write a report (Markdown, HTML, JSON, Chrome traces) to this folder");
   return [a] { return run_files(*a); };
 }
 
@@ -160,6 +184,7 @@ Action add_explore_command(CLI::App& app) {
   cmd->add_option("file", a->file, "Scenario file")->required();
   add_schedule_options(cmd, a->schedule, true);
   cmd->add_flag("--all", a->all, "Keep exploring after the first finding");
+  cmd->add_option("--report", a->report, "Write a report (Markdown, HTML, JSON, Chrome traces) to this folder");
   return [a] { return explore_file(*a); };
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "core/param_groups.hpp"
 #include "core/redistribute.hpp"
 
 namespace shardcheck::core {
@@ -49,11 +50,16 @@ FsdpEngine::FsdpEngine(EngineEnv env) : env_(std::move(env)), pl_(placements_for
     ctx_.push_back(ctx);
   }
   for (int u : env_.units) {
+    // TinyLM's parameters share dtype and requires_grad, so each unit forms one group.
+    std::vector<ParamKey> keys;
+    for (int p : m.units()[u].params) keys.push_back({p, env_.config->precision.param, true});
+    const auto parts = partition_parameters(keys);
+    if (parts.size() != 1) throw InternalError("unit " + m.units()[u].name + " would need several parameter groups");
     Group g;
     g.unit = u;
     g.ctx = separate ? env_.chunk_of(u) : 0;
     g.name = m.units()[u].name;
-    g.params = m.units()[u].params;
+    g.params = parts.front();
     std::vector<Shape> shapes;
     for (int p : g.params) shapes.push_back(m.params()[p].shape);
     g.layout = std::make_shared<const GlobalLayout>(GlobalLayout::create(shapes, env_.dp_size()).value());

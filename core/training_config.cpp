@@ -53,6 +53,21 @@ std::optional<Mutation> parse_mutation(std::string_view s) {
 
 const char* mutation_upstream(Mutation m) { return kUpstream[static_cast<int>(m)]; }
 
+const char* mutation_summary(Mutation m) {
+  static constexpr const char* kSummary[kMutations] = {
+      "accumulator allocated on the compute stream, read by the RS-stream collective, freed, reused by compute",
+      "per-group post-step all-gathers issued in per-rank hash order",
+      "compute weights not refreshed after the optimizer step",
+      "shared copy of the tied embedding counted in the gradient norm",
+      "embedding-group all-reduce of local shards with different layouts",
+      "one FSDP context per virtual pipeline chunk: separate streams and microbatch state",
+      "ZeRO-1 run without is_last=false: earlier microbatches dropped",
+      "gradient divisor applied to the accumulated sum, compounding",
+      "ranks start from different parameters",
+  };
+  return kSummary[static_cast<int>(m)];
+}
+
 bool Mutations::any() const {
   for (bool b : on_) {
     if (b) return true;

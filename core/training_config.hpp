@@ -60,6 +60,7 @@ inline constexpr int kMutations = 9;
 std::string_view to_string(Mutation m);
 std::optional<Mutation> parse_mutation(std::string_view s);
 const char* mutation_upstream(Mutation m);  // "#6187", "code reading", ...
+const char* mutation_summary(Mutation m);   // what goes wrong, one line
 
 class Mutations {
  public:

@@ -10,7 +10,7 @@
 namespace shardcheck::reports {
 
 namespace {
-constexpr double kLabelW = 150, kPlotW = 620, kRightPad = 20, kLaneH = 34, kLaneGap = 16, kTop = 24;
+constexpr double kLabelW = 190, kPlotW = 620, kRightPad = 20, kLaneH = 34, kLaneGap = 16, kTop = 24;
 constexpr double kSliceMinPx = 5;  // narrower than this, neighbouring operations merge into runs
 
 struct Lane {
@@ -193,7 +193,7 @@ std::string race_picture(const core::RaceDetail& d, const core::TraceLog& trace,
   for (const Lane& lane : lanes) {
     svg.rect(kLabelW, lane.y, kPlotW, kLaneH, "lane");
     svg.text(kLabelW - 8, lane.y + kLaneH / 2 + 4,
-             "rank " + std::to_string(lane.rank) + " · " + truncate(lane.stream, 12), "lane-label",
+             "rank " + std::to_string(lane.rank) + " · " + truncate(lane.stream, 16), "lane-label",
              Anchor::end);
     if (lane.tid >= 0) draw_slices(svg, trace, lane, w, steps_on(d, lane));
   }

@@ -7,6 +7,7 @@
 #include "core/distopt_engine.hpp"
 #include "core/markov.hpp"
 #include "core/model.hpp"
+#include "core/param_groups.hpp"
 #include "core/training_config.hpp"
 
 using namespace shardcheck::core;
@@ -111,4 +112,11 @@ TEST_CASE("DistOpt layout: reverse order, 64-aligned, padded buckets, embedding 
     prev = l.offset[p];
   }
   REQUIRE(l.buckets.front().params.front() > l.buckets.front().params.back());  // reversed
+}
+
+TEST_CASE("parameters partition by dtype and requires_grad, tied entries once", "[core][groups]") {
+  const ParamKey ps[] = {{0, DType::bf16, true}, {1, DType::f32, true}, {2, DType::bf16, false},
+                         {3, DType::bf16, true}, {0, DType::bf16, true} /* tied: same id */, {4, DType::f32, true}};
+  REQUIRE(partition_parameters(ps) == std::vector<std::vector<int>>{{0, 3}, {1, 4}, {2}});
+  REQUIRE(partition_parameters(std::span<const ParamKey>{}).empty());
 }

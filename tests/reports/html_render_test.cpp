@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <regex>
+#include <sstream>
 
 #include "reports/report.hpp"
 #include "tests/reports/sample_report.hpp"
@@ -78,4 +79,40 @@ TEST_CASE("Chromium builds the summary table and every finding picture from the 
   // The explanation's markup-looking text stayed text: no <b> element was made of it.
   REQUIRE_THAT(dom, Catch::Contains("&lt;b&gt;not bold&lt;/b&gt;"));
   REQUIRE_THAT(dom, !Catch::Contains("<b>not bold"));
+}
+
+TEST_CASE("the demo's own report renders with a row per scenario and a picture per finding", "[reports][render]") {
+  if (!std::filesystem::exists(kChromium)) {
+    std::cout << "SKIPPED: chromium is not installed" << std::endl;
+    return;
+  }
+  char dir[] = "/tmp/shardcheck-demo-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const auto demo = testing::run_command(std::string(SHARDCHECK_BINARY) + " demo --scenarios " + SHARDCHECK_SOURCE_DIR +
+                                         "/scenarios --out " + dir + "/report");
+  INFO(demo.out << demo.err);
+  REQUIRE(demo.exit_code == 0);
+  REQUIRE_THAT(demo.out, Catch::Contains("scenarios met their expectations"));
+  std::ifstream json_in(std::string(dir) + "/report/report.json");
+  std::stringstream json;
+  json << json_in.rdbuf();
+  // Counts from the JSON report, then the same counts from the DOM Chromium built.
+  const std::string j = json.str();
+  size_t scenarios = 0, findings = 0;
+  for (size_t at = j.find("\"reproducer\""); at != std::string::npos; at = j.find("\"reproducer\"", at + 1)) ++findings;
+  for (size_t at = j.find("\"schedules\""); at != std::string::npos; at = j.find("\"schedules\"", at + 1)) ++scenarios;
+  REQUIRE(scenarios >= 30);
+  REQUIRE(findings >= 15);
+  std::ifstream html_in(std::string(dir) + "/report/report.html");
+  std::stringstream html;
+  html << html_in.rdbuf();
+  const std::string dom = dump_dom(html.str());
+  std::filesystem::remove_all(dir);
+  const size_t body = dom.find("<tbody>", dom.find("<table id=\"summary\">"));
+  const std::string rows = dom.substr(body, dom.find("</tbody>", body) - body);
+  size_t row_count = 0, pictures = 0;
+  for (size_t at = rows.find("<tr"); at != std::string::npos; at = rows.find("<tr", at + 1)) ++row_count;
+  for (size_t at = dom.find("finding-picture"); at != std::string::npos; at = dom.find("finding-picture", at + 1)) ++pictures;
+  REQUIRE(row_count == scenarios);
+  REQUIRE(pictures >= findings);  // the CSS names the class too; every finding has one picture
 }

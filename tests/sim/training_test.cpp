@@ -105,6 +105,17 @@ TEST_CASE("pipelines (pp 2, pp 4, vpp 2) match the reference bit for bit", "[sim
   REQUIRE(h.findings.empty());
 }
 
+TEST_CASE("one unified communication stream works as well as separate AG and RS streams", "[sim][training]") {
+  for (Strategy s : {Strategy::optim_grads_params, Strategy::hfsdp, Strategy::distopt}) {
+    core::TrainingConfig c = config(s);
+    c.unified_comm = true;
+    const Outcome o = s == Strategy::hfsdp ? train(c, {{"dp_outer", 2}, {"dp_inner", 2}}) : train(c, {{"pp", 2}, {"dp", 2}});
+    INFO(core::to_string(s) << "\n" << kinds(o.findings));
+    REQUIRE(o.run.completed);
+    REQUIRE(o.findings.empty());
+  }
+}
+
 TEST_CASE("exact-mode agreement is not vacuous: gradients are mostly nonzero on the grid", "[sim][training]") {
   const core::TrainingConfig c = config(Strategy::optim);
   const core::ReferenceResult ref = core::run_reference(c, 2);
