@@ -187,7 +187,7 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
   auto legal = [&](const Block& b, int s) {
     if (b.stream == s) {
       if (options_.allocator == AllocatorModel::stream_ordered) return true;  // stream order
-      return std::all_of(b.pending.begin(), b.pending.end(), [&](uint32_t rec) { return records_[rec].executed; });
+      return std::all_of(b.pending.begin(), b.pending.end(), [&](uint64_t rec) { return records_[rec].executed; });
     }
     if (options_.allocator == AllocatorModel::caching) return false;  // per-stream pools
     // cudaMallocAsync reuses across streams when the free is ordered before the new stream.
@@ -199,7 +199,7 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
   Heap::Allocation a = r.heap.allocate(static_cast<uint64_t>(bytes), stream, legal);
   if (!a.waited.empty()) {
     // The allocator saw those record_stream events complete (cudaEventQuery): a host sync.
-    for (uint32_t rec : a.waited) r.host.clock.join(records_[rec].clock);
+    for (uint64_t rec : a.waited) r.host.clock.join(records_[rec].clock);
     r.host.versions.push_back(r.host.clock);
   }
   Lifetime l;
@@ -229,7 +229,7 @@ void World::free(int rank, core::BufferId b) {
   l.live = false;
   const std::string bname = quoted(names_[l.name]);
   if (options_.allocator == AllocatorModel::caching) {
-    std::vector<uint32_t> pending;
+    std::vector<uint64_t> pending;
     for (int s : l.recorded_streams) pending.push_back(record(rank, s, "record (record_stream " + bname + ")"));
     l.free_op = new_op(rank, -1, OpKind::host_free, "free " + bname);
     r.heap.release(l.addr, std::move(pending), l.free_op);

@@ -52,7 +52,7 @@ TEST_CASE("a block with pending record_stream uses is not handed out until legal
   executed = true;
   const auto r = h.allocate(4096, 0, legal);
   REQUIRE(r.addr == a);
-  REQUIRE(r.waited == std::vector<uint32_t>{42});
+  REQUIRE(r.waited == std::vector<uint64_t>{42});
 }
 
 TEST_CASE("blocks split on allocation and merge back when freed", "[sim][heap]") {
@@ -65,7 +65,7 @@ TEST_CASE("blocks split on allocation and merge back when freed", "[sim][heap]")
   h.release(b, {}, 0);
   // Merged back into one segment-sized block: a large request fits without a new segment.
   const int64_t before = bytes;
-  REQUIRE(h.allocate(Heap::kSegment, 0, same_stream()).addr == a);
+  REQUIRE(h.allocate(shardcheck::core::BlockPool::kSegment, 0, same_stream()).addr == a);
   REQUIRE(bytes == before);
 }
 
