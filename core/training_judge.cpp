@@ -1,0 +1,253 @@
+// Oracle captures and judgements.
+#include "core/training_judge.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+namespace shardcheck::core {
+
+namespace {
+
+std::string element_name(const ModelLayout& m, int logical, int64_t e) {
+  const Shape& s = m.logical_shape(logical);
+  if (s.size() == 2) return m.logical_name(logical) + "[" + std::to_string(e / s[1]) + ", " + std::to_string(e % s[1]) + "]";
+  return m.logical_name(logical) + "[" + std::to_string(e) + "]";
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+bool same_bits(float a, float b) {
+  uint32_t x, y;
+  std::memcpy(&x, &a, 4);
+  std::memcpy(&y, &b, 4);
+  return x == y;
+}
+
+}  // namespace
+
+Task<std::vector<DownloadingJudge::Values>> DownloadingJudge::capture(Runtime& rt, const std::vector<Piece>& pieces) {
+  std::vector<Values> out;
+  const StreamId s = rt.stream("compute");
+  for (const Piece& p : pieces) {
+    std::vector<std::byte> bytes(static_cast<size_t>(p.count * dtype_bytes(p.dtype)));
+    co_await rt.download(TensorRef{p.buffer, p.offset, p.count, p.dtype}, s, bytes);
+    Values v{p, std::vector<float>(static_cast<size_t>(p.count))};
+    for (int64_t i = 0; i < p.count; ++i) v.data[static_cast<size_t>(i)] = static_cast<float>(load_element(bytes.data(), p.dtype, i));
+    out.push_back(std::move(v));
+  }
+  co_return out;
+}
+
+Task<> TrainingJudge::on_initialized(Runtime& rt, const RankView& view) {
+  Snapshot s;
+  s.main = co_await capture(rt, view.main);
+  s.model = co_await capture(rt, view.model);
+  s.present = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  snaps_[{-1, rt.rank()}] = std::move(s);
+}
+
+Task<> TrainingJudge::on_step_end(Runtime& rt, int step, const RankView& view, double norm, const NormPlan& plan) {
+  Snapshot s;
+  s.main = co_await capture(rt, view.main);
+  s.model = co_await capture(rt, view.model);
+  s.grads = co_await capture(rt, view.grads);
+  s.norm = norm;
+  s.plan = plan;
+  s.present = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  snaps_[{step, rt.rank()}] = std::move(s);
+}
+
+int TrainingJudge::steps_completed() const {
+  int done = 0;
+  for (int step = 0; step < setup_.config.steps; ++step) {
+    for (int r = 0; r < setup_.mesh->world_size(); ++r) {
+      if (!snaps_.count({step, r})) return done;
+    }
+    done = step + 1;
+  }
+  return done;
+}
+
+std::vector<std::vector<float>> TrainingJudge::logical_main(int step) const {
+  const ModelLayout& m = *setup_.model;
+  std::vector<std::vector<float>> out(m.num_logical());
+  std::vector<std::vector<bool>> seen(m.num_logical());
+  for (int l = 0; l < m.num_logical(); ++l) {
+    out[l].assign(static_cast<size_t>(numel(m.logical_shape(l))), 0.0f);
+    seen[l].assign(out[l].size(), false);
+  }
+  for (int r = 0; r < setup_.mesh->world_size(); ++r) {
+    auto it = snaps_.find({step, r});
+    if (it == snaps_.end()) return {};
+    for (const Values& v : it->second.main) {
+      for (int64_t i = 0; i < v.piece.count; ++i) {
+        out[v.piece.logical][v.piece.first + i] = v.data[i];
+        seen[v.piece.logical][v.piece.first + i] = true;
+      }
+    }
+  }
+  for (const auto& s : seen) {
+    for (bool b : s) {
+      if (!b) return {};
+    }
+  }
+  return out;
+}
+
+// Replicas: every copy of a logical element, wherever it lives, must be bitwise equal.
+void TrainingJudge::check_replicas(int step, const char* role, std::vector<Finding>& out) const {
+  const ModelLayout& m = *setup_.model;
+  struct First {
+    float value;
+    int rank;
+  };
+  std::map<std::pair<int, int64_t>, First> first;
+  for (int r = 0; r < setup_.mesh->world_size(); ++r) {
+    auto it = snaps_.find({step, r});
+    if (it == snaps_.end()) continue;
+    const auto& list = std::string(role) == "main" ? it->second.main : it->second.model;
+    for (const Values& v : list) {
+      for (int64_t i = 0; i < v.piece.count; ++i) {
+        const auto key = std::pair{v.piece.logical, v.piece.first + i};
+        auto [f, inserted] = first.emplace(key, First{v.data[i], r});
+        if (inserted || same_bits(f->second.value, v.data[i])) continue;
+        ElementDetail d{step, m.logical_name(v.piece.logical), v.piece.first + i, f->second.rank, r, f->second.value, v.data[i], role};
+        Finding fd;
+        fd.kind = FindingKind::replica_divergence;
+        const std::string when = step < 0 ? "at initialization" : "after step " + std::to_string(step);
+        fd.summary = std::string(role) + " weight " + element_name(m, v.piece.logical, v.piece.first + i) + " differs between ranks " +
+                     std::to_string(f->second.rank) + " and " + std::to_string(r) + " " + when + " (" +
+                     num(f->second.value) + " vs " + num(v.data[i]) + ")";
+        fd.explanation = fd.summary + ".\nEvery copy of a replicated value must be identical: ranks that disagree train different "
+                                      "models. Check that parameters are broadcast (or identically initialized) before training "
+                                      "and that every replica receives the same reduced gradient.";
+        fd.key = "replica|" + std::string(role);
+        fd.detail = d;
+        out.push_back(std::move(fd));
+        return;
+      }
+    }
+  }
+}
+
+// The optimizer moves a weight by at most lr * U per step, U the largest Adam update
+// |mhat| / sqrt(vhat) (for b1^2 < b2: (1-b1)/sqrt(1-b2) / (1 - b1/sqrt(b2)); for SGD, the
+// clipped gradient bound 1). Two runs whose reductions differ only in rounding can move apart
+// by at most twice that per step, plus one bf16 rounding of the weight they compute with.
+double TrainingJudge::tolerance(int step, float expected) const {
+  const OptimizerConfig& o = setup_.config.optimizer;
+  double u = 1.0;
+  if (o.kind == OptimizerConfig::Kind::adam && o.beta1 * o.beta1 < o.beta2) {
+    u = std::max(1.0, (1 - o.beta1) / std::sqrt(1 - o.beta2) / (1 - o.beta1 / std::sqrt(o.beta2)));
+  }
+  const double bf16 = setup_.config.precision.param == DType::bf16 ? std::ldexp(std::fabs(expected), -8) : 0.0;
+  return 2.0 * (step + 1) * o.lr * (u + o.weight_decay * std::fabs(expected)) + bf16;
+}
+
+void TrainingJudge::check_numerics(std::vector<Finding>& out) const {
+  if (!reference_) return;
+  const ModelLayout& m = *setup_.model;
+  const bool exact = setup_.config.precision.exact;
+  for (int step = 0; step < steps_completed(); ++step) {
+    for (int r = 0; r < setup_.mesh->world_size(); ++r) {
+      const Snapshot& s = snaps_.at({step, r});
+      for (const Values& v : s.main) {
+        const std::vector<float>& ref = reference_->steps[step].main[v.piece.logical];
+        for (int64_t i = 0; i < v.piece.count; ++i) {
+          const float want = ref[v.piece.first + i], got = v.data[i];
+          const bool ok = exact ? same_bits(want, got) : std::fabs(static_cast<double>(want) - got) <= tolerance(step, want);
+          if (ok) continue;
+          ElementDetail d{step, m.logical_name(v.piece.logical), v.piece.first + i, r, -1, want, got,
+                                exact ? "bitwise (exact mode)" : "tolerance " + num(tolerance(step, want))};
+          Finding f;
+          f.kind = FindingKind::numerics_divergence;
+          f.summary = "after step " + std::to_string(step) + ", rank " + std::to_string(r) + "'s main weight " +
+                      element_name(m, v.piece.logical, v.piece.first + i) + " is " + num(got) +
+                      "; the single-rank reference has " + num(want);
+          f.explanation = f.summary + (exact ? " (exact mode: every strategy must match bit for bit)" : " (beyond " + d.note + ")") +
+                          ".\nThe strategy computed a different update than the reference: a gradient contribution was "
+                          "dropped, counted twice, scaled wrongly, or the model computed with stale weights.";
+          f.key = "numerics";
+          f.detail = d;
+          out.push_back(std::move(f));
+          return;  // the first divergence is the one to look at
+        }
+      }
+    }
+  }
+}
+
+void TrainingJudge::check_norms(std::vector<Finding>& out) const {
+  const ModelLayout& m = *setup_.model;
+  for (int step = 0; step < steps_completed(); ++step) {
+    std::map<std::pair<int, int64_t>, int> counted;
+    std::map<std::pair<int, int64_t>, float> grad;
+    double reported = 0;
+    for (int r = 0; r < setup_.mesh->world_size(); ++r) {
+      const Snapshot& s = snaps_.at({step, r});
+      reported = s.norm;
+      for (const auto& e : s.plan.counted) {
+        for (int64_t i = 0; i < e.count; ++i) counted[{e.logical, e.first + i}]++;
+      }
+      for (const Values& v : s.grads) {
+        for (int64_t i = 0; i < v.piece.count; ++i) grad.emplace(std::pair{v.piece.logical, v.piece.first + i}, v.data[i]);
+      }
+    }
+    double sumsq = 0;
+    for (const auto& [k, g] : grad) sumsq += static_cast<double>(g) * g;
+    // Parameters whose elements are counted other than once (missing ones count as zero).
+    std::map<int, std::pair<int, int>> per_param;  // logical -> (min, max) times counted
+    for (int l = 0; l < m.num_logical(); ++l) {
+      for (int64_t e = 0; e < numel(m.logical_shape(l)); ++e) {
+        const auto it = counted.find({l, e});
+        const int c = it == counted.end() ? 0 : it->second;
+        auto [pp, inserted] = per_param.emplace(l, std::pair{c, c});
+        if (!inserted) pp->second = {std::min(pp->second.first, c), std::max(pp->second.second, c)};
+      }
+    }
+    NormDetail d;
+    d.expected = std::sqrt(sumsq);
+    d.reported = reported;
+    std::string list;
+    for (const auto& [l, mm] : per_param) {
+      if (mm.first == 1 && mm.second == 1) continue;
+      const int times = mm.first == mm.second ? mm.first : mm.second;
+      d.params.push_back({m.logical_name(l), times});
+      list += "\n  " + m.logical_name(l) + ": counted " + (mm.first == mm.second ? std::to_string(times) : std::to_string(mm.first) + " to " + std::to_string(mm.second)) + " times";
+    }
+    if (d.params.empty()) continue;
+    Finding f;
+    f.kind = FindingKind::grad_norm_miscount;
+    f.summary = "step " + std::to_string(step) + ": the gradient norm is " + num(reported) + " but the norm of the unique logical gradient elements is " +
+                num(d.expected) + "; " + std::to_string(d.params.size()) + " parameter(s) counted other than once";
+    f.explanation = f.summary + ":" + list +
+                    "\nEach logical element belongs in the norm once: divide out replication and leave out shared copies (the "
+                    "tied output weight on the last pipeline stage), as Megatron's param_is_not_shared does.";
+    f.key = "norm";
+    f.detail = d;
+    out.push_back(std::move(f));
+    return;
+  }
+}
+
+std::vector<Finding> TrainingJudge::judge() const {
+  std::vector<Finding> out;
+  check_replicas(-1, "main", out);
+  check_replicas(-1, "model", out);
+  for (int step = 0; step < steps_completed() && out.empty(); ++step) {
+    check_replicas(step, "main", out);
+    check_replicas(step, "model", out);
+  }
+  check_numerics(out);
+  check_norms(out);
+  return out;
+}
+
+}  // namespace shardcheck::core
