@@ -9,6 +9,7 @@
 #include "cli/commands.hpp"
 #include "cli/compare.hpp"
 #include "cli/driver.hpp"
+#include "cli/gpu_commands.hpp"
 #include "cli/reporting.hpp"
 
 namespace shardcheck::cli {
@@ -19,8 +20,8 @@ struct CompareArgs {
   std::string file;
   std::string against = "single_rank";
   int steps = 0;
-  std::string backend = "sim";
   std::string report;
+  GpuArgs gpu;
 };
 
 bool write_compare_report(const CompareArgs& a, const LoadedScenario& s, const CompareResult& r) {
@@ -66,14 +67,12 @@ int run_compare(const CompareArgs& a) {
     std::cerr << a.file << ":1:1: compare needs a training scenario (this one is kind: " << s->kind << ")\n";
     return kBadInput;
   }
-  if (a.against != "single_rank" && a.against != "distopt") {
-    std::cerr << "shardcheck compare: --against is single_rank or distopt (not '" << a.against << "')\n";
+  const bool on_gpu = a.gpu.backend != "sim";
+  if (a.against != "single_rank" && a.against != "distopt" && !(on_gpu && a.against == "sim")) {
+    std::cerr << "shardcheck compare: --against is single_rank or distopt" << (on_gpu ? " or sim" : "") << " (not '" << a.against << "')\n";
     return kBadInput;
   }
-  if (a.backend != "sim") {
-    std::cerr << "shardcheck compare: --backend " << a.backend << " is not available in this build\n";
-    return kBadInput;
-  }
+  if (on_gpu) return compare_on_gpu(*s, a.gpu, a.against, a.steps);
   const CompareResult r = compare_on_sim(*s, a.against, a.steps);
   if (!r.error.empty()) {
     std::cerr << "shardcheck compare: internal error: " << r.error << "\n";
@@ -101,7 +100,7 @@ Action add_compare_command(CLI::App& app) {
   cmd->add_option("file", a->file, "Training scenario file")->required();
   cmd->add_option("--against", a->against, "single_rank (the reference trainer) or distopt");
   cmd->add_option("--steps", a->steps, "Steps to train (default: the file's)")->check(CLI::Range(1, 10000));
-  cmd->add_option("--backend", a->backend, "sim (default)");
+  add_gpu_options(cmd, a->gpu);
   cmd->add_option("--report", a->report, "Write a report with the loss curves to this folder");
   return [a] { return run_compare(*a); };
 }

@@ -3,6 +3,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/driver.hpp"
+#include "cli/gpu_commands.hpp"
 #include "cli/reporting.hpp"
 #include "core/atomic_file.hpp"
 #include "reports/chrome_trace.hpp"
@@ -57,6 +58,7 @@ struct RunArgs {
   std::vector<std::string> files;
   ScheduleArgs schedule;
   std::string report;
+  GpuArgs gpu;
 };
 
 std::string command_line(const std::string& verb, const std::vector<std::string>& files, const ScheduleArgs& a,
@@ -72,6 +74,7 @@ std::string command_line(const std::string& verb, const std::vector<std::string>
 int run_files(const RunArgs& a) {
   std::vector<LoadedScenario> scenarios;
   if (!load_all(a.files, a.schedule, scenarios)) return kBadInput;
+  if (a.gpu.backend != "sim") return run_on_gpu(scenarios, a.gpu, a.schedule.runs > 0 ? a.schedule.runs : 1);
   int failed = 0, errors = 0;
   reports::Report report;
   report.command = command_line("run", a.files, a.schedule, a.report.empty() ? "" : " --report " + a.report);
@@ -175,6 +178,7 @@ Action add_run_command(CLI::App& app) {
   cmd->add_option("files", a->files, "Scenario files")->required();
   add_schedule_options(cmd, a->schedule, true);
   cmd->add_option("--report", a->report, "Write a report (Markdown, HTML, JSON, Chrome traces) to this folder");
+  add_gpu_options(cmd, a->gpu);
   return [a] { return run_files(*a); };
 }
 

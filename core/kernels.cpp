@@ -6,6 +6,7 @@
 
 #include "core/kernels.hpp"
 #include "core/overloaded.hpp"
+#include "core/rng.hpp"
 #include "core/status.hpp"
 
 namespace shardcheck::core {
@@ -144,12 +145,17 @@ void elementwise(const KernelCall& c, MemoryView& mem, F f) {
 
 // Opaque kernels write a pattern that identifies the writer, so a race that lets another
 // lifetime's data through shows up as wrong bytes, not only as a finding.
+// The pattern is a run of little-endian 32-bit words, each a float in [1, 2): whatever
+// dtype a program later reads the bytes as, sums of them stay finite, so two backends agree
+// bit for bit (NaN payloads would not).
 void opaque_pattern(const KernelCall& c, MemoryView& mem) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (char ch : c.name) h = (h ^ static_cast<uint8_t>(ch)) * 0x100000001b3ULL;
+  uint32_t h = static_cast<uint32_t>(fnv1a(c.name));
   for (const TensorRef& w : c.writes) {
     std::byte* p = mem.data(w);
-    for (int64_t i = 0; i < w.bytes(); ++i) p[i] = static_cast<std::byte>((h >> ((i % 8) * 8)) & 0xff);
+    for (int64_t i = 0; i < w.bytes(); ++i) {
+      const uint32_t word = 0x3f800000u | ((h + static_cast<uint32_t>(i / 4) * 0x9e3779b9u) & 0x7fffffu);
+      p[i] = static_cast<std::byte>((word >> ((i % 4) * 8)) & 0xff);
+    }
   }
 }
 

@@ -19,7 +19,10 @@
 namespace shardcheck::core {
 
 namespace kernel {
-// A trace program's kernel: no computation; its writes get a pattern derived from the call.
+// A trace program's kernel: no computation; its writes get a pattern derived from the
+// kernel's name: byte i is byte (i % 4) (little-endian) of the 32-bit word
+// 0x3f800000 | ((h + (i / 4) * 0x9e3779b9) & 0x7fffff), h = the low 32 bits of
+// fnv1a(name) (core/rng.hpp): floats in [1, 2), so sums of patterns stay finite.
 struct Opaque {
   static constexpr bool kElementwise = false;
 };

@@ -154,7 +154,7 @@ double TrainingJudge::tolerance(int step, float expected) const {
 void TrainingJudge::check_numerics(std::vector<Finding>& out) const {
   if (!reference_) return;
   const ModelLayout& m = *setup_.model;
-  const bool exact = setup_.config.precision.exact;
+  const bool exact = setup_.config.precision.exact && bitwise_;
   for (int step = 0; step < steps_completed(); ++step) {
     for (int r = 0; r < setup_.mesh->world_size(); ++r) {
       const Snapshot& s = snaps_.at({step, r});

@@ -25,7 +25,10 @@ namespace shardcheck::core {
 
 class TrainingJudge : public Observer {
  public:
-  TrainingJudge(const TrainingSetup& setup, const ReferenceResult* reference) : setup_(setup), reference_(reference) {}
+  // `bitwise`: compare with the reference bit for bit in exact mode. Only where the run's
+  // kernels are the reference's (the simulator); on GPUs the tolerance applies.
+  TrainingJudge(const TrainingSetup& setup, const ReferenceResult* reference, bool bitwise = true)
+      : setup_(setup), reference_(reference), bitwise_(bitwise) {}
 
   Task<> on_initialized(Runtime& rt, const RankView& view) override;
   Task<> on_step_end(Runtime& rt, int step, const RankView& view, double norm, const NormPlan& plan) override;
@@ -59,6 +62,7 @@ class TrainingJudge : public Observer {
 
   const TrainingSetup& setup_;
   const ReferenceResult* reference_;
+  bool bitwise_;
   mutable std::mutex mu_;  // ranks may report from their own threads
   std::map<std::pair<int, int>, Snapshot> snaps_;  // (step, rank); step -1: initial
 };

@@ -1,0 +1,159 @@
+// The GPU commands. Everything that needs CUDA sits behind SHARDCHECK_HAVE_GPU.
+#include "cli/gpu_commands.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "cli/commands.hpp"
+#ifdef SHARDCHECK_HAVE_GPU
+#include "cli/gpu_backend.hpp"
+#endif
+
+namespace shardcheck::cli {
+
+void add_gpu_options(CLI::App* cmd, GpuArgs& a) {
+  cmd->add_option("--backend", a.backend, "sim (default) or gpu");
+  cmd->add_option("--comm", a.comm, "gpu: local (N ranks on one GPU, default) or nccl (one rank per GPU)");
+  cmd->add_option("--alloc", a.alloc, "gpu: caching (PyTorch's semantics, default) or async (cudaMallocAsync)");
+  cmd->add_option("--amplify", a.amplify, "gpu: spin this many cycles on a communication stream before each collective")
+      ->check(CLI::NonNegativeNumber);
+}
+
+#ifndef SHARDCHECK_HAVE_GPU
+
+int run_on_gpu(const std::vector<LoadedScenario>&, const GpuArgs&, int) {
+  std::cerr << "shardcheck: this build has no GPU backend (nvcc was not found when it was configured)\n";
+  return kBadInput;
+}
+int compare_on_gpu(const LoadedScenario&, const GpuArgs&, const std::string&, int) { return run_on_gpu({}, {}, 0); }
+
+#else
+
+namespace {
+
+bool options(const GpuArgs& a, int ranks, gpu::GpuOptions& o) {
+  if (a.backend != "gpu") {
+    std::cerr << "shardcheck: --backend is sim or gpu, not '" << a.backend << "'\n";
+    return false;
+  }
+  if (a.comm != "local" && a.comm != "nccl") {
+    std::cerr << "shardcheck: --comm is local or nccl, not '" << a.comm << "'\n";
+    return false;
+  }
+  if (a.alloc != "caching" && a.alloc != "async") {
+    std::cerr << "shardcheck: --alloc is caching or async, not '" << a.alloc << "'\n";
+    return false;
+  }
+  o.ranks = ranks;
+  o.comm = a.comm == "nccl" ? gpu::CommMode::nccl : gpu::CommMode::local;
+  o.alloc = a.alloc == "async" ? gpu::AllocMode::async : gpu::AllocMode::caching;
+  o.amplify_cycles = a.amplify;
+  return true;
+}
+
+// Race replay on hardware: how many of `runs` end with values that differ from a
+// correctly ordered execution.
+int run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
+  int differing = 0, errors = 0;
+  std::string example;
+  for (int i = 0; i < runs; ++i) {
+    if (s.training) {
+      GpuTrainingRun r = run_training_gpu(*s.training, o, /*judge*/ true);
+      if (!r.result.completed) {
+        ++errors;
+        example = r.result.error;
+        continue;
+      }
+      bool diverged = false;
+      for (const auto& f : r.findings) {
+        diverged |= f.kind == core::FindingKind::numerics_divergence || f.kind == core::FindingKind::replica_divergence;
+        if (example.empty()) example = f.summary;
+      }
+      differing += diverged;
+    } else {
+      GpuTraceRun r = run_trace_gpu(s, o);
+      if (!r.result.completed) {
+        ++errors;
+        example = r.result.error;
+        continue;
+      }
+      differing += r.buffers_differing > 0;
+      if (example.empty()) example = r.first_difference;
+    }
+  }
+  std::printf("%-40s %d of %d runs differ from %s%s\n", s.name.c_str(), differing, runs,
+              s.training ? "the single-rank reference" : "the simulator's in-order values", errors ? " (with errors)" : "");
+  if (!example.empty()) std::printf("  first: %s\n", example.c_str());
+  return errors ? kInternalError : kOk;
+}
+
+}  // namespace
+
+int run_on_gpu(const std::vector<LoadedScenario>& scenarios, const GpuArgs& a, int runs) {
+  int code = kOk;
+  for (const auto& s : scenarios) {
+    gpu::GpuOptions o;
+    if (!options(a, s.options.ranks, o)) return kBadInput;
+    try {
+      code = std::max(code, run_one(s, o, runs));
+    } catch (const std::exception& e) {
+      std::cerr << "shardcheck: " << e.what() << "\n";
+      return kInternalError;
+    }
+  }
+  return code;
+}
+
+int compare_on_gpu(const LoadedScenario& s, const GpuArgs& a, const std::string& against, int steps) {
+  gpu::GpuOptions o;
+  if (!options(a, s.options.ranks, o)) return kBadInput;
+  TrainingState& st = *s.training;
+  if (steps > 0) st.setup.config.steps = steps;
+  try {
+    const GpuTrainingRun ours = run_training_gpu(st, o, /*judge*/ true);
+    if (!ours.result.completed) throw std::runtime_error(ours.result.error);
+    std::vector<double> theirs;
+    std::vector<std::vector<std::vector<float>>> theirs_w;
+    if (against == "distopt") {
+      TrainingState other = st;
+      other.setup.config.strategy = core::Strategy::distopt;
+      other.setup.config.mutations = {};
+      const GpuTrainingRun base = run_training_gpu(other, o, true);
+      if (!base.result.completed) throw std::runtime_error(base.result.error);
+      theirs = base.losses;
+      theirs_w = base.weights;
+    } else if (against == "sim") {
+      const TrainingRun base = run_training(st, options_for(s, {}).value());
+      theirs = base.losses;
+      theirs_w = base.weights;
+    } else {
+      st.reference.reset();
+      for (const auto& step : st.ensure_reference()->steps) {
+        theirs.push_back(step.loss);
+        theirs_w.push_back(step.main);
+      }
+    }
+    std::printf("compare %s (%s) on the GPU against %s: %zu steps, %.3f ms per step\n\n", std::string(core::to_string(st.setup.config.strategy)).c_str(),
+                s.name.c_str(), against.c_str(), ours.losses.size(), 1e3 * ours.seconds_per_step);
+    double max_abs = 0, max_rel = 0;
+    std::printf("%-6s %-18s %-18s %s\n", "step", "gpu", against.c_str(), "|delta|");
+    for (size_t i = 0; i < ours.losses.size() && i < theirs.size(); ++i) {
+      const double d = std::fabs(ours.losses[i] - theirs[i]);
+      max_abs = std::max(max_abs, d);
+      max_rel = std::max(max_rel, d / std::max(std::fabs(theirs[i]), 1e-30));
+      if (i < 20 || i + 5 >= ours.losses.size()) std::printf("%-6zu %-18.9g %-18.9g %.3g\n", i, ours.losses[i], theirs[i], d);
+    }
+    bool bitwise = ours.weights.size() == theirs_w.size();
+    for (size_t i = 0; bitwise && i < ours.weights.size(); ++i) bitwise = ours.weights[i] == theirs_w[i];
+    std::printf("\nmax |delta loss| = %.3g (relative %.3g)\nweights bitwise equal after every step: %s\n", max_abs, max_rel, bitwise ? "yes" : "no");
+    return kOk;
+  } catch (const std::exception& e) {
+    std::cerr << "shardcheck compare: " << e.what() << "\n";
+    return kInternalError;
+  }
+}
+
+#endif
+
+}  // namespace shardcheck::cli

@@ -1,0 +1,19 @@
+// GELU (tanh form), forward and backward (core::kernel::GeluForward / GeluBackward). The
+// arithmetic follows the CPU reference operation for operation, but tanhf is CUDA's, not
+// libm's (both are within a couple of ulps of tanh, not equal), so tests compare these with a
+// tolerance rather than bit for bit.
+//   gpu::launch_gelu_backward(x, dy, dx, stream);   // dx may be dy
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "gpu/operand.hpp"
+
+namespace shardcheck::gpu {
+
+// y = (0.5f*x)*(1 + t), t = tanh(s*(x + 0.044715f*((x*x)*x))), s = sqrt(2/pi) as a float.
+void launch_gelu_forward(Operand x, Operand y, cudaStream_t stream);
+// dx = dy * (0.5f*(1 + t) + (((0.5f*x)*(1 - t*t))*s)*(1 + 0.134145f*(x*x))).
+void launch_gelu_backward(Operand x, Operand dy, Operand dx, cudaStream_t stream);
+
+}  // namespace shardcheck::gpu

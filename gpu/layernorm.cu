@@ -1,0 +1,125 @@
+// LayerNorm. The CPU sums a row left to right in one float, and we want its bits, so one
+// thread per row does the sums (2H dependent additions; H is small here) while the rest of
+// the row's block waits at a barrier and then writes the outputs in parallel. The backward's
+// dgamma/dbeta are column sums over rows in row order: one thread per column.
+// Chosen over a parallel tree reduction (faster for very wide rows, but only close to the CPU,
+// not equal) because bitwise agreement is what the checker compares; TinyLM rows are short.
+#include "gpu/device_util.cuh"
+#include "gpu/layernorm.hpp"
+
+namespace shardcheck::gpu {
+
+namespace {
+
+// Threads per row block: the row's width rounded up to whole warps, at most dev::kBlock.
+int row_block(int64_t hidden) {
+  const int64_t warps = (hidden + 31) / 32;
+  return static_cast<int>(warps * 32 < dev::kBlock ? warps * 32 : dev::kBlock);
+}
+
+// Block n handles row n. Thread 0: mu = sum(x)/H, var = sum((x-mu)^2)/H, rs = 1/sqrt(var+eps).
+__global__ void layernorm_forward_kernel(Operand x, Operand gamma, Operand beta, Operand y, Operand mean,
+                                         Operand rstd, int64_t hidden, float eps) {
+  __shared__ float row_stats[2];
+  const int64_t n = blockIdx.x, base = n * hidden;
+  const float hf = static_cast<float>(hidden);
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < hidden; ++j) sum = __fadd_rn(sum, dev::loadf(x, base + j));
+    const float mu = __fdiv_rn(sum, hf);
+    float sq = 0.0f;
+    for (int64_t j = 0; j < hidden; ++j) {
+      const float d = __fsub_rn(dev::loadf(x, base + j), mu);
+      sq = __fadd_rn(sq, __fmul_rn(d, d));
+    }
+    const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sq, hf), eps)));
+    row_stats[0] = mu;
+    row_stats[1] = rs;
+  }
+  __syncthreads();  // every read of the row above happens before any write of y (y may be x)
+  const float mu = row_stats[0], rs = row_stats[1];
+  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
+    const float xhat = __fmul_rn(__fsub_rn(dev::loadf(x, base + j), mu), rs);
+    dev::storef(y, base + j, __fadd_rn(__fmul_rn(xhat, dev::loadf(gamma, j)), dev::loadf(beta, j)));
+  }
+  if (threadIdx.x == 0) {
+    dev::storef(mean, n, mu);  // rounded to their dtype after y used the float values
+    dev::storef(rstd, n, rs);
+  }
+}
+
+// dgamma[j] = sum_n dy*xhat, dbeta[j] = sum_n dy, rows in order; xhat from the stored mean/rstd.
+__global__ void layernorm_columns_kernel(Operand dy, Operand x, Operand mean, Operand rstd, Operand dgamma,
+                                         Operand dbeta, int64_t rows, int64_t hidden) {
+  for (int64_t j = dev::thread_index(); j < hidden; j += dev::grid_stride()) {
+    float dg = 0.0f, db = 0.0f;
+    for (int64_t n = 0; n < rows; ++n) {
+      const float xhat =
+          __fmul_rn(__fsub_rn(dev::loadf(x, n * hidden + j), dev::loadf(mean, n)), dev::loadf(rstd, n));
+      const float d = dev::loadf(dy, n * hidden + j);
+      dg = __fadd_rn(dg, __fmul_rn(d, xhat));
+      db = __fadd_rn(db, d);
+    }
+    dev::storef(dgamma, j, dg);
+    dev::storef(dbeta, j, db);
+  }
+}
+
+// Block n handles row n: thread 0 sums g = dy*gamma and g*xhat over h in order; then
+// dx = rs * ((g - mean(g)) - xhat * mean(g*xhat)) elementwise.
+__global__ void layernorm_rows_kernel(Operand dy, Operand x, Operand gamma, Operand mean, Operand rstd,
+                                      Operand dx, int64_t hidden) {
+  __shared__ float row_means[2];
+  const int64_t n = blockIdx.x, base = n * hidden;
+  const float mu = dev::loadf(mean, n), rs = dev::loadf(rstd, n);
+  if (threadIdx.x == 0) {
+    float sum_g = 0.0f, sum_gx = 0.0f;
+    for (int64_t j = 0; j < hidden; ++j) {
+      const float xhat = __fmul_rn(__fsub_rn(dev::loadf(x, base + j), mu), rs);
+      const float g = __fmul_rn(dev::loadf(dy, base + j), dev::loadf(gamma, j));
+      sum_g = __fadd_rn(sum_g, g);
+      sum_gx = __fadd_rn(sum_gx, __fmul_rn(g, xhat));
+    }
+    const float hf = static_cast<float>(hidden);
+    row_means[0] = __fdiv_rn(sum_g, hf);
+    row_means[1] = __fdiv_rn(sum_gx, hf);
+  }
+  __syncthreads();  // the row is read in full before dx (which may be dy or x) is written
+  const float mean_g = row_means[0], mean_gx = row_means[1];
+  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
+    const float xhat = __fmul_rn(__fsub_rn(dev::loadf(x, base + j), mu), rs);
+    const float g = __fmul_rn(dev::loadf(dy, base + j), dev::loadf(gamma, j));
+    dev::storef(dx, base + j, __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mean_g), __fmul_rn(xhat, mean_gx))));
+  }
+}
+
+void check_rows(int64_t rows) {
+  if (rows > 0x7fffffff) throw CudaError("layernorm: more rows than one grid holds");
+}
+
+}  // namespace
+
+void launch_layernorm_forward(Operand x, Operand gamma, Operand beta, Operand y, Operand mean, Operand rstd,
+                              int64_t rows, int64_t hidden, float eps, cudaStream_t stream) {
+  if (rows == 0) return;
+  check_rows(rows);
+  layernorm_forward_kernel<<<static_cast<unsigned>(rows), row_block(hidden), 0, stream>>>(
+      x, gamma, beta, y, mean, rstd, hidden, eps);
+  SC_CUDA_CHECK_LAST();
+}
+
+void launch_layernorm_backward(Operand dy, Operand x, Operand gamma, Operand mean, Operand rstd, Operand dx,
+                               Operand dgamma, Operand dbeta, int64_t rows, int64_t hidden,
+                               cudaStream_t stream) {
+  check_rows(rows);
+  // Columns first: they read dy and x of every row, which the row kernel may overwrite.
+  layernorm_columns_kernel<<<dev::grid_for(hidden), dev::kBlock, 0, stream>>>(dy, x, mean, rstd, dgamma,
+                                                                              dbeta, rows, hidden);
+  SC_CUDA_CHECK_LAST();
+  if (rows == 0) return;
+  layernorm_rows_kernel<<<static_cast<unsigned>(rows), row_block(hidden), 0, stream>>>(dy, x, gamma, mean,
+                                                                                       rstd, dx, hidden);
+  SC_CUDA_CHECK_LAST();
+}
+
+}  // namespace shardcheck::gpu

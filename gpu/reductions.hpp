@@ -1,0 +1,28 @@
+// Reductions: BiasGrad (column sums, bit for bit: each column sums its rows in order in one
+// thread), SumSquares (f64, a fixed two-level tree: deterministic, but not the CPU's
+// left-to-right order, so tests use a tolerance) and ClipCoef (one thread, bit for bit).
+//   gpu::launch_sum_squares(x, acc_in_or_null, acc_out, partials, stream);
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gpu/operand.hpp"
+
+namespace shardcheck::gpu {
+
+// dbias[c] = sum over r = 0..rows-1 of dy[r][c], one float accumulator from +0.0f.
+void launch_bias_grad(Operand dy, Operand dbias, int64_t rows, int64_t cols, cudaStream_t stream);
+
+// Device scratch that launch_sum_squares needs: one double per first-level block.
+constexpr int64_t kSumSquaresPartials = 1024;
+// *acc_out = (acc_in ? *acc_in : 0.0) + sum of (double)x[i]^2. acc_in may equal acc_out.
+// partials: kSumSquaresPartials doubles of device scratch.
+void launch_sum_squares(Operand x, const double* acc_in, double* acc_out, double* partials,
+                        cudaStream_t stream);
+
+// *norm = sqrt(*sumsq); *coef = max_norm > 0 ? min(1, max_norm / (norm + 1e-6)) : 1.
+void launch_clip_coef(const double* sumsq, double* coef, double* norm, double max_norm, cudaStream_t stream);
+
+}  // namespace shardcheck::gpu

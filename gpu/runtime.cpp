@@ -1,0 +1,241 @@
+// GpuRuntime: the issue side of the CUDA backend, one per rank.
+#include <algorithm>
+#include <cstring>
+
+#include "core/status.hpp"
+#include "gpu/check.hpp"
+#include "gpu/local_comm.hpp"
+#include "gpu/nccl_check.hpp"
+#include "gpu/runtime_state.hpp"
+
+namespace shardcheck::gpu {
+
+using core::InternalError;
+
+namespace {
+
+class RankMemory final : public DeviceMemory {
+ public:
+  explicit RankMemory(RankState& r) : r_(r) {}
+  void* ptr(const core::TensorRef& t) override {
+    if (t.buffer < 0 || t.buffer >= static_cast<int>(r_.buffers.size()) || !r_.buffers[t.buffer].live) {
+      throw InternalError("GPU rank " + std::to_string(r_.rank) + ": access to a buffer that is not live");
+    }
+    const Buffer& b = r_.buffers[t.buffer];
+    if (t.byte_offset() < 0 || t.byte_offset() + t.bytes() > b.bytes) {
+      throw InternalError("GPU rank " + std::to_string(r_.rank) + ": access past the end of '" + b.name + "'");
+    }
+    return static_cast<std::byte*>(b.ptr) + t.byte_offset();
+  }
+
+ private:
+  RankState& r_;
+};
+
+ncclDataType_t nccl_type(core::DType t) {
+  switch (t) {
+    case core::DType::f32: return ncclFloat32;
+    case core::DType::bf16: return ncclBfloat16;
+    case core::DType::f64: return ncclFloat64;
+    case core::DType::i32: return ncclInt32;
+    case core::DType::i64: return ncclInt64;
+    case core::DType::u8: return ncclUint8;
+  }
+  return ncclUint8;
+}
+
+}  // namespace
+
+class GpuRuntime final : public core::Runtime {
+ public:
+  GpuRuntime(GpuWorld::Impl& w, RankState& r) : w_(w), r_(r) {}
+
+  int rank() const override { return r_.rank; }
+  int world_size() const override { return static_cast<int>(w_.ranks.size()); }
+
+  core::StreamId stream(std::string_view name) override {
+    for (size_t i = 0; i < r_.streams.size(); ++i) {
+      if (r_.streams[i].first == name) return static_cast<core::StreamId>(i);
+    }
+    cudaStream_t s;
+    SC_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    r_.streams.emplace_back(std::string(name), s);
+    return static_cast<core::StreamId>(r_.streams.size() - 1);
+  }
+  const std::string& stream_name(core::StreamId s) const override { return r_.streams.at(s).first; }
+
+  core::EventId create_event(std::string_view name) override {
+    cudaEvent_t e;
+    SC_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    r_.events.push_back(e);
+    r_.event_names.emplace_back(name);
+    return static_cast<core::EventId>(r_.events.size() - 1);
+  }
+
+  core::GroupId group(std::string_view name, std::span<const int> members) override {
+    r_.groups.push_back(w_.group_index(r_.rank, name, members));
+    return static_cast<core::GroupId>(r_.groups.size() - 1);
+  }
+  std::span<const int> group_members(core::GroupId g) const override { return w_.groups.at(r_.groups.at(g)).members; }
+
+  bool host_may_continue() override { return r_.waits.empty() && r_.rendezvous_group < 0 && r_.rendezvous_pair < 0; }
+  void park(std::coroutine_handle<> h) override {
+    r_.parked = h;
+    r_.status = RankState::Status::parked;
+  }
+
+ protected:
+  cudaStream_t cuda(core::StreamId s) const {
+    if (s < 0 || s >= static_cast<int>(r_.streams.size())) throw InternalError("unknown stream");
+    return r_.streams[s].second;
+  }
+  Buffer& live(core::BufferId b, const char* use) {
+    if (b < 0 || b >= static_cast<int>(r_.buffers.size()) || !r_.buffers[b].live) {
+      throw InternalError(std::string(use) + " of a buffer that is not live");
+    }
+    return r_.buffers[b];
+  }
+  cudaEvent_t sync_event() {
+    if (!r_.idle_sync_events.empty()) {
+      cudaEvent_t e = r_.idle_sync_events.back();
+      r_.idle_sync_events.pop_back();
+      return e;
+    }
+    cudaEvent_t e;
+    SC_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    r_.all_sync_events.push_back(e);
+    return e;
+  }
+  void host_waits_for(cudaStream_t s) {
+    cudaEvent_t e = sync_event();
+    SC_CUDA_CHECK(cudaEventRecord(e, s));
+    r_.waits.emplace_back(e, true);
+  }
+
+  core::BufferId do_alloc(int64_t bytes, core::StreamId s, std::string_view name) override {
+    Buffer b;
+    b.ptr = r_.allocator->allocate(bytes, s, cuda(s));
+    b.bytes = bytes;
+    b.stream = s;
+    b.name = std::string(name);
+    r_.buffers.push_back(std::move(b));
+    return static_cast<core::BufferId>(r_.buffers.size() - 1);
+  }
+  void do_free(core::BufferId id) override {
+    Buffer& b = live(id, "free");
+    std::vector<cudaStream_t> recorded;
+    for (int s : b.recorded) recorded.push_back(cuda(s));
+    r_.allocator->release(b.ptr, recorded, cuda(b.stream));
+    b.live = false;
+  }
+  void do_record_stream(core::BufferId id, core::StreamId s) override {
+    Buffer& b = live(id, "record_stream");
+    if (s != b.stream && std::find(b.recorded.begin(), b.recorded.end(), s) == b.recorded.end()) b.recorded.push_back(s);
+  }
+  void do_record(core::EventId e, core::StreamId s) override { SC_CUDA_CHECK(cudaEventRecord(r_.events.at(e), cuda(s))); }
+  void do_wait_event(core::StreamId s, core::EventId e) override {
+    SC_CUDA_CHECK(cudaStreamWaitEvent(cuda(s), r_.events.at(e), 0));
+  }
+  void do_wait_stream(core::StreamId waiter, core::StreamId waited) override {
+    SC_CUDA_CHECK(cudaEventRecord(r_.scratch, cuda(waited)));
+    SC_CUDA_CHECK(cudaStreamWaitEvent(cuda(waiter), r_.scratch, 0));
+  }
+  void do_sync(core::StreamId s) override { host_waits_for(cuda(s)); }
+  void do_sync_event(core::EventId e) override { r_.waits.emplace_back(r_.events.at(e), false); }
+  void do_sync_device() override {
+    for (const auto& [name, s] : r_.streams) host_waits_for(s);
+  }
+  void do_launch(core::KernelCall call) override {
+    RankMemory mem(r_);
+    gpu::launch(call, mem, cuda(call.stream), *r_.blas);
+  }
+  void do_collective(core::CollectiveCall call) override;
+  void do_send(core::P2PCall call) override { p2p(std::move(call), true); }
+  void do_recv(core::P2PCall call) override { p2p(std::move(call), false); }
+  void do_upload(core::TensorRef dst, core::StreamId s, std::span<const std::byte> data) override {
+    RankMemory mem(r_);
+    std::vector<std::byte> copy(data.begin(), data.end());
+    SC_CUDA_CHECK(cudaMemcpyAsync(mem.ptr(dst), copy.data(), copy.size(), cudaMemcpyHostToDevice, cuda(s)));
+    cudaEvent_t e = sync_event();
+    SC_CUDA_CHECK(cudaEventRecord(e, cuda(s)));
+    r_.uploads.emplace_back(e, std::move(copy));  // kept until the copy has run
+  }
+  void do_download(core::TensorRef src, core::StreamId s, std::span<std::byte> out) override {
+    RankMemory mem(r_);
+    SC_CUDA_CHECK(cudaMemcpyAsync(out.data(), mem.ptr(src), out.size(), cudaMemcpyDeviceToHost, cuda(s)));
+    host_waits_for(cuda(s));
+  }
+
+ private:
+  void p2p(core::P2PCall call, bool send);
+
+  GpuWorld::Impl& w_;
+  RankState& r_;
+};
+
+void GpuRuntime::do_collective(core::CollectiveCall call) {
+  const int gi = r_.groups.at(call.group);
+  Group& g = w_.groups[gi];
+  if (std::string e = core::check_collective_shape(call, static_cast<int>(g.members.size())); !e.empty()) throw InternalError(e);
+  const cudaStream_t s = cuda(call.stream);
+  // --amplify: the communication stream runs late, so a missing ordering corrupts values.
+  launch_spin(w_.options.amplify_cycles, s);
+  const int mi = static_cast<int>(std::find(g.members.begin(), g.members.end(), r_.rank) - g.members.begin());
+  if (w_.options.comm == CommMode::nccl) {
+    RankMemory mem(r_);
+    ncclComm_t comm = g.comms.at(mi);
+    const ncclDataType_t t = nccl_type(call.input.dtype);
+    const ncclRedOp_t op = call.reduce == core::ReduceOp::avg ? ncclAvg : ncclSum;
+    void* in = mem.ptr(call.input);
+    void* out = mem.ptr(call.output);
+    switch (call.kind) {
+      case core::CollectiveKind::all_gather: SC_NCCL_CHECK(ncclAllGather(in, out, call.input.numel, t, comm, s)); break;
+      case core::CollectiveKind::reduce_scatter: SC_NCCL_CHECK(ncclReduceScatter(in, out, call.output.numel, t, op, comm, s)); break;
+      case core::CollectiveKind::all_reduce: SC_NCCL_CHECK(ncclAllReduce(in, out, call.output.numel, t, op, comm, s)); break;
+      case core::CollectiveKind::broadcast: SC_NCCL_CHECK(ncclBroadcast(in, out, call.output.numel, t, call.root, comm, s)); break;
+    }
+    return;
+  }
+  const int64_t k = g.issued[mi]++;
+  Instance& inst = g.instances[k];
+  if (inst.members.empty()) inst.members.resize(g.members.size());
+  Arrival a{r_.rank, call.stream, std::move(call), sync_event()};
+  SC_CUDA_CHECK(cudaEventRecord(a.ready, s));
+  inst.members[mi] = std::move(a);
+  r_.rendezvous_group = gi;
+  r_.rendezvous_instance = k;
+  if (++inst.arrived == static_cast<int>(g.members.size())) w_.launch_collective(g, k);
+}
+
+void GpuRuntime::p2p(core::P2PCall call, bool send) {
+  if (call.peer < 0 || call.peer >= world_size() || call.peer == r_.rank) throw InternalError("p2p with an invalid peer");
+  const cudaStream_t s = cuda(call.stream);
+  const auto key = send ? std::tuple{r_.rank, call.peer, call.channel} : std::tuple{call.peer, r_.rank, call.channel};
+  if (w_.options.comm == CommMode::nccl) {
+    RankMemory mem(r_);
+    const int gi = w_.group_index(r_.rank, "p2p:" + call.channel, send ? std::vector<int>{r_.rank, call.peer} : std::vector<int>{call.peer, r_.rank});
+    Group& g = w_.groups[gi];
+    const int mi = send ? 0 : 1;
+    if (send) {
+      SC_NCCL_CHECK(ncclSend(mem.ptr(call.buffer), call.buffer.bytes(), ncclUint8, 1, g.comms.at(mi), s));
+    } else {
+      SC_NCCL_CHECK(ncclRecv(mem.ptr(call.buffer), call.buffer.bytes(), ncclUint8, 0, g.comms.at(mi), s));
+    }
+    return;
+  }
+  auto& counts = w_.channel_counts[key];
+  const int64_t k = send ? counts.first++ : counts.second++;
+  auto& transfers = w_.channels[key];
+  if (static_cast<int64_t>(transfers.size()) <= k) transfers.resize(k + 1);
+  Arrival a{r_.rank, call.stream, {}, sync_event()};
+  a.call.input = call.buffer;
+  SC_CUDA_CHECK(cudaEventRecord(a.ready, s));
+  (send ? transfers[k].send : transfers[k].recv) = std::move(a);
+  r_.rendezvous_channel = key;
+  r_.rendezvous_pair = k;
+  if (transfers[k].send && transfers[k].recv) w_.launch_transfer(key, k);
+}
+
+std::unique_ptr<core::Runtime> make_runtime(GpuWorld::Impl& w, RankState& r) { return std::make_unique<GpuRuntime>(w, r); }
+
+}  // namespace shardcheck::gpu

@@ -1,0 +1,108 @@
+// Internal state of the GPU backend (private to gpu/): ranks, their streams, events,
+// buffers and host programs; process groups with their collective instances; p2p channels.
+#pragma once
+
+#include <nccl.h>
+
+#include <condition_variable>
+#include <coroutine>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <tuple>
+
+#include "gpu/blas.hpp"
+#include "gpu/kernels.hpp"
+#include "gpu/runtime.hpp"
+
+namespace shardcheck::gpu {
+
+class GpuRuntime;
+
+struct Buffer {
+  void* ptr = nullptr;
+  int64_t bytes = 0;
+  int stream = 0;
+  bool live = true;
+  std::vector<int> recorded;  // record_stream
+  std::string name;
+};
+
+struct RankState {
+  int rank = 0;
+  int device = 0;
+  std::vector<std::pair<std::string, cudaStream_t>> streams;
+  std::vector<cudaEvent_t> events;
+  std::vector<std::string> event_names;
+  std::vector<Buffer> buffers;
+  std::unique_ptr<DeviceAllocator> allocator;
+  std::unique_ptr<Blas> blas;
+  std::vector<int> groups;  // GroupId -> world group index
+  cudaEvent_t scratch = nullptr;  // for wait_stream: a wait captures the record, so one suffices
+  std::vector<cudaEvent_t> idle_sync_events, all_sync_events;
+  std::deque<std::pair<cudaEvent_t, std::vector<std::byte>>> uploads;  // host data kept until copied
+  // The host program.
+  core::Task<> task;
+  std::coroutine_handle<> parked;
+  enum class Status : uint8_t { not_started, running, parked, done } status = Status::not_started;
+  // The host resumes when all have completed; `true` marks events of our own pool.
+  std::vector<std::pair<cudaEvent_t, bool>> waits;
+  int rendezvous_group = -1;       // device-local: waiting for peers to issue a collective
+  int64_t rendezvous_instance = -1;
+  std::tuple<int, int, std::string> rendezvous_channel{-1, -1, ""};  // ... or a p2p partner
+  int64_t rendezvous_pair = -1;
+  std::unique_ptr<core::Runtime> runtime;
+};
+
+struct Arrival {
+  int rank = 0;
+  int stream = 0;
+  core::CollectiveCall call;
+  cudaEvent_t ready = nullptr;
+};
+
+struct Instance {
+  std::vector<std::optional<Arrival>> members;
+  int arrived = 0;
+  bool launched = false;
+};
+
+struct Group {
+  std::string name;
+  std::vector<int> members;
+  std::vector<int64_t> issued;  // per member
+  std::map<int64_t, Instance> instances;
+  cudaEvent_t done = nullptr;  // the group's last collective; the next waits for it
+  bool has_done = false;
+  // NCCL mode: one communicator per member (each member's thread owns its own).
+  std::vector<ncclComm_t> comms;
+  std::optional<ncclUniqueId> id;
+};
+
+struct Transfer {  // device-local p2p: the k-th send meets the k-th recv of a channel
+  std::optional<Arrival> send, recv;
+  bool launched = false;
+};
+
+struct GpuWorld::Impl {
+  GpuOptions options;
+  std::vector<std::unique_ptr<RankState>> ranks;
+  std::deque<Group> groups;  // a deque: references stay valid while rank threads add groups
+  std::map<std::tuple<int, int, std::string>, std::vector<Transfer>> channels;
+  std::map<std::tuple<int, int, std::string>, std::pair<int64_t, int64_t>> channel_counts;  // sends, recvs issued
+  std::map<std::tuple<int, int, std::string>, int> nccl_pairs;  // channel -> group index (NCCL mode)
+  std::mutex mu;  // NCCL mode: group and communicator set-up across rank threads
+  std::condition_variable cv;
+  std::string error;
+
+  int group_index(int rank, std::string_view name, std::span<const int> members);
+  void launch_collective(Group& g, int64_t k);
+  void launch_transfer(std::tuple<int, int, std::string> key, int64_t k);
+  bool ready(RankState& r);
+  std::string describe_waits() const;
+};
+
+std::unique_ptr<core::Runtime> make_runtime(GpuWorld::Impl& w, RankState& r);
+
+}  // namespace shardcheck::gpu
