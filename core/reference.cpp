@@ -161,6 +161,7 @@ Task<> reference_loop(Runtime& rt, const TrainingConfig& c, int dp, ReferenceRes
   const int64_t rows = static_cast<int64_t>(c.micro_batch_size) * c.model.seq;
   ExecOptions eo;
   eo.rows = rows;
+  eo.act = activation_dtype(c.precision);
   if (c.precision.exact) eo.grid = exact_grid(dp, c.microbatches, model.num_logical_elements());
   eo.round_bf16_grads = !c.precision.exact && c.precision.param == DType::bf16;
   TinyLmExec exec(rt, model, engine, s, eo);

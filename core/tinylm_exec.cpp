@@ -13,11 +13,31 @@ kernel::Gemm shape(int64_t m, int64_t n, int64_t k, bool ta, bool tb) {
   g.trans_b = tb;
   return g;
 }
+int64_t round16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 }  // namespace
 
 TinyLmExec::TinyLmExec(Runtime& rt, const ModelLayout& model, Engine& engine, Streams streams, ExecOptions options)
     : rt_(rt), model_(model), engine_(engine), s_(streams), o_(options) {
   embedding_param_ = model_.units()[0].params[0];
+}
+
+int64_t TinyLmExec::carved_bytes(std::initializer_list<int64_t> widths) const {
+  int64_t bytes = round16(8 * o_.rows);
+  for (int64_t w : widths) bytes += round16(act_bytes(o_.rows * w));
+  return bytes;
+}
+
+TinyLmExec::Carved TinyLmExec::carve(BufferId b, std::initializer_list<int64_t> widths) const {
+  // Statistics first: every later offset is 16-byte aligned, so it is a whole number of
+  // elements of either dtype.
+  Carved c{TensorRef::f32(b, 0, o_.rows), TensorRef::f32(b, o_.rows, o_.rows), {}};
+  int64_t at = round16(8 * o_.rows);
+  const int64_t es = dtype_bytes(o_.act);
+  for (int64_t w : widths) {
+    c.t.push_back(act(b, at / es, o_.rows * w));
+    at += round16(act_bytes(o_.rows * w));
+  }
+  return c;
 }
 
 int TinyLmExec::param_of(int unit, ParamRole role) const {
@@ -38,9 +58,9 @@ Task<> TinyLmExec::finish_grad(TensorRef g) {
 Task<BufferId> TinyLmExec::embedding_forward(int unit, BufferId tokens) {
   const int64_t N = o_.rows, H = hidden(), V = model_.config().vocab;
   co_await engine_.acquire(unit);
-  const BufferId x = co_await rt_.alloc(N * H * 4, s_.compute, "embedding.out");
+  const BufferId x = co_await rt_.alloc(act_bytes(N * H), s_.compute, "embedding.out");
   co_await rt_.launch(kernels::embedding_forward(s_.compute, TensorRef{tokens, 0, N, DType::i32},
-                                                 engine_.weight(embedding_param_), f32(x, 0, N * H), V, H));
+                                                 engine_.weight(embedding_param_), act(x, 0, N * H), V, H));
   co_await engine_.release(unit);
   co_return x;
 }
@@ -48,13 +68,13 @@ Task<BufferId> TinyLmExec::embedding_forward(int unit, BufferId tokens) {
 Task<BufferId> TinyLmExec::block_forward(int unit, BufferId x, BlockActs& a) {
   const int64_t N = o_.rows, H = hidden(), F = 4 * H;
   co_await engine_.acquire(unit);
-  a.acts = co_await rt_.alloc((N * H + 2 * N + 2 * N * F) * 4, s_.compute, model_.units()[unit].name + ".acts");
-  const TensorRef ln_y = f32(a.acts, 0, N * H), mean = f32(a.acts, N * H, N), rstd = f32(a.acts, N * H + N, N);
-  const TensorRef pre = f32(a.acts, N * H + 2 * N, N * F), post = f32(a.acts, N * H + 2 * N + N * F, N * F);
-  const BufferId y = co_await rt_.alloc(N * H * 4, s_.compute, model_.units()[unit].name + ".out");
-  const TensorRef xr = f32(x, 0, N * H), yr = f32(y, 0, N * H);
+  a.acts = co_await rt_.alloc(carved_bytes({H, F, F}), s_.compute, model_.units()[unit].name + ".acts");
+  const Carved c = carve(a.acts, {H, F, F});
+  const TensorRef ln_y = c.t[0], pre = c.t[1], post = c.t[2];
+  const BufferId y = co_await rt_.alloc(act_bytes(N * H), s_.compute, model_.units()[unit].name + ".out");
+  const TensorRef xr = act(x, 0, N * H), yr = act(y, 0, N * H);
   auto w = [&](ParamRole r) { return engine_.weight(param_of(unit, r)); };
-  co_await rt_.launch(kernels::layernorm_forward(s_.compute, xr, w(ParamRole::ln1_w), w(ParamRole::ln1_b), ln_y, mean, rstd, N, H));
+  co_await rt_.launch(kernels::layernorm_forward(s_.compute, xr, w(ParamRole::ln1_w), w(ParamRole::ln1_b), ln_y, c.mean, c.rstd, N, H));
   co_await rt_.launch(kernels::gemm(s_.compute, ln_y, w(ParamRole::fc1_w), pre, shape(N, F, H, false, true), "fc1"));
   co_await rt_.launch(kernels::bias_add(s_.compute, pre, w(ParamRole::fc1_b), pre, N, F));
   co_await rt_.launch(kernels::gelu_forward(s_.compute, pre, post));
@@ -70,15 +90,15 @@ Task<> TinyLmExec::head_forward(int unit, BufferId x, BufferId targets, TensorRe
   const bool tied_here = model_.config().tied && model_.params()[model_.units()[unit].params.back()].role != ParamRole::output;
   co_await engine_.acquire(unit);
   if (tied_here) co_await engine_.acquire(0);  // the output projection is the embedding itself
-  s.head = co_await rt_.alloc((N * H + 2 * N + N * V) * 4, s_.compute, "head.acts");
-  const TensorRef z = f32(s.head, 0, N * H), mean = f32(s.head, N * H, N), rstd = f32(s.head, N * H + N, N);
-  const TensorRef dlogits = f32(s.head, N * H + 2 * N, N * V);
+  s.head = co_await rt_.alloc(carved_bytes({H, V}), s_.compute, "head.acts");
+  const Carved c = carve(s.head, {H, V});
+  const TensorRef z = c.t[0], dlogits = c.t[1];
   const TensorRef out_w = engine_.weight(tied_here ? embedding_param_ : param_of(unit, ParamRole::output));
-  co_await rt_.launch(kernels::layernorm_forward(s_.compute, f32(x, 0, N * H), engine_.weight(param_of(unit, ParamRole::lnf_w)),
-                                                 engine_.weight(param_of(unit, ParamRole::lnf_b)), z, mean, rstd, N, H));
-  const BufferId logits = co_await rt_.alloc(N * V * 4, s_.compute, "logits");
-  co_await rt_.launch(kernels::gemm(s_.compute, z, out_w, f32(logits, 0, N * V), shape(N, V, H, false, true), "output"));
-  co_await rt_.launch(kernels::softmax_cross_entropy(s_.compute, f32(logits, 0, N * V), TensorRef{targets, 0, N, DType::i32},
+  co_await rt_.launch(kernels::layernorm_forward(s_.compute, act(x, 0, N * H), engine_.weight(param_of(unit, ParamRole::lnf_w)),
+                                                 engine_.weight(param_of(unit, ParamRole::lnf_b)), z, c.mean, c.rstd, N, H));
+  const BufferId logits = co_await rt_.alloc(act_bytes(N * V), s_.compute, "logits");
+  co_await rt_.launch(kernels::gemm(s_.compute, z, out_w, act(logits, 0, N * V), shape(N, V, H, false, true), "output"));
+  co_await rt_.launch(kernels::softmax_cross_entropy(s_.compute, act(logits, 0, N * V), TensorRef{targets, 0, N, DType::i32},
                                                      dlogits, loss, N, V, 1.0 / static_cast<double>(N)));
   co_await rt_.free(logits);
   if (tied_here) co_await engine_.release(0);
@@ -117,26 +137,26 @@ Task<BufferId> TinyLmExec::head_backward(int unit, BufferId x, StageActs& s, int
   co_await engine_.acquire(unit);
   if (tied_here) co_await engine_.acquire(0);
   co_await engine_.begin_backward(unit);
-  const TensorRef z = f32(s.head, 0, N * H), mean = f32(s.head, N * H, N), rstd = f32(s.head, N * H + N, N);
-  const TensorRef dlogits = f32(s.head, N * H + 2 * N, N * V);
+  const Carved c = carve(s.head, {H, V});
+  const TensorRef z = c.t[0], dlogits = c.t[1];
   TensorRef dw;
   if (tied_here) {
     // The output use of the tied embedding: its gradient waits for the embedding's backward.
     const BufferId pending = co_await rt_.alloc(V * H * 4, s_.compute, "tied.output_grad");
     tied_pending_[mb] = pending;
-    dw = f32(pending, 0, V * H);
+    dw = TensorRef::f32(pending, 0, V * H);
   } else {
     dw = engine_.grad(param_of(unit, ParamRole::output));
   }
   co_await rt_.launch(kernels::gemm(s_.compute, dlogits, z, dw, shape(V, H, N, true, false), "output.wgrad"));
   co_await finish_grad(dw);
   const TensorRef out_w = engine_.weight(tied_here ? embedding_param_ : param_of(unit, ParamRole::output));
-  const BufferId dz = co_await rt_.alloc(N * H * 4, s_.compute, "head.dz");
-  co_await rt_.launch(kernels::gemm(s_.compute, dlogits, out_w, f32(dz, 0, N * H), shape(N, H, V, false, false), "output.dgrad"));
-  const BufferId dx = co_await rt_.alloc(N * H * 4, s_.compute, "head.dx");
+  const BufferId dz = co_await rt_.alloc(act_bytes(N * H), s_.compute, "head.dz");
+  co_await rt_.launch(kernels::gemm(s_.compute, dlogits, out_w, act(dz, 0, N * H), shape(N, H, V, false, false), "output.dgrad"));
+  const BufferId dx = co_await rt_.alloc(act_bytes(N * H), s_.compute, "head.dx");
   const TensorRef gw = engine_.grad(param_of(unit, ParamRole::lnf_w)), gb = engine_.grad(param_of(unit, ParamRole::lnf_b));
-  co_await rt_.launch(kernels::layernorm_backward(s_.compute, f32(dz, 0, N * H), f32(x, 0, N * H), engine_.weight(param_of(unit, ParamRole::lnf_w)),
-                                                  mean, rstd, f32(dx, 0, N * H), gw, gb, N, H));
+  co_await rt_.launch(kernels::layernorm_backward(s_.compute, act(dz, 0, N * H), act(x, 0, N * H), engine_.weight(param_of(unit, ParamRole::lnf_w)),
+                                                  c.mean, c.rstd, act(dx, 0, N * H), gw, gb, N, H));
   co_await finish_grad(gw);
   co_await finish_grad(gb);
   co_await rt_.free(dz);
@@ -150,24 +170,25 @@ Task<BufferId> TinyLmExec::block_backward(int unit, BufferId x, BlockActs& a, Bu
   const int64_t N = o_.rows, H = hidden(), F = 4 * H;
   co_await engine_.acquire(unit);
   co_await engine_.begin_backward(unit);
-  const TensorRef ln_y = f32(a.acts, 0, N * H), mean = f32(a.acts, N * H, N), rstd = f32(a.acts, N * H + N, N);
-  const TensorRef pre = f32(a.acts, N * H + 2 * N, N * F), post = f32(a.acts, N * H + 2 * N + N * F, N * F);
-  const TensorRef dyr = f32(dy, 0, N * H);
+  const Carved c = carve(a.acts, {H, F, F});
+  const TensorRef ln_y = c.t[0], pre = c.t[1], post = c.t[2];
+  const TensorRef dyr = act(dy, 0, N * H);
   auto w = [&](ParamRole r) { return engine_.weight(param_of(unit, r)); };
   auto g = [&](ParamRole r) { return engine_.grad(param_of(unit, r)); };
   co_await rt_.launch(kernels::gemm(s_.compute, dyr, post, g(ParamRole::fc2_w), shape(H, F, N, true, false), "fc2.wgrad"));
   co_await rt_.launch(kernels::bias_grad(s_.compute, dyr, g(ParamRole::fc2_b), N, H));
-  const BufferId tmp = co_await rt_.alloc((N * F + N * H) * 4, s_.compute, model_.units()[unit].name + ".dgrad");
-  const TensorRef dpost = f32(tmp, 0, N * F), dln = f32(tmp, N * F, N * H);
+  const BufferId tmp = co_await rt_.alloc(carved_bytes({F, H}), s_.compute, model_.units()[unit].name + ".dgrad");
+  const Carved t = carve(tmp, {F, H});
+  const TensorRef dpost = t.t[0], dln = t.t[1];
   co_await rt_.launch(kernels::gemm(s_.compute, dyr, w(ParamRole::fc2_w), dpost, shape(N, F, H, false, false), "fc2.dgrad"));
   co_await rt_.launch(kernels::gelu_backward(s_.compute, pre, dpost, dpost));
   co_await rt_.launch(kernels::gemm(s_.compute, dpost, ln_y, g(ParamRole::fc1_w), shape(F, H, N, true, false), "fc1.wgrad"));
   co_await rt_.launch(kernels::bias_grad(s_.compute, dpost, g(ParamRole::fc1_b), N, F));
   co_await rt_.launch(kernels::gemm(s_.compute, dpost, w(ParamRole::fc1_w), dln, shape(N, H, F, false, false), "fc1.dgrad"));
-  const BufferId dx = co_await rt_.alloc(N * H * 4, s_.compute, model_.units()[unit].name + ".dx");
-  co_await rt_.launch(kernels::layernorm_backward(s_.compute, dln, f32(x, 0, N * H), w(ParamRole::ln1_w), mean, rstd,
-                                                  f32(dx, 0, N * H), g(ParamRole::ln1_w), g(ParamRole::ln1_b), N, H));
-  co_await rt_.launch(kernels::add(s_.compute, f32(dx, 0, N * H), dyr, f32(dx, 0, N * H), "residual.grad"));
+  const BufferId dx = co_await rt_.alloc(act_bytes(N * H), s_.compute, model_.units()[unit].name + ".dx");
+  co_await rt_.launch(kernels::layernorm_backward(s_.compute, dln, act(x, 0, N * H), w(ParamRole::ln1_w), c.mean, c.rstd,
+                                                  act(dx, 0, N * H), g(ParamRole::ln1_w), g(ParamRole::ln1_b), N, H));
+  co_await rt_.launch(kernels::add(s_.compute, act(dx, 0, N * H), dyr, act(dx, 0, N * H), "residual.grad"));
   for (ParamRole r : {ParamRole::ln1_w, ParamRole::ln1_b, ParamRole::fc1_w, ParamRole::fc1_b, ParamRole::fc2_w, ParamRole::fc2_b}) {
     co_await finish_grad(g(r));
   }
@@ -181,11 +202,11 @@ Task<> TinyLmExec::embedding_backward(int unit, BufferId tokens, BufferId dx, in
   const int64_t N = o_.rows, H = hidden(), V = model_.config().vocab;
   co_await engine_.begin_backward(unit);
   const TensorRef gw = engine_.grad(embedding_param_);
-  co_await rt_.launch(kernels::embedding_backward(s_.compute, TensorRef{tokens, 0, N, DType::i32}, f32(dx, 0, N * H), gw, V, H));
+  co_await rt_.launch(kernels::embedding_backward(s_.compute, TensorRef{tokens, 0, N, DType::i32}, act(dx, 0, N * H), gw, V, H));
   co_await finish_grad(gw);
   if (auto it = tied_pending_.find(mb); it != tied_pending_.end()) {
     // Each use was rounded on its own: their sum is a grid value too.
-    co_await rt_.launch(kernels::add(s_.compute, gw, f32(it->second, 0, V * H), gw, "tied.sum"));
+    co_await rt_.launch(kernels::add(s_.compute, gw, TensorRef::f32(it->second, 0, V * H), gw, "tied.sum"));
     co_await rt_.free(it->second);
     tied_pending_.erase(it);
   }

@@ -20,6 +20,7 @@ namespace shardcheck::core {
 
 struct ExecOptions {
   int64_t rows = 0;                // tokens per microbatch: micro_batch_size * seq
+  DType act = DType::f32;          // activations and their gradients (activation_dtype)
   std::optional<ExactGrid> grid;   // exact mode: every gradient contribution is grid-rounded
   bool round_bf16_grads = false;   // mixed precision: gradients rounded as bf16
 };
@@ -29,7 +30,7 @@ class TinyLmExec {
   TinyLmExec(Runtime& rt, const ModelLayout& model, Engine& engine, Streams streams, ExecOptions options);
 
   // Takes ownership of `input` (tokens, i32 rows, on the first virtual stage; else the
-  // f32 rows x H activation from the previous stage) and of `targets` (i32 rows, last stage
+  // rows x H activation, in the activation dtype, from the previous stage) and of `targets` (i32 rows, last stage
   // only, else an empty ref). On the last stage it writes the microbatch's loss into
   // `loss` and returns nothing; otherwise it returns the stage output, which the caller
   // sends and frees.
@@ -44,13 +45,13 @@ class TinyLmExec {
 
  private:
   struct BlockActs {
-    BufferId acts = -1;  // ln_y [N H], mean [N], rstd [N], a [N F], g [N F]
+    BufferId acts = -1;  // mean [N] f32, rstd [N] f32, ln_y [N H], pre-GELU [N F], post-GELU [N F]
   };
   struct StageActs {
     BufferId tokens = -1, targets = -1;
     std::vector<BufferId> xs;  // xs[i]: input of block i; xs.back(): input of the head
     std::vector<BlockActs> blocks;
-    BufferId head = -1;  // z [N H], mean [N], rstd [N], dlogits [N V]
+    BufferId head = -1;  // mean [N] f32, rstd [N] f32, z [N H], dlogits [N V]
     bool output_returned = false;
   };
 
@@ -62,7 +63,17 @@ class TinyLmExec {
   Task<> embedding_backward(int unit, BufferId tokens, BufferId dx, int mb);
   Task<> finish_grad(TensorRef g);  // exact-mode rounding or bf16 rounding, in place
   int param_of(int unit, ParamRole role) const;
-  TensorRef f32(BufferId b, int64_t offset, int64_t n) const { return TensorRef::f32(b, offset, n); }
+  // An activation tensor: n elements of the activation dtype at element `offset`.
+  TensorRef act(BufferId b, int64_t offset, int64_t n) const { return TensorRef{b, offset, n, o_.act}; }
+  int64_t act_bytes(int64_t n) const { return n * dtype_bytes(o_.act); }
+  // A block's activation buffer: two f32 rows of statistics, then `widths` activation
+  // tensors of N x width elements each.
+  struct Carved {
+    TensorRef mean, rstd;
+    std::vector<TensorRef> t;
+  };
+  Carved carve(BufferId b, std::initializer_list<int64_t> widths) const;
+  int64_t carved_bytes(std::initializer_list<int64_t> widths) const;
 
   Runtime& rt_;
   const ModelLayout& model_;

@@ -50,6 +50,7 @@ class Loop {
     if (obs_) co_await obs_->on_initialized(rt_, engine->view());
     ExecOptions eo;
     eo.rows = rows();
+    eo.act = activation_dtype(s_.config.precision);
     eo.grid = s_.grid;
     eo.round_bf16_grads = !s_.config.precision.exact && s_.config.precision.param == DType::bf16;
     TinyLmExec exec(rt_, *s_.model, *engine, env.streams, eo);
@@ -58,6 +59,7 @@ class Loop {
 
  private:
   int64_t rows() const { return static_cast<int64_t>(s_.config.micro_batch_size) * s_.config.model.seq; }
+  DType act() const { return activation_dtype(s_.config.precision); }
   int last_vstage() const { return s_.model->virtual_stages() - 1; }
 
   Task<BufferId> upload_tokens(const std::vector<int32_t>& v, const char* what) {
@@ -68,16 +70,16 @@ class Loop {
 
   Task<BufferId> receive(int peer, StreamId stream, const std::string& tag, const std::string& channel) {
     const StreamId compute = env_.streams.compute;
-    const BufferId b = co_await rt_.alloc(rows() * s_.config.model.hidden * 4, compute, "recv:" + tag);
+    const BufferId b = co_await rt_.alloc(rows() * s_.config.model.hidden * dtype_bytes(act()), compute, "recv:" + tag);
     co_await rt_.wait_stream(stream, compute);  // earlier uses of a reused block are done
-    co_await rt_.recv(P2PCall{peer, stream, TensorRef::f32(b, 0, rows() * s_.config.model.hidden), tag, channel});
+    co_await rt_.recv(P2PCall{peer, stream, TensorRef{b, 0, rows() * s_.config.model.hidden, act()}, tag, channel});
     co_await rt_.wait_stream(compute, stream);
     co_return b;
   }
 
   Task<> send(BufferId b, int peer, StreamId stream, const std::string& tag, const std::string& channel) {
     co_await rt_.wait_stream(stream, env_.streams.compute);
-    co_await rt_.send(P2PCall{peer, stream, TensorRef::f32(b, 0, rows() * s_.config.model.hidden), tag, channel});
+    co_await rt_.send(P2PCall{peer, stream, TensorRef{b, 0, rows() * s_.config.model.hidden, act()}, tag, channel});
     co_await rt_.record_stream(b, stream);
     co_await rt_.free(b);
   }

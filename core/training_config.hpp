@@ -36,6 +36,10 @@ struct Precision {
   bool exact = false;         // grid-rounded contributions: every strategy bitwise = reference
 };
 
+// The dtype of activations and their gradients: bf16 in mixed precision (bf16 model weights,
+// not exact), so the matrix products run bf16 x bf16 with fp32 accumulation; fp32 otherwise.
+inline DType activation_dtype(const Precision& p) { return p.param == DType::bf16 && !p.exact ? DType::bf16 : DType::f32; }
+
 struct OptimizerConfig {
   enum class Kind : uint8_t { adam, sgd } kind = Kind::adam;
   double lr = 1e-3;

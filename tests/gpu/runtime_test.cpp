@@ -3,6 +3,7 @@
 // ranks of one GPU is bitwise equal to DistOpt in exact mode and within tolerance of the
 // CPU reference, NCCL runs, and --amplify makes the upstream race corrupt values on
 // hardware while its fix stays clean.
+#include <cstdlib>
 #include <filesystem>
 
 #include "cli/driver.hpp"
@@ -12,8 +13,15 @@
 using namespace shardcheck;
 
 namespace {
+// The source tree: the build's, unless SHARDCHECK_SOURCE_DIR says where it is now (tests
+// built on one machine run on the GPU machine from another path).
+std::string source_dir() {
+  const char* env = std::getenv("SHARDCHECK_SOURCE_DIR");
+  return env ? env : SHARDCHECK_SOURCE_DIR;
+}
+
 cli::LoadedScenario load(const std::string& rel) {
-  auto s = cli::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/" + rel);
+  auto s = cli::load_scenario(source_dir() + "/scenarios/" + rel);
   REQUIRE(s.ok());
   return std::move(s).value();
 }
