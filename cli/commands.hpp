@@ -20,5 +20,6 @@ Action add_explore_command(CLI::App& app);
 Action add_replay_command(CLI::App& app);
 Action add_compare_command(CLI::App& app);
 Action add_list_command(CLI::App& app);
+Action add_props_command(CLI::App& app);
 
 }  // namespace shardcheck::cli

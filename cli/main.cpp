@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   actions["replay"] = add_replay_command(app);
   actions["compare"] = add_compare_command(app);
   actions["list"] = add_list_command(app);
+  actions["props"] = add_props_command(app);
   // CLI11 would only say "a subcommand is required"; name the unknown word instead.
   if (argc > 1 && argv[1][0] != '-' && actions.count(argv[1]) == 0) {
     std::cerr << "shardcheck: unknown command '" << argv[1] << "'; commands:";

@@ -66,6 +66,14 @@ std::span<const std::byte> World::read(int rank, core::BufferId buffer) {
   return {ranks_[rank]->heap.bytes(l.addr), l.bytes};
 }
 
+int64_t World::live_bytes(int rank) const {
+  int64_t bytes = 0;
+  for (const Lifetime& l : lifetimes_) {
+    if (l.rank == rank && l.live) bytes += static_cast<int64_t>(l.bytes);
+  }
+  return bytes;
+}
+
 World::Channel& World::channel(int from, int to, const std::string& name) { return channels_[{from, to, name}]; }
 
 World::Channel& World::channel_of(int rank, const Op& op) {

@@ -96,6 +96,9 @@ class World {
 
   // The global view the oracles use: a rank's live buffer bytes, read without an operation.
   std::span<const std::byte> read(int rank, core::BufferId buffer);
+  // Bytes of the buffers a rank holds now (allocated and not yet freed), as requested at
+  // allocation: what its memory would be at rest, without allocator rounding or caching.
+  int64_t live_bytes(int rank) const;
 
   // Tables for reports and traces.
   const std::vector<OpInfo>& ops() const { return op_info_; }
