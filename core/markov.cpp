@@ -2,6 +2,7 @@
 // entropy rate H = -sum_i pi_i sum_j P_ij log P_ij.
 #include "core/markov.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/rng.hpp"
@@ -26,20 +27,33 @@ MarkovSource::MarkovSource(int64_t vocab, uint64_t seed) : seed_(seed) {
   // precision for the chains drawn here, and it is deterministic either way.
   pi_.assign(vocab, 1.0 / static_cast<double>(vocab));
   std::vector<double> nxt(vocab);
+  // A round that changes no bit has reached the fixed point: every later round would repeat
+  // it, so stopping there gives exactly the 2000-round result.
   for (int round = 0; round < 2000; ++round) {
     std::fill(nxt.begin(), nxt.end(), 0.0);
     for (int64_t a = 0; a < vocab; ++a) {
       for (const auto& [to, p] : next_[a]) nxt[to] += pi_[a] * p;
     }
+    const bool fixed = nxt == pi_;
     pi_.swap(nxt);
+    if (fixed) break;
   }
   for (int64_t a = 0; a < vocab; ++a) {
     if (pi_[a] > 0) start_.push_back({static_cast<int32_t>(a), pi_[a]});
-    // Repeated successors merge into one probability for the entropy.
-    std::vector<double> merged(vocab, 0.0);
-    for (const auto& [to, p] : next_[a]) merged[to] += p;
+    // Repeated successors merge into one probability for the entropy, summed in successor
+    // order (the few successors, sorted, rather than a scan of the whole vocabulary).
+    std::vector<std::pair<int32_t, double>> merged;
+    for (const auto& succ : next_[a]) {
+      auto it = std::find_if(merged.begin(), merged.end(), [&](const auto& m) { return m.first == succ.first; });
+      if (it == merged.end()) {
+        merged.push_back({succ.first, 0.0 + succ.second});
+      } else {
+        it->second += succ.second;
+      }
+    }
+    std::sort(merged.begin(), merged.end());
     double h = 0;
-    for (double p : merged) {
+    for (const auto& [to, p] : merged) {
       if (p > 0) h -= p * std::log(p);
     }
     entropy_rate_ += pi_[a] * h;

@@ -82,6 +82,13 @@ int64_t ModelLayout::num_logical_elements() const {
 }
 
 std::vector<float> ModelLayout::initial_value(int logical, uint64_t seed) const {
+  std::lock_guard<std::mutex> lock(cache_->mu);
+  auto& slot = cache_->values[{logical, seed}];
+  if (!slot) slot = std::make_shared<const std::vector<float>>(compute_initial_value(logical, seed));
+  return *slot;
+}
+
+std::vector<float> ModelLayout::compute_initial_value(int logical, uint64_t seed) const {
   const int64_t n = numel(logical_shapes_[logical]);
   const std::string& name = logical_names_[logical];
   auto ends_with = [&](const char* suffix) {

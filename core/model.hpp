@@ -7,6 +7,9 @@
 //   m.units_of(stage)  ->  the units a pipeline stage (or virtual stage) owns
 #pragma once
 
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -78,15 +81,23 @@ class ModelLayout {
   // LayerNorm weights 1, biases 0, matrices and the embedding N(0, 0.02^2) from init_seed.
   std::vector<float> initial_value(int logical) const { return initial_value(logical, cfg_.init_seed); }
   // The same from another seed (used to model ranks that initialize independently).
+  // Computed once per (logical, seed) and layout: every rank of a run shares the values.
   std::vector<float> initial_value(int logical, uint64_t seed) const;
 
  private:
+  std::vector<float> compute_initial_value(int logical, uint64_t seed) const;
+
   ModelConfig cfg_;
   int pp_ = 1, vpp_ = 1;
   std::vector<ParamSpec> params_;
   std::vector<Unit> units_;
   std::vector<std::string> logical_names_;
   std::vector<Shape> logical_shapes_;
+  struct Cache {
+    std::mutex mu;  // ranks may initialize from several threads
+    std::map<std::pair<int, uint64_t>, std::shared_ptr<const std::vector<float>>> values;
+  };
+  std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
 };
 
 }  // namespace shardcheck::core

@@ -24,7 +24,8 @@ std::span<const std::byte> bytes_of(const std::vector<T>& v) {
 
 class Loop {
  public:
-  Loop(Runtime& rt, const TrainingSetup& s, Observer* obs, RankResult* out) : rt_(rt), s_(s), obs_(obs), out_(out) {}
+  Loop(Runtime& rt, const TrainingSetup& s, Observer* obs, RankResult* out)
+      : rt_(rt), s_(s), obs_(obs), out_(out), data_(s.config.model.vocab, s.config.data_seed) {}
 
   Task<> run() {
     EngineEnv env;
@@ -92,7 +93,7 @@ class Loop {
 
   Task<> forward(TinyLmExec& exec, int step, int chunk, int mb, BufferId losses) {
     const int v = s_.model->vstage_of(env_.pp_rank(), chunk);
-    const Batch b = MarkovSource(s_.config.model.vocab, s_.config.data_seed).batch(step, env_.dp_rank(), mb, s_.config.micro_batch_size, s_.config.model.seq);
+    const Batch b = data_.batch(step, env_.dp_rank(), mb, s_.config.micro_batch_size, s_.config.model.seq);
     const std::string tag = "act:" + std::to_string(v) + ":mb" + std::to_string(mb);
     const BufferId input = v == 0 ? co_await upload_tokens(b.inputs, "tokens")
                                   : co_await receive(neighbour(v - 1), pipe_.fwd_recv, "act:" + std::to_string(v - 1) + ":mb" + std::to_string(mb), "pp.fwd");
@@ -144,6 +145,7 @@ class Loop {
   const TrainingSetup& s_;
   Observer* obs_;
   RankResult* out_;
+  MarkovSource data_;  // built once per run: its stationary distribution takes a power iteration
   EngineEnv env_;
   PipeStreams pipe_;
 };
