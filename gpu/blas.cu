@@ -6,7 +6,9 @@
 // transb = trans_a; every leading dimension is the stored matrix's row length.
 #include <cublasLt.h>
 
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "gpu/blas.hpp"
 #include "gpu/check.hpp"
@@ -80,7 +82,22 @@ size_t padded(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace
 
-Blas::Blas(size_t initial_scratch_bytes) : initial_scratch_bytes_(initial_scratch_bytes) {
+// Everything cublasLtMatmul needs for one kind of call, built once: the descriptors and the
+// heuristic's algorithm (or that it had none).
+struct Blas::Plan {
+  MatmulDesc desc;
+  Layout first, second, out;
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;
+};
+
+struct Blas::Plans {
+  // m, n, k, trans_a, trans_b, dtypes a/b/c, alignments a/b/c.
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, int, int, uint32_t, uint32_t, uint32_t>;
+  std::map<Key, std::unique_ptr<Plan>> plans;
+};
+
+Blas::Blas(size_t initial_scratch_bytes) : plans_(std::make_unique<Plans>()), initial_scratch_bytes_(initial_scratch_bytes) {
   cublasLtHandle_t handle = nullptr;
   SC_CUBLAS_CHECK(cublasLtCreate(&handle));
   handle_ = handle;
@@ -95,6 +112,7 @@ void Blas::release() noexcept {
     if (r.workspace != nullptr) cudaFree(r.workspace);
   }
   streams_.clear();
+  if (plans_) plans_->plans.clear();
   if (handle_ != nullptr) cublasLtDestroy(handle_);
   handle_ = nullptr;
 }
@@ -174,45 +192,54 @@ void Blas::gemm(const Operand& a, const Operand& b, const Operand& c, const core
 // with nothing enqueued, when cuBLASLt's heuristic offers no algorithm.
 bool Blas::matmul(const void* a, DType ta, const void* b, DType tb, void* c, DType tc,
                   const core::kernel::Gemm& g, cudaStream_t stream) {
+  const Plans::Key key{g.m, g.n, g.k, g.trans_a, g.trans_b, static_cast<int>(ta), static_cast<int>(tb), static_cast<int>(tc),
+                       alignment_of(a), alignment_of(b), alignment_of(c)};
+  std::unique_ptr<Plan>& slot = plans_->plans[key];
+  if (!slot) slot = make_plan(a, ta, b, tb, c, tc, g);
+  const Plan& plan = *slot;
+  if (!plan.found) return false;
+  const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+  SC_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc.d, &alpha, b, plan.first.d, a, plan.second.d, &beta, c, plan.out.d, c,
+                                 plan.out.d, &plan.algo, resources(stream).workspace, kWorkspaceBytes, stream));
+  return true;
+}
+
+// The descriptors for D = C in place (see the file comment for the transposition), and the
+// heuristic's first algorithm for these operands' alignment; found = false when it has none.
+std::unique_ptr<Blas::Plan> Blas::make_plan(const void* a, DType ta, const void* b, DType tb, void* c, DType tc,
+                                      const core::kernel::Gemm& g) {
+  auto plan = std::make_unique<Plan>();
   // f32 operands: pedantic fp32 (no TF32, no reduced-precision internals). bf16 operands:
   // fp32 accumulation of exact bf16 products.
   const cublasComputeType_t compute = ta == DType::f32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
-  MatmulDesc desc;
-  SC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.d, compute, CUDA_R_32F));
+  SC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc.d, compute, CUDA_R_32F));
   const cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   // our B
   const cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // our A
-  SC_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
-  SC_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+  SC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+  SC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
   // Stored shapes, column-major: B is K x N row-major (N x K col-major), or N x K with trans_b;
   // A is M x K row-major (K x M col-major), or K x M with trans_a; C is N x M col-major.
-  Layout first, second, out;
-  make_layout(first, tb, g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k);
-  make_layout(second, ta, g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m);
-  make_layout(out, tc, g.n, g.m);
-
+  make_layout(plan->first, tb, g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k);
+  make_layout(plan->second, ta, g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m);
+  make_layout(plan->out, tc, g.n, g.m);
   Preference pref;
   SC_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.d));
   const size_t ws = kWorkspaceBytes;
-  SC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                       sizeof(ws)));
+  SC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, b);
   set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, a);
   set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c);
   set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c);
-
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   // NOT_SUPPORTED is the heuristic's "nothing fits" (as is found == 0); other errors throw.
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, desc.d, first.d, second.d, out.d,
-                                                               out.d, pref.d, 1, &result, &found);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc.d, plan->first.d, plan->second.d, plan->out.d,
+                                                               plan->out.d, pref.d, 1, &result, &found);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) return plan;
   cublas_check(status, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
-  const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
-  SC_CUBLAS_CHECK(cublasLtMatmul(handle_, desc.d, &alpha, b, first.d, a, second.d, &beta, c, out.d, c, out.d,
-                                 &result.algo, resources(stream).workspace, kWorkspaceBytes, stream));
-  return true;
+  plan->algo = result.algo;
+  plan->found = true;
+  return plan;
 }
 
 }  // namespace shardcheck::gpu

@@ -4,6 +4,8 @@
 // of each per stream it has seen: kernels on different streams never share them.
 //   gpu::Blas blas;   // a cuBLASLt handle on the current device; one per device is enough
 //   blas.gemm(a, b, c, core::kernel::Gemm{.m = 4, .n = 5, .k = 6}, stream);
+// The heuristic's choice is kept per shape, dtypes and operand alignment, as PyTorch does, so
+// a training step pays for cuBLASLt's algorithm search once per distinct product.
 // Every cuBLASLt call is checked; a failure throws CudaError naming file:line and the status.
 #pragma once
 
@@ -11,6 +13,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <memory>
 #include <mutex>
 
 #include "core/kernels.hpp"
@@ -55,8 +58,13 @@ class Blas {
   void release() noexcept;
   bool matmul(const void* a, core::DType ta, const void* b, core::DType tb, void* c, core::DType tc,
               const core::kernel::Gemm& g, cudaStream_t stream);
+  struct Plan;
+  std::unique_ptr<Plan> make_plan(const void* a, core::DType ta, const void* b, core::DType tb, void* c, core::DType tc,
+                                         const core::kernel::Gemm& g);
 
+  struct Plans;  // cuBLASLt descriptors and the heuristic's algorithm, per distinct call (blas.cu)
   cublasLtContext* handle_ = nullptr;
+  std::unique_ptr<Plans> plans_;
   size_t initial_scratch_bytes_;
   std::mutex mutex_;                     // rank threads may share a Blas; guards streams_
   std::deque<StreamResources> streams_;  // a deque: references stay valid as it grows

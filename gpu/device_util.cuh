@@ -45,6 +45,12 @@ __device__ __forceinline__ float round_bf16(float f) { return from_bf16(to_bf16(
 // std::numeric_limits<float>::quiet_NaN(), which the CPU writes for corrupted ids.
 __device__ __forceinline__ float quiet_nan() { return __uint_as_float(0x7fc00000u); }
 
+// Serial sums in the CPU's order are latency-bound: a thread that loads one element and adds
+// it before loading the next waits a memory round trip per element. kSerialBatch elements are
+// loaded into registers first and then added in order: the same additions, the same bits, one
+// round trip per batch.
+constexpr int kSerialBatch = 16;
+
 // Element i of a buffer of dtype t, converted to C (float or double) as core's load<C> does.
 template <class C>
 __device__ __forceinline__ C load(const void* base, core::DType t, int64_t i) {

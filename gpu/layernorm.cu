@@ -12,6 +12,8 @@ namespace shardcheck::gpu {
 namespace {
 
 // Threads per row block: the row's width rounded up to whole warps, at most dev::kBlock.
+constexpr int kColumnBlock = 64;
+
 int row_block(int64_t hidden) {
   const int64_t warps = (hidden + 31) / 32;
   return static_cast<int>(warps * 32 < dev::kBlock ? warps * 32 : dev::kBlock);
@@ -25,10 +27,28 @@ __global__ void layernorm_forward_kernel(Operand x, Operand gamma, Operand beta,
   const float hf = static_cast<float>(hidden);
   if (threadIdx.x == 0) {
     float sum = 0.0f;
-    for (int64_t j = 0; j < hidden; ++j) sum = __fadd_rn(sum, dev::loadf(x, base + j));
+    int64_t j = 0;
+    for (; j + dev::kSerialBatch <= hidden; j += dev::kSerialBatch) {
+      float v[dev::kSerialBatch];
+#pragma unroll
+      for (int b = 0; b < dev::kSerialBatch; ++b) v[b] = dev::loadf(x, base + j + b);
+#pragma unroll
+      for (int b = 0; b < dev::kSerialBatch; ++b) sum = __fadd_rn(sum, v[b]);
+    }
+    for (; j < hidden; ++j) sum = __fadd_rn(sum, dev::loadf(x, base + j));
     const float mu = __fdiv_rn(sum, hf);
     float sq = 0.0f;
-    for (int64_t j = 0; j < hidden; ++j) {
+    for (j = 0; j + dev::kSerialBatch <= hidden; j += dev::kSerialBatch) {
+      float v[dev::kSerialBatch];
+#pragma unroll
+      for (int b = 0; b < dev::kSerialBatch; ++b) v[b] = dev::loadf(x, base + j + b);
+#pragma unroll
+      for (int b = 0; b < dev::kSerialBatch; ++b) {
+        const float d = __fsub_rn(v[b], mu);
+        sq = __fadd_rn(sq, __fmul_rn(d, d));
+      }
+    }
+    for (; j < hidden; ++j) {
       const float d = __fsub_rn(dev::loadf(x, base + j), mu);
       sq = __fadd_rn(sq, __fmul_rn(d, d));
     }
@@ -53,9 +73,28 @@ __global__ void layernorm_columns_kernel(Operand dy, Operand x, Operand mean, Op
                                          Operand dbeta, int64_t rows, int64_t hidden) {
   for (int64_t j = dev::thread_index(); j < hidden; j += dev::grid_stride()) {
     float dg = 0.0f, db = 0.0f;
-    for (int64_t n = 0; n < rows; ++n) {
-      const float xhat =
-          __fmul_rn(__fsub_rn(dev::loadf(x, n * hidden + j), dev::loadf(mean, n)), dev::loadf(rstd, n));
+    auto xhat_at = [&](int64_t n) {
+      return __fmul_rn(__fsub_rn(dev::loadf(x, n * hidden + j), dev::loadf(mean, n)), dev::loadf(rstd, n));
+    };
+    int64_t n = 0;
+    for (; n + dev::kSerialBatch <= rows; n += dev::kSerialBatch) {  // every load first, then the sums in order
+      float xv[dev::kSerialBatch], mv[dev::kSerialBatch], rv[dev::kSerialBatch], d[dev::kSerialBatch];
+#pragma unroll
+      for (int b = 0; b < dev::kSerialBatch; ++b) {
+        xv[b] = dev::loadf(x, (n + b) * hidden + j);
+        mv[b] = dev::loadf(mean, n + b);
+        rv[b] = dev::loadf(rstd, n + b);
+        d[b] = dev::loadf(dy, (n + b) * hidden + j);
+      }
+#pragma unroll
+      for (int b = 0; b < dev::kSerialBatch; ++b) {
+        const float xhat = __fmul_rn(__fsub_rn(xv[b], mv[b]), rv[b]);
+        dg = __fadd_rn(dg, __fmul_rn(d[b], xhat));
+        db = __fadd_rn(db, d[b]);
+      }
+    }
+    for (; n < rows; ++n) {
+      const float xhat = xhat_at(n);
       const float d = dev::loadf(dy, n * hidden + j);
       dg = __fadd_rn(dg, __fmul_rn(d, xhat));
       db = __fadd_rn(db, d);
@@ -74,9 +113,26 @@ __global__ void layernorm_rows_kernel(Operand dy, Operand x, Operand gamma, Oper
   const float mu = dev::loadf(mean, n), rs = dev::loadf(rstd, n);
   if (threadIdx.x == 0) {
     float sum_g = 0.0f, sum_gx = 0.0f;
-    for (int64_t j = 0; j < hidden; ++j) {
-      const float xhat = __fmul_rn(__fsub_rn(dev::loadf(x, base + j), mu), rs);
-      const float g = __fmul_rn(dev::loadf(dy, base + j), dev::loadf(gamma, j));
+    auto xhat_at = [&](int64_t j) { return __fmul_rn(__fsub_rn(dev::loadf(x, base + j), mu), rs); };
+    auto g_at = [&](int64_t j) { return __fmul_rn(dev::loadf(dy, base + j), dev::loadf(gamma, j)); };
+    int64_t j = 0;
+    for (; j + dev::kSerialBatch <= hidden; j += dev::kSerialBatch) {  // every load first, then the sums in order
+      float xv[dev::kSerialBatch], dv[dev::kSerialBatch], gv[dev::kSerialBatch];
+#pragma unroll
+      for (int b = 0; b < dev::kSerialBatch; ++b) {
+        xv[b] = dev::loadf(x, base + j + b);
+        dv[b] = dev::loadf(dy, base + j + b);
+        gv[b] = dev::loadf(gamma, j + b);
+      }
+#pragma unroll
+      for (int b = 0; b < dev::kSerialBatch; ++b) {
+        const float xhat = __fmul_rn(__fsub_rn(xv[b], mu), rs), g = __fmul_rn(dv[b], gv[b]);
+        sum_g = __fadd_rn(sum_g, g);
+        sum_gx = __fadd_rn(sum_gx, __fmul_rn(g, xhat));
+      }
+    }
+    for (; j < hidden; ++j) {
+      const float xhat = xhat_at(j), g = g_at(j);
       sum_g = __fadd_rn(sum_g, g);
       sum_gx = __fadd_rn(sum_gx, __fmul_rn(g, xhat));
     }
@@ -113,7 +169,8 @@ void launch_layernorm_backward(Operand dy, Operand x, Operand gamma, Operand mea
                                cudaStream_t stream) {
   check_rows(rows);
   // Columns first: they read dy and x of every row, which the row kernel may overwrite.
-  layernorm_columns_kernel<<<dev::grid_for(hidden), dev::kBlock, 0, stream>>>(dy, x, mean, rstd, dgamma,
+  // One thread per column and few columns: small blocks spread them over more SMs.
+  layernorm_columns_kernel<<<dev::grid_for(hidden, kColumnBlock), kColumnBlock, 0, stream>>>(dy, x, mean, rstd, dgamma,
                                                                               dbeta, rows, hidden);
   SC_CUDA_CHECK_LAST();
   if (rows == 0) return;

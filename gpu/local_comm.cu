@@ -35,11 +35,12 @@ struct Elem<double, double> {
   __device__ static void store(void* p, int64_t i, double v) { static_cast<double*>(p)[i] = v; }
 };
 
-// Reduces element `i` of region `region` over members in rank order.
+// Reduces element `index` over members in rank order (or descending, c.reverse).
 template <class T, class Acc>
 __device__ Acc reduce_at(const LocalCollective& c, int64_t index) {
-  Acc acc = Elem<T, Acc>::load(c.in[0], index);
-  for (int m = 1; m < c.members; ++m) acc = acc + Elem<T, Acc>::load(c.in[m], index);
+  const int first = c.reverse ? c.members - 1 : 0, step = c.reverse ? -1 : 1;
+  Acc acc = Elem<T, Acc>::load(c.in[first], index);
+  for (int i = 1; i < c.members; ++i) acc = acc + Elem<T, Acc>::load(c.in[first + i * step], index);
   if (c.average) acc = acc / static_cast<Acc>(c.members);
   return acc;
 }

@@ -20,6 +20,7 @@ struct LocalCollective {
   int kind = all_reduce;
   int type = f32;
   bool average = false;
+  bool reverse = false;  // add members in descending rank order (a measurement switch)
   int members = 0;
   int root = 0;
   int64_t in_numel = 0;

@@ -15,7 +15,15 @@ constexpr int kReduceBlock = 256;
 __global__ void bias_grad_kernel(Operand dy, Operand dbias, int64_t rows, int64_t cols) {
   for (int64_t c = dev::thread_index(); c < cols; c += dev::grid_stride()) {
     float acc = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) acc += dev::loadf(dy, r * cols + c);
+    int64_t r = 0;
+    for (; r + dev::kSerialBatch <= rows; r += dev::kSerialBatch) {
+      float v[dev::kSerialBatch];
+#pragma unroll
+      for (int b = 0; b < dev::kSerialBatch; ++b) v[b] = dev::loadf(dy, (r + b) * cols + c);
+#pragma unroll
+      for (int b = 0; b < dev::kSerialBatch; ++b) acc += v[b];
+    }
+    for (; r < rows; ++r) acc += dev::loadf(dy, r * cols + c);
     dev::storef(dbias, c, acc);
   }
 }
@@ -69,7 +77,9 @@ __global__ void clip_coef_kernel(const double* sumsq, double* coef, double* norm
 
 void launch_bias_grad(Operand dy, Operand dbias, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (cols == 0) return;
-  bias_grad_kernel<<<dev::grid_for(cols), dev::kBlock, 0, stream>>>(dy, dbias, rows, cols);
+  // One thread per column and few columns: small blocks spread them over more SMs.
+  constexpr int kColumnBlock = 64;
+  bias_grad_kernel<<<dev::grid_for(cols, kColumnBlock), kColumnBlock, 0, stream>>>(dy, dbias, rows, cols);
   SC_CUDA_CHECK_LAST();
 }
 

@@ -1,5 +1,6 @@
 // GpuRuntime: the issue side of the CUDA backend, one per rank.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/status.hpp"
@@ -147,7 +148,25 @@ class GpuRuntime final : public core::Runtime {
   }
   void do_launch(core::KernelCall call) override {
     RankMemory mem(r_);
+    if (!w_.options.profile_kernels) {
+      gpu::launch(call, mem, cuda(call.stream), *r_.blas);
+      return;
+    }
+    RankState::KernelSample sample{nullptr, nullptr, call.name, 0, std::nullopt};
+    if (const auto* g = std::get_if<core::kernel::Gemm>(&call.params)) {
+      sample.gemm = *g;
+      sample.a = call.reads[0].dtype;
+      sample.b = call.reads[1].dtype;
+      sample.c = call.writes[0].dtype;
+    }
+    SC_CUDA_CHECK(cudaEventCreate(&sample.start));
+    SC_CUDA_CHECK(cudaEventCreate(&sample.stop));
+    SC_CUDA_CHECK(cudaEventRecord(sample.start, cuda(call.stream)));
+    const auto t0 = std::chrono::steady_clock::now();
     gpu::launch(call, mem, cuda(call.stream), *r_.blas);
+    sample.host_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    SC_CUDA_CHECK(cudaEventRecord(sample.stop, cuda(call.stream)));
+    r_.kernel_samples.push_back(std::move(sample));
   }
   void do_collective(core::CollectiveCall call) override;
   void do_send(core::P2PCall call) override { p2p(std::move(call), true); }
@@ -177,6 +196,10 @@ void GpuRuntime::do_collective(core::CollectiveCall call) {
   const int gi = r_.groups.at(call.group);
   Group& g = w_.groups[gi];
   if (std::string e = core::check_collective_shape(call, static_cast<int>(g.members.size())); !e.empty()) throw InternalError(e);
+  if (w_.options.record_collectives) {
+    r_.collectives.push_back({call.kind, call.input.dtype, call.reduce, call.input.numel, call.output.numel, static_cast<int>(g.members.size()), g.name});
+  }
+  if (w_.options.skip_communication) return;
   const cudaStream_t s = cuda(call.stream);
   // --amplify: the communication stream runs late, so a missing ordering corrupts values.
   launch_spin(w_.options.amplify_cycles, s);
@@ -209,6 +232,7 @@ void GpuRuntime::do_collective(core::CollectiveCall call) {
 
 void GpuRuntime::p2p(core::P2PCall call, bool send) {
   if (call.peer < 0 || call.peer >= world_size() || call.peer == r_.rank) throw InternalError("p2p with an invalid peer");
+  if (w_.options.skip_communication) return;
   const cudaStream_t s = cuda(call.stream);
   const auto key = send ? std::tuple{r_.rank, call.peer, call.channel} : std::tuple{call.peer, r_.rank, call.channel};
   if (w_.options.comm == CommMode::nccl) {

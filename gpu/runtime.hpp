@@ -32,6 +32,47 @@ struct GpuOptions {
   core::PoolReuse reuse = core::PoolReuse::best_fit;
   int64_t amplify_cycles = 0;  // spin this long on a communication stream before each collective
   int64_t device_bytes_per_rank = int64_t{32} << 30;
+  bool profile_kernels = false;  // time every launch with CUDA events, and its host cost (for measurements)
+  // Measurement switches (not for checking): the device-local communicator adds members in
+  // descending rank order (another valid reduction order, to size order-only differences);
+  // collectives and transfers are not run at all (compute-only timing); every collective a
+  // rank issues is recorded (the sizes a strategy communicates).
+  bool reverse_reduction = false;
+  bool skip_communication = false;
+  bool record_collectives = false;
+};
+
+// A collective as a rank issued it (GpuOptions::record_collectives).
+struct CollectiveSample {
+  core::CollectiveKind kind = core::CollectiveKind::all_reduce;
+  core::DType dtype = core::DType::f32;
+  core::ReduceOp reduce = core::ReduceOp::sum;
+  int64_t in_numel = 0, out_numel = 0;
+  int members = 0;
+  std::string group;
+};
+
+// Launches timed with events (GpuOptions::profile_kernels): per kernel name, the device time
+// on its stream and the host time spent issuing it; and the Gemm launches in all and per
+// distinct shape (so each shape can be timed again on its own).
+struct KernelProfile {
+  struct Kernel {
+    std::string name;
+    int64_t launches = 0;
+    double milliseconds = 0;       // device time, summed over launches
+    double host_milliseconds = 0;  // host time inside the launch call (checks, cuBLASLt set-up, enqueue)
+  };
+  struct Shape {
+    core::kernel::Gemm gemm;
+    core::DType a = core::DType::f32, b = core::DType::f32, c = core::DType::f32;
+    int64_t launches = 0;
+    double milliseconds = 0;
+  };
+  std::vector<Kernel> kernels;  // most device time first
+  int64_t gemm_launches = 0;
+  double gemm_milliseconds = 0;  // summed over launches (concurrent launches overlap in wall time)
+  double gemm_flops = 0;         // 2 m n k per launch
+  std::vector<Shape> shapes;
 };
 
 struct GpuRunResult {
@@ -52,6 +93,10 @@ class GpuWorld {
   GpuRunResult run(const std::function<core::Task<>(core::Runtime&)>& body);
   // A live buffer's bytes, copied to the host after the rank's device work.
   std::vector<std::byte> read(int rank, core::BufferId buffer);
+  // The launches of every rank so far (needs options.profile_kernels); synchronizes.
+  KernelProfile kernel_profile();
+  // The collectives `rank` issued, in issue order (GpuOptions::record_collectives).
+  const std::vector<CollectiveSample>& collectives(int rank) const;
 
   struct Impl;
 

@@ -53,6 +53,15 @@ struct RankState {
   std::tuple<int, int, std::string> rendezvous_channel{-1, -1, ""};  // ... or a p2p partner
   int64_t rendezvous_pair = -1;
   std::unique_ptr<core::Runtime> runtime;
+  struct KernelSample {
+    cudaEvent_t start, stop;
+    std::string name;
+    double host_seconds = 0;
+    std::optional<core::kernel::Gemm> gemm;
+    core::DType a = core::DType::f32, b = core::DType::f32, c = core::DType::f32;
+  };
+  std::vector<KernelSample> kernel_samples;
+  std::vector<CollectiveSample> collectives;
 };
 
 struct Arrival {

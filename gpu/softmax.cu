@@ -54,7 +54,15 @@ __global__ void softmax_rows_kernel(Operand logits, Operand targets, Operand dlo
 // loss = (sum of row losses, rows in order, from +0.0f) / rows: the CPU's order exactly.
 __global__ void mean_loss_kernel(const float* row_loss, int64_t rows, float* loss) {
   float total = 0.0f;
-  for (int64_t n = 0; n < rows; ++n) total += row_loss[n];
+  int64_t n = 0;
+  for (; n + dev::kSerialBatch <= rows; n += dev::kSerialBatch) {
+    float v[dev::kSerialBatch];
+#pragma unroll
+    for (int b = 0; b < dev::kSerialBatch; ++b) v[b] = row_loss[n + b];
+#pragma unroll
+    for (int b = 0; b < dev::kSerialBatch; ++b) total += v[b];
+  }
+  for (; n < rows; ++n) total += row_loss[n];
   *loss = __fdiv_rn(total, static_cast<float>(rows));
 }
 

@@ -1,6 +1,7 @@
 // GpuWorld: set-up, communicators, and the drivers that resume each rank's host program when
 // what it waits for has happened (device-local: one thread for all ranks; NCCL: a thread per
 // rank and GPU).
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -87,6 +88,7 @@ void GpuWorld::Impl::launch_collective(Group& g, int64_t k) {
   lc.kind = static_cast<int>(c0.kind);
   lc.type = local_type(c0.input.dtype);
   lc.average = c0.reduce == core::ReduceOp::avg;
+  lc.reverse = options.reverse_reduction;
   lc.members = static_cast<int>(g.members.size());
   lc.root = c0.root;
   lc.in_numel = c0.input.numel;
@@ -227,6 +229,44 @@ std::vector<std::byte> GpuWorld::read(int rank, core::BufferId buffer) {
   SC_CUDA_CHECK(cudaMemcpy(out.data(), b.ptr, out.size(), cudaMemcpyDeviceToHost));
   return out;
 }
+
+KernelProfile GpuWorld::kernel_profile() {
+  KernelProfile p;
+  for (auto& r : impl_->ranks) {
+    SC_CUDA_CHECK(cudaSetDevice(r->device));
+    SC_CUDA_CHECK(cudaDeviceSynchronize());
+    for (const auto& s : r->kernel_samples) {
+      float ms = 0;
+      SC_CUDA_CHECK(cudaEventElapsedTime(&ms, s.start, s.stop));
+      auto k = std::find_if(p.kernels.begin(), p.kernels.end(), [&](const KernelProfile::Kernel& x) { return x.name == s.name; });
+      if (k == p.kernels.end()) k = p.kernels.insert(p.kernels.end(), KernelProfile::Kernel{s.name, 0, 0, 0});
+      k->launches++;
+      k->milliseconds += ms;
+      k->host_milliseconds += 1e3 * s.host_seconds;
+      if (s.gemm) {
+        const core::kernel::Gemm& g = *s.gemm;
+        p.gemm_milliseconds += ms;
+        p.gemm_flops += 2.0 * static_cast<double>(g.m) * g.n * g.k;
+        ++p.gemm_launches;
+        auto same = [&](const KernelProfile::Shape& x) {
+          return x.gemm.m == g.m && x.gemm.n == g.n && x.gemm.k == g.k && x.gemm.trans_a == g.trans_a && x.gemm.trans_b == g.trans_b &&
+                 x.gemm.beta == g.beta && x.a == s.a && x.b == s.b && x.c == s.c;
+        };
+        auto it = std::find_if(p.shapes.begin(), p.shapes.end(), same);
+        if (it == p.shapes.end()) it = p.shapes.insert(p.shapes.end(), KernelProfile::Shape{g, s.a, s.b, s.c, 0, 0});
+        it->launches++;
+        it->milliseconds += ms;
+      }
+      cudaEventDestroy(s.start);
+      cudaEventDestroy(s.stop);
+    }
+    r->kernel_samples.clear();
+  }
+  std::sort(p.kernels.begin(), p.kernels.end(), [](const auto& a, const auto& b) { return a.milliseconds > b.milliseconds; });
+  return p;
+}
+
+const std::vector<CollectiveSample>& GpuWorld::collectives(int rank) const { return impl_->ranks.at(rank)->collectives; }
 
 namespace {
 

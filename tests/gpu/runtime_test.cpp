@@ -3,11 +3,13 @@
 // ranks of one GPU is bitwise equal to DistOpt in exact mode and within tolerance of the
 // CPU reference, NCCL runs, and --amplify makes the upstream race corrupt values on
 // hardware while its fix stays clean.
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
 #include "cli/driver.hpp"
 #include "cli/gpu_backend.hpp"
+#include "core/trainer.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 
 using namespace shardcheck;
@@ -74,26 +76,79 @@ TEST_CASE("gpu training: exact mode bitwise equal to DistOpt, within tolerance o
   REQUIRE(ours.losses == distopt.losses);
 }
 
-TEST_CASE("gpu training runs under NCCL with one rank per GPU", "[gpu]") {
+TEST_CASE("gpu training under NCCL, one rank per GPU, is bitwise equal to the device-local run in exact mode", "[gpu]") {
+  SC_REQUIRE_GPU();
+  // Exact mode grid-rounds every contribution, so NCCL's reduction orders must not matter.
+  const int n = std::min(gpu::usable_devices(), 4);
+  for (const char* strategy : {"optim", "optim_grads_params", "distopt"}) {
+    auto s = load("training/zero1-exact.yaml");
+    cli::TrainingState& st = *s.training;
+    st.setup.config.strategy = *core::parse_strategy(strategy);
+    st.scenario.mesh = std::make_shared<const core::Mesh>(core::Mesh::data_parallel(n));
+    st.setup = core::make_training_setup(st.setup.config, st.scenario.mesh).value();
+    gpu::GpuOptions o = options(n);
+    o.comm = gpu::CommMode::nccl;
+    const cli::GpuTrainingRun nccl = cli::run_training_gpu(st, o, true);
+    INFO(strategy << " on " << n << " GPUs: " << nccl.result.error);
+    REQUIRE(nccl.result.completed);
+    for (const auto& f : nccl.findings) INFO(f.summary);
+    REQUIRE(nccl.findings.empty());
+    const cli::GpuTrainingRun local = cli::run_training_gpu(st, options(n), true);
+    REQUIRE(local.weights == nccl.weights);
+    REQUIRE(local.losses == nccl.losses);
+  }
+}
+
+TEST_CASE("measurement switches: reversed reduction order, no communication, recorded collectives", "[gpu]") {
   SC_REQUIRE_GPU();
   auto s = load("training/zero1-exact.yaml");
   cli::TrainingState& st = *s.training;
-  st.scenario.mesh = std::make_shared<const core::Mesh>(core::Mesh::data_parallel(1));
+  st.setup.config.precision.exact = false;  // order now matters in the last bits
   st.setup = core::make_training_setup(st.setup.config, st.scenario.mesh).value();
-  gpu::GpuOptions o = options(1);
-  o.comm = gpu::CommMode::nccl;
-  const cli::GpuTrainingRun nccl = cli::run_training_gpu(st, o, true);
-  INFO(nccl.result.error);
-  REQUIRE(nccl.result.completed);
-  REQUIRE(nccl.findings.empty());
-  const cli::GpuTrainingRun local = cli::run_training_gpu(st, options(1), true);
-  REQUIRE(local.weights == nccl.weights);
+  gpu::GpuOptions o = options(4);
+  o.record_collectives = true;
+  gpu::GpuWorld forward(o);
+  std::vector<core::RankResult> a(4), b(4), c(4);
+  REQUIRE(forward.run([&](core::Runtime& rt) { return core::train_rank(rt, st.setup, nullptr, &a[rt.rank()]); }).completed);
+  REQUIRE_FALSE(forward.collectives(0).empty());
+  for (const auto& call : forward.collectives(0)) REQUIRE(call.members == 4);
+  o.reverse_reduction = true;
+  gpu::GpuWorld reversed(o);
+  REQUIRE(reversed.run([&](core::Runtime& rt) { return core::train_rank(rt, st.setup, nullptr, &b[rt.rank()]); }).completed);
+  REQUIRE(reversed.collectives(0).size() == forward.collectives(0).size());
+  // Same first loss (no reduction has happened yet), close later ones.
+  REQUIRE(a[0].losses[0] == b[0].losses[0]);
+  REQUIRE(std::fabs(a[0].losses.back()[0] - b[0].losses.back()[0]) < 1e-3);
+  o.reverse_reduction = false;
+  o.skip_communication = true;
+  gpu::GpuWorld silent(o);
+  REQUIRE(silent.run([&](core::Runtime& rt) { return core::train_rank(rt, st.setup, nullptr, &c[rt.rank()]); }).completed);
+  REQUIRE(silent.collectives(0).size() == forward.collectives(0).size());
 }
 
 TEST_CASE("amplify: the upstream race corrupts values on hardware, the fix does not", "[gpu]") {
   SC_REQUIRE_GPU();
   gpu::GpuOptions o = options(2);
   o.amplify_cycles = 20'000'000;  // ~10 ms at H200 clocks: the reduce-scatter runs late
+  int corrupted = 0, fixed_corrupted = 0;
+  const auto race = load("trace/reuse-race.yaml"), fix = load("trace/reuse-fix-record-stream.yaml");
+  for (int i = 0; i < 5; ++i) {
+    corrupted += cli::run_trace_gpu(race, o).buffers_differing > 0;
+    fixed_corrupted += cli::run_trace_gpu(fix, o).buffers_differing > 0;
+  }
+  REQUIRE(corrupted > 0);
+  REQUIRE(fixed_corrupted == 0);
+}
+
+TEST_CASE("amplify on NCCL's streams: the race corrupts values across GPUs, the fix does not", "[gpu]") {
+  SC_REQUIRE_GPU();
+  if (gpu::usable_devices() < 2) {
+    std::cout << "SKIPPED: needs 2 GPUs" << std::endl;
+    return;
+  }
+  gpu::GpuOptions o = options(2);
+  o.comm = gpu::CommMode::nccl;
+  o.amplify_cycles = 20'000'000;
   int corrupted = 0, fixed_corrupted = 0;
   const auto race = load("trace/reuse-race.yaml"), fix = load("trace/reuse-fix-record-stream.yaml");
   for (int i = 0; i < 5; ++i) {
