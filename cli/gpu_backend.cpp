@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/trace_program.hpp"
+#include "core/trainer.hpp"
 #include "core/trace_scenario.hpp"
 #include "core/training_judge.hpp"
 
@@ -19,17 +20,8 @@ GpuTrainingRun run_training_gpu(TrainingState& state, const gpu::GpuOptions& opt
     return core::train_rank(rt, state.setup, judge ? &judgement : nullptr, &ranks[rt.rank()]);
   });
   const int steps = static_cast<int>(ranks.empty() ? 0 : ranks[0].norms.size());
-  for (int step = 0; step < steps; ++step) {
-    double sum = 0;
-    int n = 0;
-    for (const auto& r : ranks) {
-      if (step < static_cast<int>(r.losses.size())) {
-        for (float l : r.losses[step]) sum += l, ++n;
-      }
-    }
-    out.losses.push_back(n ? sum / n : 0.0);
-    if (judge) out.weights.push_back(judgement.logical_main(step));
-  }
+  out.losses = core::mean_losses(ranks, steps);
+  for (int step = 0; judge && step < steps; ++step) out.weights.push_back(judgement.logical_main(step));
   if (judge && out.result.completed) out.findings = judgement.judge();
   if (steps > 0) out.seconds_per_step = out.result.seconds / steps;
   return out;

@@ -169,4 +169,18 @@ Task<> train_rank(Runtime& rt, const TrainingSetup& setup, Observer* observer, R
   co_await loop.run();
 }
 
+std::vector<double> mean_losses(const std::vector<RankResult>& ranks, int steps) {
+  std::vector<double> out;
+  for (int step = 0; step < steps; ++step) {
+    double sum = 0;
+    int n = 0;
+    for (const auto& r : ranks) {
+      if (step >= static_cast<int>(r.losses.size())) continue;
+      for (float l : r.losses[step]) sum += l, ++n;
+    }
+    out.push_back(n ? sum / n : 0.0);
+  }
+  return out;
+}
+
 }  // namespace shardcheck::core

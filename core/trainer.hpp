@@ -35,4 +35,8 @@ struct RankResult {
 
 Task<> train_rank(Runtime& rt, const TrainingSetup& setup, Observer* observer, RankResult* result);
 
+// The loss of each of the first `steps` steps: the mean over every microbatch loss the ranks
+// reported for it (0 for a step none reported).
+std::vector<double> mean_losses(const std::vector<RankResult>& ranks, int steps);
+
 }  // namespace shardcheck::core

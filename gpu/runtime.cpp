@@ -33,18 +33,6 @@ class RankMemory final : public DeviceMemory {
   RankState& r_;
 };
 
-ncclDataType_t nccl_type(core::DType t) {
-  switch (t) {
-    case core::DType::f32: return ncclFloat32;
-    case core::DType::bf16: return ncclBfloat16;
-    case core::DType::f64: return ncclFloat64;
-    case core::DType::i32: return ncclInt32;
-    case core::DType::i64: return ncclInt64;
-    case core::DType::u8: return ncclUint8;
-  }
-  return ncclUint8;
-}
-
 }  // namespace
 
 class GpuRuntime final : public core::Runtime {

@@ -63,18 +63,6 @@ std::vector<double> on_simulator(core::TrainingConfig c, std::vector<core::Axis>
 
 int64_t dtype_size(core::DType t) { return core::dtype_bytes(t); }
 
-ncclDataType_t nccl_type(core::DType t) {
-  switch (t) {
-    case core::DType::f32: return ncclFloat32;
-    case core::DType::bf16: return ncclBfloat16;
-    case core::DType::f64: return ncclFloat64;
-    case core::DType::i32: return ncclInt32;
-    case core::DType::i64: return ncclInt64;
-    case core::DType::u8: return ncclUint8;
-  }
-  return ncclUint8;
-}
-
 // nccl-tests: algbw = S / t with S the larger of the two buffers (all-gather: output,
 // reduce-scatter: input); busbw = algbw * 2(n-1)/n for all-reduce, (n-1)/n for all-gather
 // and reduce-scatter, 1 for broadcast.
@@ -131,7 +119,7 @@ double time_alone(const gpu::CollectiveSample& c) {
     SC_CUDA_CHECK(cudaEventCreate(&start[d]));
     SC_CUDA_CHECK(cudaEventCreate(&stop[d]));
   }
-  const ncclDataType_t t = nccl_type(c.dtype);
+  const ncclDataType_t t = gpu::nccl_type(c.dtype);
   const ncclRedOp_t op = c.reduce == core::ReduceOp::avg ? ncclAvg : ncclSum;
   auto issue = [&] {
     SC_NCCL_CHECK(ncclGroupStart());

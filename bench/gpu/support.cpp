@@ -36,16 +36,7 @@ Timed train(core::TrainingConfig c, const std::vector<core::Axis>& axes, int ste
   if (!r.completed) throw std::runtime_error(r.error);
   Timed t;
   t.seconds = r.seconds;
-  for (int s = 0; s < steps; ++s) {
-    double sum = 0;
-    int n = 0;
-    for (const auto& rr : ranks) {
-      if (s < static_cast<int>(rr.losses.size())) {
-        for (float l : rr.losses[s]) sum += l, ++n;
-      }
-    }
-    t.losses.push_back(n ? sum / n : 0.0);
-  }
+  t.losses = core::mean_losses(ranks, steps);
   if (options.profile_kernels) t.profile = w.kernel_profile();
   if (options.record_collectives) t.collectives = w.collectives(0);
   return t;

@@ -33,6 +33,17 @@ gpu::GpuOptions options(int ranks) {
   o.device_bytes_per_rank = int64_t{2} << 30;
   return o;
 }
+// Of `runs` replays each of the upstream reuse race and its record_stream fix, how many end
+// with buffers that differ from the simulator's in-order values.
+std::pair<int, int> corrupted_runs(const gpu::GpuOptions& o, int runs) {
+  int race_runs = 0, fix_runs = 0;
+  const auto race = load("trace/reuse-race.yaml"), fix = load("trace/reuse-fix-record-stream.yaml");
+  for (int i = 0; i < runs; ++i) {
+    race_runs += cli::run_trace_gpu(race, o).buffers_differing > 0;
+    fix_runs += cli::run_trace_gpu(fix, o).buffers_differing > 0;
+  }
+  return {race_runs, fix_runs};
+}
 }  // namespace
 
 TEST_CASE("gpu trace programs end with the simulator's in-order values", "[gpu]") {
@@ -130,12 +141,7 @@ TEST_CASE("amplify: the upstream race corrupts values on hardware, the fix does 
   SC_REQUIRE_GPU();
   gpu::GpuOptions o = options(2);
   o.amplify_cycles = 20'000'000;  // ~10 ms at H200 clocks: the reduce-scatter runs late
-  int corrupted = 0, fixed_corrupted = 0;
-  const auto race = load("trace/reuse-race.yaml"), fix = load("trace/reuse-fix-record-stream.yaml");
-  for (int i = 0; i < 5; ++i) {
-    corrupted += cli::run_trace_gpu(race, o).buffers_differing > 0;
-    fixed_corrupted += cli::run_trace_gpu(fix, o).buffers_differing > 0;
-  }
+  const auto [corrupted, fixed_corrupted] = corrupted_runs(o, 5);
   REQUIRE(corrupted > 0);
   REQUIRE(fixed_corrupted == 0);
 }
@@ -149,12 +155,7 @@ TEST_CASE("amplify on NCCL's streams: the race corrupts values across GPUs, the 
   gpu::GpuOptions o = options(2);
   o.comm = gpu::CommMode::nccl;
   o.amplify_cycles = 20'000'000;
-  int corrupted = 0, fixed_corrupted = 0;
-  const auto race = load("trace/reuse-race.yaml"), fix = load("trace/reuse-fix-record-stream.yaml");
-  for (int i = 0; i < 5; ++i) {
-    corrupted += cli::run_trace_gpu(race, o).buffers_differing > 0;
-    fixed_corrupted += cli::run_trace_gpu(fix, o).buffers_differing > 0;
-  }
+  const auto [corrupted, fixed_corrupted] = corrupted_runs(o, 5);
   REQUIRE(corrupted > 0);
   REQUIRE(fixed_corrupted == 0);
 }
