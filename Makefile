@@ -3,7 +3,7 @@
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps build demo test bench gpu-check clean
+.PHONY: all deps build demo test test-sanitize fuzz bench gpu-check clean
 
 all: build
 
@@ -19,6 +19,33 @@ demo: build
 
 test: build
 	ctest --test-dir build --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# The test suite under AddressSanitizer and UndefinedBehaviorSanitizer (build-sanitize/, no
+# gpu/): any report fails its test.
+test-sanitize:
+	@scripts/install-deps sanitize
+	@cmake --preset sanitize >/dev/null
+	@cmake --build --preset sanitize -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --test-dir build-sanitize --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# libFuzzer on the scenario loader and the command-line parser, FUZZ_SECONDS each, starting
+# from tests/fuzz/corpus/ (read-only) and growing build-fuzz/corpus/. A crash is saved to
+# build-fuzz/artifacts/TARGET/ and stops `make fuzz` with the command that reproduces it.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= fuzz_scenario fuzz_cli
+FUZZ_ARGS ?= -timeout=10 -rss_limit_mb=2048
+fuzz:
+	@scripts/install-deps fuzz
+	@cmake --preset fuzz >/dev/null
+	@cmake --build --preset fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
+	@for t in $(FUZZ_TARGETS); do \
+	  c=$${t#fuzz_}; mkdir -p build-fuzz/corpus/$$c build-fuzz/artifacts/$$c; \
+	  echo "== $$t: $(FUZZ_SECONDS) s"; \
+	  build-fuzz/tests/fuzz/$$t build-fuzz/corpus/$$c tests/fuzz/corpus/$$c -max_total_time=$(FUZZ_SECONDS) \
+	    -dict=tests/fuzz/$$c.dict $(FUZZ_ARGS) -artifact_prefix=build-fuzz/artifacts/$$c/ -print_final_stats=1 || { \
+	    echo "$$t failed; reproduce: build-fuzz/tests/fuzz/$$t build-fuzz/artifacts/$$c/<file>" >&2; exit 1; }; \
+	done
 
 bench:
 	@scripts/install-deps bench
@@ -39,4 +66,4 @@ gpu-check: build
 	@if nvidia-smi -L >/dev/null 2>&1; then SHARDCHECK_SOURCE_DIR=$$PWD build/tests/gpu/gpu_tests; else echo "(no GPU here: the tests were built, not run)"; fi
 
 clean:
-	rm -rf build build-sanitize build-bench
+	rm -rf build build-sanitize build-bench build-fuzz

@@ -43,7 +43,8 @@ CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against
   r.exact = state.setup.config.precision.exact;
   sim::Options o = options_for(s, {}).value();
   const TrainingRun ours = run_training(state, o);
-  if (!ours.result.error.empty()) {
+  r.cancelled = ours.result.cancelled;
+  if (!ours.result.error.empty() || r.cancelled) {
     r.error = ours.result.error;
     return r;
   }
@@ -62,7 +63,8 @@ CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against
     other.setup.config.strategy = core::Strategy::distopt;
     other.setup.config.mutations = {};
     const TrainingRun base = run_training(other, o);
-    if (!base.result.error.empty()) {
+    r.cancelled = base.result.cancelled;
+    if (!base.result.error.empty() || r.cancelled) {
       r.error = base.result.error;
       return r;
     }

@@ -19,6 +19,7 @@ struct CompareResult {
   std::string first_divergent;  // empty when every step's weights are bitwise equal
   double entropy_rate = 0;
   std::string error;
+  bool cancelled = false;  // a signal stopped a training run: the result holds what ran before it
 };
 
 CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against, int steps);

@@ -10,6 +10,7 @@
 #include "cli/compare.hpp"
 #include "cli/driver.hpp"
 #include "cli/gpu_commands.hpp"
+#include "cli/interrupt.hpp"
 #include "cli/reporting.hpp"
 
 namespace shardcheck::cli {
@@ -24,10 +25,13 @@ struct CompareArgs {
   GpuArgs gpu;
 };
 
+// The report of a compare run; a run stopped by a signal or an internal error is reported as
+// far as it got, marked incomplete.
 bool write_compare_report(const CompareArgs& a, const LoadedScenario& s, const CompareResult& r) {
   reports::Report report;
   report.title = "shardcheck compare";
-  report.command = "shardcheck compare " + a.file + " --against " + a.against + " --report " + a.report;
+  report.command = "shardcheck compare " + a.file + " --against " + a.against +
+                   (a.steps > 0 ? " --steps " + std::to_string(a.steps) : "") + " --report " + a.report;
   reports::ScenarioResult sr;
   sr.name = s.name;
   sr.file = s.file;
@@ -41,12 +45,34 @@ bool write_compare_report(const CompareArgs& a, const LoadedScenario& s, const C
   d.series = {{r.label, r.ours}, {r.against, r.theirs}};
   d.max_abs_diff = r.max_abs;
   d.max_rel_diff = r.max_rel;
-  d.bitwise_equal = r.first_divergent.empty();
+  d.bitwise_equal = r.first_divergent.empty() && r.error.empty() && !r.cancelled;  // unknown after a stop
   d.first_divergent = r.first_divergent;
   d.achievable_loss = r.entropy_rate > 0 ? r.entropy_rate : -1;
-  sr.compare = d;
+  if (!r.ours.empty()) sr.compare = d;  // after a stop: the curves as far as they got
+  if (!r.error.empty() || r.cancelled) {
+    sr.met = false;
+    sr.complete = false;
+    sr.error = r.error;
+    if (r.cancelled) {
+      mark_incomplete(report, reports::Report::kInterrupted, interrupt_reason() + ", before the comparison finished");
+    } else {
+      mark_incomplete(report, reports::Report::kInternalError, "internal error: " + r.error);
+    }
+  }
   report.scenarios.push_back(std::move(sr));
   return write_report_to(report, a.report);
+}
+
+// compare_on_sim, with an exception escaping it turned into the result's internal error.
+CompareResult compare_guarded(const LoadedScenario& s, const CompareArgs& a) {
+  try {
+    return compare_on_sim(s, a.against, a.steps);
+  } catch (const std::exception& e) {
+    CompareResult r;
+    r.against = a.against;
+    r.error = e.what();
+    return r;
+  }
 }
 
 void print_table(const CompareResult& r) {
@@ -73,10 +99,16 @@ int run_compare(const CompareArgs& a) {
     return kBadInput;
   }
   if (on_gpu) return compare_on_gpu(*s, a.gpu, a.against, a.steps);
-  const CompareResult r = compare_on_sim(*s, a.against, a.steps);
-  if (!r.error.empty()) {
-    std::cerr << "shardcheck compare: internal error: " << r.error << "\n";
-    return kInternalError;
+  InterruptScope interrupts;
+  CompareResult r = compare_guarded(*s, a);
+  if (!r.error.empty() || r.cancelled) {
+    if (r.error.empty()) {
+      std::cout << "compare: " << interrupt_reason() << " before the comparison finished\n";
+    } else {
+      std::cerr << "shardcheck compare: internal error: " << r.error << "\n";
+    }
+    if (!a.report.empty() && !write_compare_report(a, *s, r)) return kInternalError;
+    return r.error.empty() ? interrupt_exit_code() : kInternalError;
   }
   std::cout << "compare " << r.label << " (" << s->name << ") against " << r.against << ": " << r.ours.size() << " steps"
             << (r.exact ? ", exact mode" : "") << "\n\n";

@@ -1,7 +1,7 @@
 // `shardcheck demo`: what `make demo` runs. Every seed bug of the catalog and every trace
-// scenario on the simulator, buggy and fixed: a progress line, a table (scenario, expected,
-// found, schedules explored, time), and a report in out/demo/. Exit 0 exactly when every
-// expectation holds.
+// scenario on the simulator, buggy and fixed, each schedule run twice to check that a seed
+// repeats: a progress line, a table (scenario, expected, found, schedules explored, time), and
+// a report in out/demo/. Exit 0 exactly when every expectation holds.
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/driver.hpp"
+#include "cli/interrupt.hpp"
 #include "cli/reporting.hpp"
 
 namespace shardcheck::cli {
@@ -58,6 +59,47 @@ void print_table(const reports::Report& r) {
   }
 }
 
+std::vector<LoadedScenario> load_demo(const std::vector<std::string>& files, bool& ok) {
+  std::vector<LoadedScenario> loaded;
+  for (const auto& f : files) {
+    auto s = load_scenario(f);
+    if (!s) {
+      std::cerr << s.error().message() << "\n";
+      ok = false;
+      return {};
+    }
+    loaded.push_back(std::move(s).value());
+  }
+  ok = true;
+  return loaded;
+}
+
+// What the demo's loop saw, for the closing lines and the exit code.
+struct DemoTally {
+  size_t ran = 0;
+  int failed = 0;
+  int digests = 0;               // trace digests that repeated on the determinism rerun
+  std::vector<std::string> nondeterministic;
+  std::string internal_error;    // the first: "scenario: what"
+};
+
+void print_ending(const DemoTally& t, size_t total) {
+  std::cout << "\n" << t.ran - t.failed << " of " << t.ran << " scenarios met their expectations\n";
+  if (t.nondeterministic.empty()) {
+    std::cout << "determinism: all " << t.digests << " trace digests of " << t.ran
+              << " scenarios matched on a rerun with the same seeds\n";
+  } else {
+    std::cout << "determinism: NONDETERMINISTIC (shardcheck is at fault) in";
+    for (const auto& n : t.nondeterministic) std::cout << " " << n;
+    std::cout << "\n";
+  }
+  if (!t.internal_error.empty()) {
+    std::cout << "stopped after " << t.ran << " of " << total << " scenarios by an internal error in " << t.internal_error << "\n";
+  } else if (interrupted() && t.ran < total) {
+    std::cout << interrupt_reason() << ": " << t.ran << " of " << total << " scenarios ran\n";
+  }
+}
+
 int run_demo(const DemoArgs& a) {
   const std::string root = scenario_root(a.scenarios);
   std::vector<std::string> files = yaml_files(root + "/catalog");
@@ -66,35 +108,43 @@ int run_demo(const DemoArgs& a) {
     std::cerr << "shardcheck demo: no scenarios under " << root << "/catalog or " << root << "/trace\n";
     return kBadInput;
   }
-  std::vector<LoadedScenario> loaded;
-  for (const auto& f : files) {
-    auto s = load_scenario(f);
-    if (!s) {
-      std::cerr << s.error().message() << "\n";
-      return kBadInput;
-    }
-    loaded.push_back(std::move(s).value());
-  }
+  bool ok = false;
+  const std::vector<LoadedScenario> loaded = load_demo(files, ok);
+  if (!ok) return kBadInput;
+  InterruptScope interrupts;
   const bool tty = ::isatty(STDOUT_FILENO);
-  std::cout << "shardcheck demo: " << loaded.size() << " scenarios from " << root << " (seed bugs, their fixes, and trace programs)\n";
+  std::cout << "shardcheck demo: " << loaded.size() << " scenarios from " << root
+            << " (seed bugs, their fixes, and trace programs), each schedule run twice to check determinism" << std::endl;
   reports::Report report;
   report.title = "shardcheck demo";
   report.command = "shardcheck demo";
-  int failed = 0;
+  DemoTally t;
   for (size_t i = 0; i < loaded.size(); ++i) {
+    if (interrupted() || !t.internal_error.empty()) break;
     progress(tty, i, loaded.size(), loaded[i].name, "");
-    const ScenarioOutcome o = run_scenario(loaded[i], {});
     ResultOptions ro;
     ro.compare = loaded[i].training != nullptr;
-    report.scenarios.push_back(scenario_result(loaded[i], o, {}, ro));
+    CheckedRun c = run_checked(loaded[i], {}, true, ro);
+    report.scenarios.push_back(std::move(*c.result));
     const auto& res = report.scenarios.back();
-    failed += res.met ? 0 : 1;
-    progress(tty, i, loaded.size(), loaded[i].name, res.met ? "ok" : "FAILED");
+    ++t.ran;
+    t.failed += res.met ? 0 : 1;
+    if (c.outcome.determinism && c.outcome.determinism->matched) t.digests += c.outcome.determinism->runs;
+    if (c.nondeterministic()) t.nondeterministic.push_back(loaded[i].name);
+    if (!c.error.empty() && t.internal_error.empty()) t.internal_error = loaded[i].name + ": " + c.error;
+    progress(tty, i, loaded.size(), loaded[i].name,
+             c.stopped ? "stopped" : c.nondeterministic() ? "NONDETERMINISTIC" : res.met ? "ok" : "FAILED");
   }
   print_table(report);
-  std::cout << "\n" << loaded.size() - failed << " of " << loaded.size() << " scenarios met their expectations\n";
+  print_ending(t, loaded.size());
+  if (!t.internal_error.empty()) {
+    mark_incomplete(report, reports::Report::kInternalError, "internal error in " + t.internal_error);
+  } else if (interrupted()) {
+    mark_incomplete(report, reports::Report::kInterrupted,
+                    interrupt_reason() + ", after " + std::to_string(t.ran) + " of " + std::to_string(loaded.size()) + " scenarios");
+  }
   if (!write_report_to(report, a.out)) return kInternalError;
-  return failed ? kExpectationFailed : kOk;
+  return exit_code(!t.internal_error.empty(), !t.nondeterministic.empty(), t.failed ? kExpectationFailed : kOk);
 }
 
 }  // namespace

@@ -81,8 +81,9 @@ Action add_layout_command(CLI::App& app) {
   cmd->add_option("--ranks", args->ranks, "Number of ranks D sharing the buffer")->required();
   cmd->add_flag("--json", args->json, "Print JSON instead of tables");
   return [args]() -> int {
-    if (args->ranks < 1) {
-      std::cerr << "shardcheck layout: --ranks must be at least 1 (got " << args->ranks << ")\n";
+    if (args->ranks < 1 || args->ranks > core::GlobalLayout::kMaxRanks) {
+      std::cerr << "shardcheck layout: --ranks must be at least 1 and at most " << core::GlobalLayout::kMaxRanks << " (got "
+                << args->ranks << ")\n";
       return kBadInput;
     }
     auto shapes = core::parse_shapes(args->shapes);

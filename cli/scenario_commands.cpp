@@ -4,6 +4,7 @@
 #include "cli/commands.hpp"
 #include "cli/driver.hpp"
 #include "cli/gpu_commands.hpp"
+#include "cli/interrupt.hpp"
 #include "cli/reporting.hpp"
 #include "core/atomic_file.hpp"
 #include "reports/chrome_trace.hpp"
@@ -58,6 +59,7 @@ struct RunArgs {
   std::vector<std::string> files;
   ScheduleArgs schedule;
   std::string report;
+  bool check_determinism = false;
   GpuArgs gpu;
 };
 
@@ -71,39 +73,123 @@ std::string command_line(const std::string& verb, const std::vector<std::string>
   return c + extra;
 }
 
+std::optional<ResultOptions> report_options(const std::string& dir) {
+  if (dir.empty()) return std::nullopt;
+  return ResultOptions{};
+}
+
+// What a scenario loop saw, for its closing lines, the report's completeness and the exit code.
+struct Tally {
+  size_t ran = 0;
+  int failed = 0;               // expectations not met
+  std::string internal_error;   // the first: "scenario: what"
+  int determinism_checked = 0;  // scenarios
+  int digests_matched = 0;      // schedules whose rerun repeated
+  int nondeterministic = 0;     // scenarios
+
+  void add(const LoadedScenario& s, const CheckedRun& c) {
+    ++ran;
+    failed += c.outcome.judged.met ? 0 : 1;
+    if (!c.error.empty() && internal_error.empty()) internal_error = s.name + ": " + c.error;
+    if (c.outcome.determinism) {
+      ++determinism_checked;
+      digests_matched += c.outcome.determinism->matched ? c.outcome.determinism->runs : 0;
+      nondeterministic += c.outcome.determinism->matched ? 0 : 1;
+    }
+  }
+  // Stops the loop: after a signal, or after an internal error, past which nothing is trusted.
+  bool stop() const { return interrupted() || !internal_error.empty(); }
+};
+
+// The closing lines of `run`: stopped early, and the determinism check's sum.
+void print_ending(const Tally& t, size_t total) {
+  if (!t.internal_error.empty()) {
+    std::cout << "stopped after " << t.ran << " of " << total << " scenarios by an internal error in " << t.internal_error << "\n";
+  } else if (interrupted() && t.ran < total) {
+    std::cout << interrupt_reason() << ": " << t.ran << " of " << total << " scenarios ran\n";
+  }
+  if (t.determinism_checked == 0) return;
+  if (t.nondeterministic == 0) {
+    std::cout << "determinism: all " << t.digests_matched << " trace digests of " << t.determinism_checked << " scenario"
+              << (t.determinism_checked == 1 ? "" : "s") << " matched on a rerun with the same seeds\n";
+  } else {
+    std::cout << "determinism: " << t.nondeterministic << " of " << t.determinism_checked
+              << " scenarios did not repeat (NONDETERMINISTIC above): shardcheck is at fault\n";
+  }
+}
+
+// Marks the report incomplete when the loop stopped early, and returns the exit code.
+int finish(reports::Report& report, const Tally& t, const std::string& partial) {
+  if (!t.internal_error.empty()) {
+    mark_incomplete(report, reports::Report::kInternalError, "internal error in " + t.internal_error);
+  } else if (interrupted()) {
+    mark_incomplete(report, reports::Report::kInterrupted, interrupt_reason() + partial);
+  }
+  return exit_code(!t.internal_error.empty(), t.nondeterministic > 0, t.failed ? kExpectationFailed : kOk);
+}
+
+void print_run(const LoadedScenario& s, const CheckedRun& c, const std::string& policy) {
+  const int runs = c.outcome.explored.runs_done;
+  std::cout << "== " << s.name << " (" << s.file << "): " << runs << " schedule" << (runs == 1 ? "" : "s")
+            << (c.stopped ? ", stopped early by an interrupt" : "") << "\n";
+  print_findings(std::cout, s, c.outcome.explored.findings, policy);
+  if (!c.error.empty()) std::cout << "internal error: " << c.error << "\n";
+  if (c.outcome.determinism) print_determinism(std::cout, s, *c.outcome.determinism);
+  print_verdict(std::cout, s, c.outcome.judged);
+  std::cout << std::flush;  // a reader of a pipe sees each scenario as it finishes
+}
+
 int run_files(const RunArgs& a) {
   std::vector<LoadedScenario> scenarios;
   if (!load_all(a.files, a.schedule, scenarios)) return kBadInput;
-  if (a.gpu.backend != "sim") return run_on_gpu(scenarios, a.gpu, a.schedule.runs > 0 ? a.schedule.runs : 1);
-  int failed = 0, errors = 0;
-  reports::Report report;
-  report.command = command_line("run", a.files, a.schedule, a.report.empty() ? "" : " --report " + a.report);
-  for (const auto& s : scenarios) {
-    ScenarioOutcome o = run_scenario(s, overrides(a.schedule));
-    if (!a.report.empty()) report.scenarios.push_back(scenario_result(s, o, overrides(a.schedule), {}));
-    std::cout << "== " << s.name << " (" << s.file << "): " << o.explored.runs_done << " schedule"
-              << (o.explored.runs_done == 1 ? "" : "s") << "\n";
-    print_findings(std::cout, s, o.explored.findings, policy_flag(a.schedule));
-    if (!o.explored.error.empty()) {
-      std::cout << "internal error (seed " << o.explored.error_seed << "): " << o.explored.error << "\n";
-      ++errors;
+  if (a.gpu.backend != "sim") {
+    if (a.check_determinism) {
+      std::cerr << "shardcheck: --check-determinism reruns simulated schedules; it does not apply to --backend " << a.gpu.backend << "\n";
+      return kBadInput;
     }
-    print_verdict(std::cout, s, o.judged);
-    failed += o.judged.met ? 0 : 1;
+    return run_on_gpu(scenarios, a.gpu, a.schedule.runs > 0 ? a.schedule.runs : 1);
   }
-  std::cout << "\n" << scenarios.size() << " scenario" << (scenarios.size() == 1 ? "" : "s") << ": "
-            << scenarios.size() - failed << " met expectations, " << failed << " did not\n";
+  InterruptScope interrupts;
+  reports::Report report;
+  report.command = command_line("run", a.files, a.schedule,
+                                std::string(a.check_determinism ? " --check-determinism" : "") +
+                                    (a.report.empty() ? "" : " --report " + a.report));
+  Tally t;
+  for (const auto& s : scenarios) {
+    if (t.stop()) break;
+    CheckedRun c = run_checked(s, overrides(a.schedule), a.check_determinism, report_options(a.report));
+    if (c.result) report.scenarios.push_back(std::move(*c.result));
+    print_run(s, c, policy_flag(a.schedule));
+    t.add(s, c);
+  }
+  std::cout << "\n" << t.ran << " scenario" << (t.ran == 1 ? "" : "s") << ": " << t.ran - t.failed
+            << " met expectations, " << t.failed << " did not\n";
+  print_ending(t, scenarios.size());
+  const int code = finish(report, t, ", after " + std::to_string(t.ran) + " of " + std::to_string(scenarios.size()) + " scenarios");
   if (!a.report.empty() && !write_report_to(report, a.report)) return kInternalError;
-  if (errors) return kInternalError;
-  return failed ? kExpectationFailed : kOk;
+  return code;
 }
 
 struct ExploreArgs {
   std::string file;
   ScheduleArgs schedule;
   bool all = false;
+  bool check_determinism = false;
   std::string report;
 };
+
+void print_explored(const LoadedScenario& s, const CheckedRun& c, const sim::Options& opt) {
+  const sim::ExploreResult& e = c.outcome.explored;
+  std::cout << "explored " << e.runs_done << " schedule" << (e.runs_done == 1 ? "" : "s") << " of " << s.name
+            << " (policy " << sim::to_string(opt.policy) << ", seeds " << opt.seed << ".." << opt.seed + e.runs_done - 1
+            << ") in " << c.outcome.seconds << " s" << (c.stopped ? "; " + interrupt_reason() : "") << "\n";
+  if (e.first_hit >= 0) {
+    std::cout << "first finding after " << e.first_hit + 1 << " schedule" << (e.first_hit == 0 ? "" : "s") << " (seed "
+              << opt.seed + e.first_hit << ")\n\n";
+  } else {
+    std::cout << "no findings\n\n";
+  }
+}
 
 int explore_file(const ExploreArgs& a) {
   std::vector<LoadedScenario> scenarios;
@@ -111,30 +197,28 @@ int explore_file(const ExploreArgs& a) {
   const LoadedScenario& s = scenarios.front();
   ScheduleOverrides o = overrides(a.schedule);
   o.stop_at_first = !a.all;
-  ScenarioOutcome out = run_scenario(s, o);
   const sim::Options opt = options_for(s, o).value();
-  std::cout << "explored " << out.explored.runs_done << " schedule" << (out.explored.runs_done == 1 ? "" : "s")
-            << " of " << s.name << " (policy " << sim::to_string(opt.policy) << ", seeds " << opt.seed << ".."
-            << opt.seed + out.explored.runs_done - 1 << ") in " << out.seconds << " s\n";
-  if (out.explored.first_hit >= 0) {
-    std::cout << "first finding after " << out.explored.first_hit + 1 << " schedule"
-              << (out.explored.first_hit == 0 ? "" : "s") << " (seed " << opt.seed + out.explored.first_hit << ")\n\n";
-  } else {
-    std::cout << "no findings\n\n";
-  }
-  print_findings(std::cout, s, out.explored.findings, policy_flag(a.schedule));
-  if (!out.explored.error.empty()) {
-    std::cout << "internal error (seed " << out.explored.error_seed << "): " << out.explored.error << "\n";
-    return kInternalError;
-  }
-  print_verdict(std::cout, s, out.judged);
-  if (!a.report.empty()) {
-    reports::Report report;
-    report.command = command_line("explore", {a.file}, a.schedule, (a.all ? " --all" : "") + std::string(" --report ") + a.report);
-    report.scenarios.push_back(scenario_result(s, out, o, {}));
-    if (!write_report_to(report, a.report)) return kInternalError;
-  }
-  return out.judged.met ? kOk : kExpectationFailed;
+  InterruptScope interrupts;
+  const int runs = o.runs.value_or(s.schedule.runs);
+  std::cout << "exploring up to " << runs << " schedule" << (runs == 1 ? "" : "s") << " of " << s.name << " from seed "
+            << opt.seed << (a.all ? "" : ", until the first finding") << std::endl;  // tells a watcher it has begun
+  const std::optional<ResultOptions> ro = report_options(a.report);
+  CheckedRun c = run_checked(s, o, a.check_determinism, ro);
+  print_explored(s, c, opt);
+  print_findings(std::cout, s, c.outcome.explored.findings, policy_flag(a.schedule));
+  if (!c.error.empty()) std::cout << "internal error: " << c.error << "\n";
+  if (c.outcome.determinism) print_determinism(std::cout, s, *c.outcome.determinism);
+  if (c.error.empty()) print_verdict(std::cout, s, c.outcome.judged);
+  Tally t;
+  t.add(s, c);
+  reports::Report report;
+  report.command = command_line("explore", {a.file}, a.schedule,
+                                std::string(a.all ? " --all" : "") + (a.check_determinism ? " --check-determinism" : "") +
+                                    (a.report.empty() ? "" : " --report " + a.report));
+  if (c.result) report.scenarios.push_back(std::move(*c.result));
+  const int code = finish(report, t, ", after " + std::to_string(c.outcome.explored.runs_done) + " schedules");
+  if (!a.report.empty() && !write_report_to(report, a.report)) return kInternalError;
+  return code;
 }
 
 struct ReplayArgs {
@@ -178,6 +262,8 @@ Action add_run_command(CLI::App& app) {
   cmd->add_option("files", a->files, "Scenario files")->required();
   add_schedule_options(cmd, a->schedule, true);
   cmd->add_option("--report", a->report, "Write a report (Markdown, HTML, JSON, Chrome traces) to this folder");
+  cmd->add_flag("--check-determinism", a->check_determinism,
+                "Rerun every schedule with its seed and require the same trace digest and findings (exit 3 if not)");
   add_gpu_options(cmd, a->gpu);
   return [a] { return run_files(*a); };
 }
@@ -188,6 +274,8 @@ Action add_explore_command(CLI::App& app) {
   cmd->add_option("file", a->file, "Scenario file")->required();
   add_schedule_options(cmd, a->schedule, true);
   cmd->add_flag("--all", a->all, "Keep exploring after the first finding");
+  cmd->add_flag("--check-determinism", a->check_determinism,
+                "Rerun every schedule explored with its seed and require the same trace digest and findings (exit 3 if not)");
   cmd->add_option("--report", a->report, "Write a report (Markdown, HTML, JSON, Chrome traces) to this folder");
   return [a] { return explore_file(*a); };
 }

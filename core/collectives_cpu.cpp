@@ -58,6 +58,9 @@ void execute_collective_cpu(const CollectiveCall& c, std::span<std::byte* const>
   const DType t = c.input.dtype;
   const int64_t esize = dtype_bytes(t);
   const int64_t in_n = c.input.numel, out_n = c.output.numel;
+  // An empty collective moves nothing; the copies below would pass memcpy a null pointer
+  // (an empty vector's data()), which is undefined even for zero bytes.
+  if (in_n == 0 && out_n == 0) return;
   switch (c.kind) {
     case CollectiveKind::all_gather: {
       // Copy all inputs first: an in-place all_gather's input lies inside the outputs.

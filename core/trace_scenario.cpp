@@ -32,7 +32,7 @@ class Parser {
             "a trace scenario");
     for (const char* k : {"name", "ranks", "streams", "program", "expect"}) y_.require(root, k, "a trace scenario");
     s.name = y_.str(root["name"], "name");
-    if (root["description"]) s.description = y_.str(root["description"], "description");
+    if (root["description"]) s.description = y_.text(root["description"], "description");
     s.ranks = static_cast<int>(y_.integer(root["ranks"], "ranks", 1, TraceLimits::kMaxRanks));
     s.streams = y_.strings(root["streams"], "streams");
     if (s.streams.empty()) y_.fail(root["streams"], "a rank needs at least one stream");
@@ -50,15 +50,20 @@ class Parser {
     s.expect = read_expectation(y_, root["expect"]);
     const YAML::Node prog = y_.seq(root["program"], "program");
     if (prog.size() > static_cast<size_t>(TraceLimits::kMaxProgramSteps)) {
-      y_.fail(prog, "the program has more than " + std::to_string(TraceLimits::kMaxProgramSteps) + " steps");
+      y_.fail(prog, "the program has " + std::to_string(prog.size()) + " steps; the limit is " +
+                        std::to_string(TraceLimits::kMaxProgramSteps));
     }
     for (const auto& item : prog) s.program.push_back(step(item, s));
+    totals(prog, s);
     return s;
   }
 
  private:
   void groups(const YAML::Node& n, TraceScenario& s) {
     y_.map(n, "groups");
+    if (n.size() > static_cast<size_t>(TraceLimits::kMaxGroups)) {
+      y_.fail(n, std::to_string(n.size()) + " groups; the limit is " + std::to_string(TraceLimits::kMaxGroups));
+    }
     for (auto it = n.begin(); it != n.end(); ++it) {
       const std::string name = y_.str(it->first, "a group name");
       auto ranks = y_.integers(it->second, "group members", 0, TraceLimits::kMaxRanks);
@@ -111,8 +116,30 @@ class Parser {
   std::vector<RangeSpec> ranges(const YAML::Node& n, const char* what) {
     std::vector<RangeSpec> v;
     y_.seq(n, what);
+    if (n.size() > static_cast<size_t>(TraceLimits::kMaxAccessesPerKernel)) {
+      y_.fail(n, std::string(what) + " lists " + std::to_string(n.size()) + " ranges; a kernel has at most " +
+                     std::to_string(TraceLimits::kMaxAccessesPerKernel) + " reads and writes");
+    }
     for (const auto& x : n) v.push_back(range(x, what));
     return v;
+  }
+
+  // The work a program makes: steps and kernel accesses times the ranks that run them. Checked
+  // before validation, which walks the program once per rank.
+  void totals(const YAML::Node& prog, const TraceScenario& s) {
+    int64_t ops = 0, accesses = 0;
+    for (const TraceStep& t : s.program) {
+      ops += s.ranks_running(t);
+      accesses += s.ranks_running(t) * static_cast<int64_t>(t.reads.size() + t.writes.size());
+    }
+    if (ops > TraceLimits::kMaxOperations) {
+      y_.fail(prog, "the program runs " + std::to_string(ops) + " operations over its " + std::to_string(s.ranks) +
+                        " ranks; the limit is " + std::to_string(TraceLimits::kMaxOperations));
+    }
+    if (accesses > TraceLimits::kMaxAccesses) {
+      y_.fail(prog, "the program's kernels make " + std::to_string(accesses) + " reads and writes over its " +
+                        std::to_string(s.ranks) + " ranks; the limit is " + std::to_string(TraceLimits::kMaxAccesses));
+    }
   }
 
   TraceStep step(const YAML::Node& item, const TraceScenario& s) {
@@ -138,7 +165,15 @@ class Parser {
     }
     if (!op_name) y_.fail(item, "a step needs an operation (alloc, free, kernel, ...)");
     if (item["on"]) {
-      for (int64_t r : y_.integers(item["on"], "on", 0, s.ranks - 1)) t.on.push_back(static_cast<int>(r));
+      const std::vector<int64_t> on = y_.integers(item["on"], "on", 0, s.ranks - 1);
+      if (on.empty()) y_.fail(item["on"], "`on:` lists the ranks that run this step; an empty list runs it nowhere");
+      for (size_t i = 0; i < on.size(); ++i) {
+        if (std::find(on.begin(), on.begin() + static_cast<std::ptrdiff_t>(i), on[i]) != on.begin() + static_cast<std::ptrdiff_t>(i)) {
+          y_.fail(item["on"][i], "rank " + std::to_string(on[i]) + " appears twice in `on:`");
+        }
+        t.on.push_back(static_cast<int>(on[i]));
+      }
+      std::sort(t.on.begin(), t.on.end());
     }
     body(item[op_name], op_name, t);
     return t;
@@ -171,6 +206,10 @@ class Parser {
         t.stream = y_.str(n["stream"], "stream");
         if (n["reads"]) t.reads = ranges(n["reads"], "reads");
         if (n["writes"]) t.writes = ranges(n["writes"], "writes");
+        if (t.reads.size() + t.writes.size() > static_cast<size_t>(TraceLimits::kMaxAccessesPerKernel)) {
+          y_.fail(n, "the kernel has " + std::to_string(t.reads.size() + t.writes.size()) + " reads and writes; the limit is " +
+                         std::to_string(TraceLimits::kMaxAccessesPerKernel));
+        }
         break;
       case Kind::wait:
         need({"stream", "for"}, {"stream", "for"});
@@ -255,9 +294,11 @@ class Validator {
       live_.clear();
       freed_.clear();
       events_.clear();
+      live_bytes_ = peak_bytes_ = 0;
       for (const TraceStep& t : s_.program) {
         if (s_.runs_on(t, r)) check(t, r);
       }
+      earlier_ranks_bytes_ += peak_bytes_;
     }
   }
 
@@ -298,9 +339,10 @@ class Validator {
         if (live_.count(t.buffer)) fail(t.loc, "buffer '" + t.buffer + "' is already allocated" + on_rank(r) + " (free it first)");
         live_[t.buffer] = t.bytes;
         freed_.erase(t.buffer);
+        device_bytes(t, r);
         break;
       case Kind::free:
-        buffer(t.loc, t.buffer, r);
+        live_bytes_ -= buffer(t.loc, t.buffer, r);
         live_.erase(t.buffer);
         freed_.insert(t.buffer);
         break;
@@ -339,6 +381,18 @@ class Validator {
     }
   }
 
+  // The simulator never returns a rank's memory while the run lasts, so every rank's peak of
+  // allocated bytes is held at the end: their sum past the limit cannot run.
+  void device_bytes(const TraceStep& t, int r) {
+    live_bytes_ += t.bytes;
+    peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+    if (earlier_ranks_bytes_ + peak_bytes_ > TraceLimits::kMaxDeviceBytes) {
+      fail(t.loc, "with this allocation" + on_rank(r) + " the ranks hold " + std::to_string(earlier_ranks_bytes_ + peak_bytes_) +
+                      " bytes of device memory in all; the simulator models at most " +
+                      std::to_string(TraceLimits::kMaxDeviceBytes) + " bytes (4 GiB) per run");
+    }
+  }
+
   void collective(const TraceStep& t, int r) {
     stream(t, t.stream);
     const std::vector<int>* members = nullptr;
@@ -372,6 +426,8 @@ class Validator {
   std::map<std::string, int64_t> live_;
   std::set<std::string> freed_;
   std::set<std::string> events_;
+  int64_t live_bytes_ = 0, peak_bytes_ = 0;  // this rank's
+  int64_t earlier_ranks_bytes_ = 0;          // the peaks of ranks 0..r-1
 };
 
 Expected<TraceScenario> parse(YamlReader& y, const YAML::Node& root) {
@@ -386,28 +442,28 @@ Expected<TraceScenario> parse(YamlReader& y, const YAML::Node& root) {
 }  // namespace
 
 bool TraceScenario::runs_on(const TraceStep& s, int rank) const {
-  return s.on.empty() || std::find(s.on.begin(), s.on.end(), rank) != s.on.end();
+  return s.on.empty() || std::binary_search(s.on.begin(), s.on.end(), rank);
 }
 
 Expected<TraceScenario> load_trace_scenario(const std::string& path) {
+  YamlReader y(path);
   try {
-    YamlReader y(path);
     return parse(y, y.load());
   } catch (const LoadError& e) {
     return Error(e.what());
   } catch (const YAML::Exception& e) {
-    return Error(path + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) + ": " + e.msg);
+    return Error(y.exception_loc(e).str() + ": " + e.msg);
   }
 }
 
 Expected<TraceScenario> parse_trace_scenario(const std::string& text, const std::string& path) {
+  YamlReader y(path);
   try {
-    YamlReader y(path);
     return parse(y, y.load_string(text));
   } catch (const LoadError& e) {
     return Error(e.what());
   } catch (const YAML::Exception& e) {
-    return Error(path + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) + ": " + e.msg);
+    return Error(y.exception_loc(e).str() + ": " + e.msg);
   }
 }
 

@@ -16,11 +16,22 @@
 
 namespace shardcheck::core {
 
+// Bounds that keep loading, checking and simulating a trace scenario finite in memory and
+// time; each is checked before anything runs and named in its error (README, "Limits").
+// The simulator keeps real host bytes behind every simulated device byte, so device memory
+// is bounded in total, not only per buffer.
 struct TraceLimits {
-  static constexpr int kMaxRanks = 256;
-  static constexpr int kMaxStreams = 8;
+  static constexpr int kMaxRanks = 256;    // the simulator's sim::Options::kMaxRanks
+  static constexpr int kMaxStreams = 8;    // per rank; the simulator has room for 12
+  static constexpr int kMaxGroups = 1024;  // each with at most kMaxRanks members
   static constexpr int64_t kMaxBufferBytes = int64_t{1} << 30;
-  static constexpr int kMaxProgramSteps = 100000;
+  // Bytes allocated at once, summed over ranks: a program past it cannot run, since the
+  // simulator holds at most sim::Options::max_device_bytes (4 GiB) per run.
+  static constexpr int64_t kMaxDeviceBytes = int64_t{4} << 30;
+  static constexpr int kMaxProgramSteps = 20000;
+  static constexpr int kMaxAccessesPerKernel = 64;       // reads plus writes of one kernel
+  static constexpr int64_t kMaxOperations = 1000000;     // program steps summed over the ranks running them
+  static constexpr int64_t kMaxAccesses = 4000000;       // kernel reads and writes, summed likewise
 };
 
 // A byte range of a named buffer; bytes < 0 means "to the end of the buffer".
@@ -37,7 +48,7 @@ struct TraceStep {
   };
   Kind kind = Kind::alloc;
   SourceLoc loc;
-  std::vector<int> on;  // ranks that run it; empty: every rank
+  std::vector<int> on;  // ranks that run it, ascending, each once; empty: every rank
   std::string buffer;   // alloc, free, record_stream, send, recv
   int64_t bytes = 0;    // alloc
   std::string stream;   // alloc (default stream when empty), kernel, wait, record, ...
@@ -69,6 +80,7 @@ struct TraceScenario {
   Expectation expect;
 
   bool runs_on(const TraceStep& s, int rank) const;
+  int64_t ranks_running(const TraceStep& s) const { return s.on.empty() ? ranks : static_cast<int64_t>(s.on.size()); }
 };
 
 Expected<TraceScenario> load_trace_scenario(const std::string& path);

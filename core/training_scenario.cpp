@@ -9,6 +9,33 @@ namespace shardcheck::core {
 
 namespace {
 
+std::string model_limits_exceeded(const TrainingConfig& c, const ModelLayout& layout) {
+  using L = TrainingLimits;
+  const int64_t params = layout.num_logical_elements();
+  if (params > L::kMaxParameters) {
+    return "the model has " + std::to_string(params) + " parameters; the limit is 2^27 (" + std::to_string(L::kMaxParameters) + ")";
+  }
+  // Each factor is at most 2^16 (layers 2^8, micro_batch_size 2^10): no product overflows.
+  const ModelConfig& m = c.model;
+  const int64_t rows = m.seq * c.micro_batch_size;
+  const int64_t per_row = 2 * m.vocab + 12 * m.hidden * m.layers;
+  if (rows > L::kMaxActivationElements / per_row) {
+    return "one microbatch keeps seq * micro_batch_size * (2 * vocab + 12 * hidden * layers) = " + std::to_string(rows) +
+           " * " + std::to_string(per_row) + " activation elements; the limit is 2^29 (" +
+           std::to_string(L::kMaxActivationElements) + ")";
+  }
+  return "";
+}
+
+std::string reference_limit_exceeded(const TrainingConfig& c, const ModelLayout& layout, bool with_reference) {
+  using L = TrainingLimits;
+  const int64_t params = layout.num_logical_elements();
+  if (!with_reference || c.steps <= L::kMaxReferenceParameterSteps / params) return "";
+  return "the single-rank reference keeps every step's weights and gradients: " + std::to_string(params) +
+         " parameters * " + std::to_string(c.steps) + " steps exceeds the limit of 2^28 (" +
+         std::to_string(L::kMaxReferenceParameterSteps) + "); take fewer steps, a smaller model or `reference: none`";
+}
+
 class Parser {
  public:
   explicit Parser(const YamlReader& y) : y_(y) {}
@@ -22,7 +49,7 @@ class Parser {
             "a training scenario");
     for (const char* k : {"name", "mesh", "model", "strategy", "steps", "expect"}) y_.require(root, k, "a training scenario");
     s.name = y_.str(root["name"], "name");
-    if (root["description"]) s.description = y_.str(root["description"], "description");
+    if (root["description"]) s.description = y_.text(root["description"], "description");
     mesh(root["mesh"], s);
     model(root["model"], s.config.model);
     if (root["data"]) data(root["data"], s.config);
@@ -171,9 +198,13 @@ class Parser {
     const bool two_d = is_two_dimensional(c.strategy);
     if (two_d && !m.find_axis("dp_outer")) y_.fail(strategy_node_, std::string(to_string(c.strategy)) + " needs a mesh with dp_outer and dp_inner");
     if (!two_d && m.find_axis("dp_outer")) y_.fail(strategy_node_, std::string(to_string(c.strategy)) + " runs on a 'dp' axis, not dp_outer/dp_inner (use hsdp or hfsdp)");
+    if (!two_d && !m.find_axis("dp")) {
+      y_.fail(root["mesh"], std::string(to_string(c.strategy)) + " needs a 'dp' axis in the mesh (dp: 1 for a single data-parallel rank)");
+    }
     auto layout = ModelLayout::create(c.model, m.size_or_one("pp"), m.virtual_stages());
     if (!layout) y_.fail(root["model"], layout.error().message());
-    if (layout->num_logical_elements() > TrainingLimits::kMaxParameters) y_.fail(root["model"], "the model has more than 2^27 parameters");
+    if (const std::string why = model_limits_exceeded(c, *layout); !why.empty()) y_.fail(root["model"], why);
+    if (const std::string why = reference_limit_exceeded(c, *layout, s.reference != "none"); !why.empty()) y_.fail(root["steps"], why);
     const int pp = m.size_or_one("pp"), vpp = m.virtual_stages();
     if (vpp > 1 && c.microbatches % pp != 0) {
       y_.fail(root["microbatches"] ? root["microbatches"] : root, "interleaved pipelining needs microbatches to be a multiple of pp (" + std::to_string(pp) + ")");
@@ -187,6 +218,19 @@ class Parser {
   YAML::Node strategy_node_;
 };
 
+}  // namespace
+
+std::string training_limits_exceeded(const TrainingConfig& c, const Mesh& mesh, bool with_reference) {
+  auto layout = ModelLayout::create(c.model, mesh.size_or_one("pp"), mesh.virtual_stages());
+  if (!layout) return layout.error().message();
+  if (mesh.world_size() > TrainingLimits::kMaxRanks) return "more than " + std::to_string(TrainingLimits::kMaxRanks) + " ranks";
+  if (c.steps < 1 || c.steps > TrainingLimits::kMaxSteps) return "steps must be between 1 and " + std::to_string(TrainingLimits::kMaxSteps);
+  if (auto why = model_limits_exceeded(c, *layout); !why.empty()) return why;
+  return reference_limit_exceeded(c, *layout, with_reference);
+}
+
+namespace {
+
 Expected<TrainingScenario> parse(YamlReader& y, const YAML::Node& root) {
   if (!root["kind"] || y.str(root["kind"], "kind") != "training") y.fail(root["kind"] ? root["kind"] : root, "expected 'kind: training'");
   return Parser(y).scenario(root);
@@ -195,24 +239,24 @@ Expected<TrainingScenario> parse(YamlReader& y, const YAML::Node& root) {
 }  // namespace
 
 Expected<TrainingScenario> load_training_scenario(const std::string& path) {
+  YamlReader y(path);
   try {
-    YamlReader y(path);
     return parse(y, y.load());
   } catch (const LoadError& e) {
     return Error(e.what());
   } catch (const YAML::Exception& e) {
-    return Error(path + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) + ": " + e.msg);
+    return Error(y.exception_loc(e).str() + ": " + e.msg);
   }
 }
 
 Expected<TrainingScenario> parse_training_scenario(const std::string& text, const std::string& path) {
+  YamlReader y(path);
   try {
-    YamlReader y(path);
     return parse(y, y.load_string(text));
   } catch (const LoadError& e) {
     return Error(e.what());
   } catch (const YAML::Exception& e) {
-    return Error(path + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) + ": " + e.msg);
+    return Error(y.exception_loc(e).str() + ": " + e.msg);
   }
 }
 

@@ -1,8 +1,8 @@
 // YamlReader: typed access with positions.
 #include "core/yaml_reader.hpp"
 
+#include <cmath>
 #include <fstream>
-#include <sstream>
 
 namespace shardcheck::core {
 
@@ -21,17 +21,26 @@ std::string type_name(const YAML::Node& n) {
 YAML::Node YamlReader::load() {
   std::ifstream in(file_, std::ios::binary);
   if (!in) fail_at({file_, 1, 1}, "cannot open the file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return load_string(ss.str());
+  // Read at most one chunk past the limit, never the whole of an oversized file (or a device).
+  std::string text;
+  char chunk[1 << 16];
+  while (static_cast<int64_t>(text.size()) <= kMaxFileBytes && in.read(chunk, sizeof chunk).gcount() > 0) {
+    text.append(chunk, static_cast<size_t>(in.gcount()));
+  }
+  if (in.bad()) fail_at({file_, 1, 1}, "cannot read the file");
+  return load_string(text);
 }
 
 YAML::Node YamlReader::load_string(const std::string& text) {
+  if (static_cast<int64_t>(text.size()) > kMaxFileBytes) {
+    fail_at({file_, 1, 1}, "the file is larger than " + std::to_string(kMaxFileBytes) +
+                               " bytes (1 MiB), the limit for scenario files");
+  }
   YAML::Node root;
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    fail_at({file_, e.mark.line + 1, e.mark.column + 1}, "not valid YAML: " + e.msg);
+    fail_at(exception_loc(e), "not valid YAML: " + e.msg);
   }
   if (!root || root.IsNull()) fail_at({file_, 1, 1}, "the file is empty; a scenario is a YAML map with 'kind:' and 'name:'");
   if (!root.IsMap()) fail(root, "a scenario is a YAML map (with 'kind:', 'name:', ...), not " + type_name(root));
@@ -39,9 +48,15 @@ YAML::Node YamlReader::load_string(const std::string& text) {
 }
 
 SourceLoc YamlReader::loc(const YAML::Node& n) const {
+  if (!n.IsDefined()) return {file_, 1, 1};  // a missing key's node has no mark (Mark() would throw)
   const YAML::Mark m = n.Mark();
-  if (m.is_null()) return {file_, 1, 1};
+  if (m.is_null() || m.line < 0 || m.column < 0) return {file_, 1, 1};
   return {file_, m.line + 1, m.column + 1};
+}
+
+SourceLoc YamlReader::exception_loc(const YAML::Exception& e) const {
+  if (e.mark.is_null() || e.mark.line < 0 || e.mark.column < 0) return {file_, 1, 1};
+  return {file_, e.mark.line + 1, e.mark.column + 1};
 }
 
 void YamlReader::fail(const YAML::Node& n, const std::string& message) const { fail_at(loc(n), message); }
@@ -87,6 +102,15 @@ YAML::Node YamlReader::seq(const YAML::Node& n, const char* what) const {
 
 std::string YamlReader::str(const YAML::Node& n, const char* what) const {
   if (!n.IsScalar()) fail(n, std::string(what) + " must be a name or string, not " + type_name(n));
+  if (n.Scalar().size() > kMaxNameBytes) {
+    fail(n, std::string(what) + " is " + std::to_string(n.Scalar().size()) + " bytes long; names are at most " +
+                std::to_string(kMaxNameBytes) + " bytes");
+  }
+  return n.Scalar();
+}
+
+std::string YamlReader::text(const YAML::Node& n, const char* what) const {
+  if (!n.IsScalar()) fail(n, std::string(what) + " must be text, not " + type_name(n));
   return n.Scalar();
 }
 
@@ -94,9 +118,13 @@ int64_t YamlReader::integer(const YAML::Node& n, const char* what, int64_t lo, i
   if (!n.IsScalar()) fail(n, std::string(what) + " must be an integer, not " + type_name(n));
   int64_t v = 0;
   try {
-    size_t used = 0;
     const std::string& s = n.Scalar();
-    v = std::stoll(s, &used, 0);
+    const size_t digits = s.find_first_not_of("+-");
+    const bool hex = digits != std::string::npos && s.compare(digits, 2, "0x") == 0;
+    // No leading space: std::stoll would skip it, YAML does not write it.
+    if (s.empty() || s.front() == ' ' || s.front() == '\t') throw std::invalid_argument(s);
+    size_t used = 0;
+    v = std::stoll(s, &used, hex ? 16 : 10);
     if (used != s.size()) throw std::invalid_argument(s);
   } catch (const std::exception&) {
     fail(n, std::string(what) + " must be an integer, not '" + n.Scalar() + "'");
@@ -110,14 +138,16 @@ int64_t YamlReader::integer(const YAML::Node& n, const char* what, int64_t lo, i
 
 double YamlReader::real(const YAML::Node& n, const char* what) const {
   if (!n.IsScalar()) fail(n, std::string(what) + " must be a number, not " + type_name(n));
+  double v = 0;
   try {
     size_t used = 0;
-    const double v = std::stod(n.Scalar(), &used);
+    v = std::stod(n.Scalar(), &used);
     if (used != n.Scalar().size()) throw std::invalid_argument(n.Scalar());
-    return v;
   } catch (const std::exception&) {
     fail(n, std::string(what) + " must be a number, not '" + n.Scalar() + "'");
   }
+  if (!std::isfinite(v)) fail(n, std::string(what) + " must be a finite number, not '" + n.Scalar() + "'");
+  return v;
 }
 
 bool YamlReader::boolean(const YAML::Node& n, const char* what) const {

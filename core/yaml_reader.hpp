@@ -30,9 +30,15 @@ class LoadError : public std::runtime_error {
 
 class YamlReader {
  public:
+  // yaml-cpp keeps several hundred bytes per node, so a scenario file's size bounds the memory
+  // of loading it (a 1 MiB file of one-character list items: about 400 MB). Names are short.
+  static constexpr int64_t kMaxFileBytes = int64_t{1} << 20;
+  static constexpr size_t kMaxNameBytes = 256;
+
   explicit YamlReader(std::string file) : file_(std::move(file)) {}
 
-  // Parses the file (or `text` when given, for tests); throws LoadError on any failure.
+  // Parses the file (or `text` when given, for tests); throws LoadError on any failure,
+  // including a file larger than kMaxFileBytes.
   YAML::Node load();
   YAML::Node load_string(const std::string& text);
 
@@ -44,8 +50,13 @@ class YamlReader {
   void require(const YAML::Node& map, const char* key, const char* what) const;
   YAML::Node map(const YAML::Node& n, const char* what) const;
   YAML::Node seq(const YAML::Node& n, const char* what) const;
+  // A name or short string: at most kMaxNameBytes.
   std::string str(const YAML::Node& n, const char* what) const;
+  // Free text (a description): bounded only by the file.
+  std::string text(const YAML::Node& n, const char* what) const;
+  // Decimal, or hexadecimal with 0x; a leading zero does not make it octal.
   int64_t integer(const YAML::Node& n, const char* what, int64_t lo, int64_t hi) const;
+  // A finite number.
   double real(const YAML::Node& n, const char* what) const;
   bool boolean(const YAML::Node& n, const char* what) const;
   std::vector<int64_t> integers(const YAML::Node& n, const char* what, int64_t lo, int64_t hi) const;
@@ -54,6 +65,8 @@ class YamlReader {
 
   // The mark of a key inside a map (for errors about the key itself).
   SourceLoc key_loc(const YAML::Node& map, const std::string& key) const;
+  // The position of a yaml-cpp exception (its mark is null for some errors: then 1:1).
+  SourceLoc exception_loc(const YAML::Exception& e) const;
 
  private:
   std::string file_;

@@ -122,6 +122,17 @@ std::string kinds_text(const std::vector<core::FindingKind>& kinds) {
 
 std::string result_text(const ScenarioResult& s) { return s.met && s.error.empty() ? "ok" : "FAILED"; }
 
+std::string stopped_text(const ScenarioResult& s) {
+  return "after " + std::to_string(s.schedules) + (s.schedules == 1 ? " schedule" : " schedules") +
+         "; those that ran are judged here, the rest did not run";
+}
+
+std::string determinism_text(const DeterminismData& d) {
+  const std::string rerun = std::to_string(d.runs) + (d.runs == 1 ? " schedule" : " schedules") + " rerun with the same seeds";
+  if (d.matched) return rerun + ": every trace digest and finding repeated";
+  return rerun + ": " + d.mismatch + ". shardcheck itself is at fault: a seed must repeat exactly";
+}
+
 Totals totals(const Report& r) {
   Totals t;
   for (const auto& s : r.scenarios) {

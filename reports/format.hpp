@@ -33,6 +33,10 @@ std::string truncate(std::string_view s, size_t chars);
 
 std::string kinds_text(const std::vector<core::FindingKind>& kinds);  // "a, b" or "none"
 std::string result_text(const ScenarioResult& s);                     // "ok" or "FAILED"
+// A scenario cut short: "after 12 schedules; those that ran are judged, the rest did not run".
+std::string stopped_text(const ScenarioResult& s);
+// "20 schedules rerun with the same seeds: every trace digest matched", or the mismatch.
+std::string determinism_text(const DeterminismData& d);
 
 struct Totals {
   int scenarios = 0;

@@ -21,6 +21,8 @@ th{background:#eceff1}td.num{text-align:right;font-variant-numeric:tabular-nums;
 .ok{color:#2e7d32;font-weight:600}.failed{color:#c62828;font-weight:700}
 .banner{background:#fff3e0;border:2px solid #ef6c00;border-radius:4px;padding:10px 14px;margin:12px 0;font-weight:600}
 .error{background:#ffebee;border:1px solid #c62828;border-radius:4px;padding:8px 12px}
+.stopped{background:#fff3e0;border:1px solid #ef6c00;border-radius:4px;padding:6px 12px}
+.determinism{color:#546e7a;font-size:12.5px}.determinism[data-matched=false]{color:#c62828;font-weight:700;font-size:14px}
 .finding{border:1px solid #cfd8dc;border-left:5px solid #c62828;border-radius:4px;padding:12px 14px;margin:14px 0}
 .kind{display:inline-block;background:#c62828;color:#fff;border-radius:3px;padding:0 6px;margin-right:6px;font:600 12px ui-monospace,monospace}
 .meta{color:#546e7a;font-size:12.5px;margin:0 0 6px}figure{margin:10px 0}svg{max-width:100%;height:auto;font:12px ui-monospace,"DejaVu Sans Mono",monospace}
@@ -128,6 +130,11 @@ string scenario_html(const ScenarioResult& s, size_t i, const std::vector<string
          std::to_string(s.schedules) + (s.schedules == 1 ? " schedule" : " schedules") + " in " +
          seconds_text(s.seconds) + "</p>";
   if (!s.error.empty()) out += "<pre class=\"error\">Internal error: " + html_escape(s.error) + "</pre>";
+  if (!s.complete) out += "<p class=\"stopped\">Stopped early: " + html_escape(stopped_text(s)) + "</p>";
+  if (s.determinism) {
+    out += string("<p class=\"determinism\" data-matched=\"") + (s.determinism->matched ? "true" : "false") + "\">" +
+           (s.determinism->matched ? "Determinism: " : "Nondeterministic: ") + html_escape(determinism_text(*s.determinism)) + "</p>";
+  }
   for (size_t f = 0; f < s.findings.size(); ++f)
     out += finding_html(s, f, i, f < traces.size() ? traces[f] : "");
   if (s.compare) out += compare_html(*s.compare, i);
@@ -144,7 +151,7 @@ std::string to_html(const Report& r) {
   if (!r.complete) {
     out << "<div class=\"banner\" id=\"incomplete\">Incomplete report: "
         << html_escape(r.incomplete_reason.empty() ? "the run did not finish" : r.incomplete_reason)
-        << ". Scenarios that did not run are missing below.</div>\n";
+        << ". Scenarios that did not run are missing below; one cut short says so.</div>\n";
   }
   if (!r.command.empty())
     out << "<p class=\"meta\">Command: <code>" << html_escape(r.command) << "</code></p>\n";

@@ -87,6 +87,10 @@ ordered_json compare_json(const CompareData& c) {
           {"achievable_loss", c.achievable_loss}};
 }
 
+ordered_json determinism_json(const DeterminismData& d) {
+  return {{"runs", d.runs}, {"matched", d.matched}, {"mismatch", d.mismatch}};
+}
+
 ordered_json scenario_json(const ScenarioResult& s, const std::vector<std::string>& traces) {
   ordered_json found = ordered_json::array();
   for (const auto k : s.found) found.push_back(core::to_string(k));
@@ -105,7 +109,9 @@ ordered_json scenario_json(const ScenarioResult& s, const std::vector<std::strin
           {"error", s.error},
           {"policy", s.policy},
           {"findings", std::move(findings)},
-          {"compare", s.compare ? compare_json(*s.compare) : ordered_json(nullptr)}};
+          {"compare", s.compare ? compare_json(*s.compare) : ordered_json(nullptr)},
+          {"complete", s.complete},
+          {"determinism", s.determinism ? determinism_json(*s.determinism) : ordered_json(nullptr)}};
 }
 
 }  // namespace
@@ -123,6 +129,7 @@ std::string to_json(const Report& r) {
       {"command", r.command},
       {"complete", r.complete},
       {"incomplete_reason", r.incomplete_reason},
+      {"stopped", r.stopped.empty() ? ordered_json(nullptr) : ordered_json(r.stopped)},
       {"scenarios", std::move(scenarios)},
       {"totals",
        {{"scenarios", t.scenarios}, {"met", t.met}, {"failed", t.failed}, {"findings", t.findings}}}};

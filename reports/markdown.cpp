@@ -78,6 +78,8 @@ void scenario_section(std::ostringstream& out, const ScenarioResult& s,
       << kinds_text(s.found) << "; " << s.schedules << (s.schedules == 1 ? " schedule" : " schedules")
       << " in " << seconds_text(s.seconds) << ".\n\n";
   if (!s.error.empty()) out << "**Internal error:** " << md_text(s.error) << "\n\n";
+  if (!s.complete) out << "**Stopped early:** " << md_text(stopped_text(s)) << "\n\n";
+  if (s.determinism) out << (s.determinism->matched ? "Determinism: " : "**Nondeterministic:** ") << md_text(determinism_text(*s.determinism)) << "\n\n";
   for (size_t i = 0; i < s.findings.size(); ++i)
     finding_section(out, s, i, i < traces.size() ? traces[i] : "");
   if (s.compare) compare_section(out, *s.compare);
@@ -91,7 +93,7 @@ std::string to_markdown(const Report& r) {
   if (!r.complete) {
     out << "> **Incomplete report:** "
         << md_text(r.incomplete_reason.empty() ? "the run did not finish" : r.incomplete_reason)
-        << ". Scenarios that did not run are missing below.\n\n";
+        << ". Scenarios that did not run are missing below; one cut short says so.\n\n";
   }
   if (!r.command.empty()) out << "Command: " << md_code(r.command) << "\n\n";
   out << "## Summary\n\n";

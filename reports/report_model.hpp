@@ -30,6 +30,13 @@ struct CompareData {
   double achievable_loss = -1;      // the data's entropy rate in nats, when known (< 0: unknown)
 };
 
+// The determinism check of a scenario: its schedules rerun with the same seeds.
+struct DeterminismData {
+  int runs = 0;          // schedules rerun and compared
+  bool matched = true;   // every trace digest (and the findings) repeated
+  std::string mismatch;  // the first difference; empty when matched
+};
+
 struct ScenarioResult {
   std::string name;
   std::string file;
@@ -46,6 +53,8 @@ struct ScenarioResult {
   std::optional<CompareData> compare;
   std::string error;        // an internal error, if one happened
   std::string policy;       // schedule policy used, for the reproducer line
+  bool complete = true;     // false when a signal or an internal error cut its exploration short
+  std::optional<DeterminismData> determinism;  // set when the check ran
 };
 
 struct Report {
@@ -54,6 +63,9 @@ struct Report {
   std::string command;      // the command line that produced it
   bool complete = true;     // false when the run was interrupted or hit an internal error
   std::string incomplete_reason;
+  std::string stopped;      // why it is incomplete, as a stable name: kInterrupted or kInternalError
+  static constexpr const char* kInterrupted = "interrupted";
+  static constexpr const char* kInternalError = "internal_error";
   std::vector<ScenarioResult> scenarios;
 };
 

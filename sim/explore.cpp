@@ -8,9 +8,16 @@ Factory plain(Program program) {
 }
 
 RunResult run_once(World& world, const Factory& factory) {
-  RunSetup setup = factory(world);
-  RunResult r = world.run(setup.program);
-  if (setup.after && r.error.empty()) {
+  RunSetup setup;
+  RunResult r;
+  try {
+    setup = factory(world);
+    r = world.run(setup.program);
+  } catch (const std::exception& e) {
+    r.error = e.what();
+    return r;
+  }
+  if (setup.after && r.error.empty() && !r.cancelled) {
     try {
       setup.after(world, r);
     } catch (const std::exception& e) {
@@ -33,10 +40,21 @@ ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
   ExploreResult r;
   Options opts = o.base;
   if (opts.policy == Policy::pct && opts.pct_steps_hint <= 0) opts.pct_steps_hint = measure_steps(factory, opts);
+  auto cancelled = [&] { return opts.cancel && opts.cancel->load(std::memory_order_relaxed); };
   for (int i = 0; i < o.runs; ++i) {
+    if (cancelled()) {
+      r.cancelled = true;
+      break;
+    }
     opts.seed = o.base.seed + static_cast<uint64_t>(i);
     World w(opts);
     RunResult run = run_once(w, factory);
+    if (run.cancelled) {
+      r.cancelled = true;
+      if (!run.findings.empty() && r.first_hit < 0) r.first_hit = i;
+      for (auto& f : run.findings) core::add_finding(r.findings, std::move(f));
+      break;
+    }
     r.runs_done++;
     r.steps += run.steps;
     r.ops += run.ops_executed;
@@ -48,6 +66,7 @@ ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
     for (auto& f : run.findings) core::add_finding(r.findings, std::move(f));
     if (!run.findings.empty() && r.first_hit < 0) r.first_hit = i;
     if (o.stop_at_first && (r.first_hit >= 0 || !r.error.empty())) break;
+    if (o.stop_at_error && !r.error.empty()) break;
   }
   return r;
 }

@@ -28,6 +28,7 @@ struct ExploreOptions {
   Options base;
   int runs = 1;
   bool stop_at_first = false;
+  bool stop_at_error = false;  // end at the first run with an internal error
 };
 
 struct ExploreResult {
@@ -39,6 +40,10 @@ struct ExploreResult {
   std::vector<uint64_t> digests;
   std::string error;        // an internal error in some run
   uint64_t error_seed = 0;
+  // Options::cancel was set: exploration ended early. A run it cut short is not counted in
+  // runs_done and has no digest, but what its detectors had found is kept: each finding is
+  // sound when it is reported, and its seed replays it.
+  bool cancelled = false;
 };
 
 // Steps of one in_order run with detectors off: the PCT change-point range.
@@ -54,7 +59,8 @@ struct Replay {
 };
 Replay replay(const Factory& factory, Options options);
 inline Replay replay(const Program& p, Options o) { return replay(plain(p), o); }
-// One run: the world, its result with the factory's `after` applied.
+// One run: the world, its result with the factory's `after` applied (not to a cancelled
+// run). An exception from the factory or the run becomes the result's error.
 RunResult run_once(World& world, const Factory& factory);
 
 // The timeline of a finished run, for reports (the world must have record_trace on).

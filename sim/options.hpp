@@ -3,6 +3,7 @@
 //   sim::Options o;  o.ranks = 2;  o.policy = Policy::pct;  o.seed = 7;
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -44,6 +45,10 @@ struct Options {
   bool record_trace = false;    // keep every event for a Chrome trace
   int64_t max_steps = 200'000'000;               // a bound on the scheduler loop
   int64_t max_device_bytes = int64_t{4} << 30;   // simulated memory across all ranks
+  // Polled between runs and every few thousand steps of one: once it reads true, the run
+  // stops early (RunResult::cancelled) and exploration ends. A signal handler sets it, so
+  // this is an atomic and never anything a handler could not touch.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 }  // namespace shardcheck::sim

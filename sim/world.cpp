@@ -226,6 +226,11 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
       if (step_ >= options_.max_steps) {
         throw InternalError("the run exceeded its bound of " + std::to_string(options_.max_steps) + " steps");
       }
+      // A cancelled run ends here, between steps, where the world is consistent.
+      if ((step_ & 4095) == 0 && options_.cancel && options_.cancel->load(std::memory_order_relaxed)) {
+        result.cancelled = true;
+        break;
+      }
       runnable.clear();
       for (int r = 0; r < ranks(); ++r) {
         if (host_ready(r)) runnable.push_back(host_participant(r));
@@ -257,7 +262,8 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
     done = ranks_[r]->host.status == Host::Status::done;
     for (const auto& s : ranks_[r]->streams) done = done && s.queue.empty();
   }
-  if (!done && result.error.empty() && options_.detectors) report_deadlock();
+  // A cancelled run stopped with work left: that is not a deadlock.
+  if (!done && result.error.empty() && !result.cancelled && options_.detectors) report_deadlock();
   result.completed = done;
   result.findings = findings_;
   result.trace_digest = digest_;

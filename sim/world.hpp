@@ -75,6 +75,7 @@ struct RunResult {
   int64_t steps = 0;
   int64_t ops_executed = 0;  // stream operations run
   bool completed = false;    // every host program finished and every stream drained
+  bool cancelled = false;    // stopped early because Options::cancel was set: a partial run
   std::string error;         // set when a host program threw (an internal error)
 };
 

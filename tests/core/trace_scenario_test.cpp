@@ -113,3 +113,81 @@ TEST_CASE("empty, non-YAML and non-map files are rejected with a position", "[co
   REQUIRE_THAT(parse_trace_scenario("- a\n- b\n", "e.yaml").error().message(), Catch::Contains("e.yaml:1:1: a scenario is a YAML map"));
   REQUIRE_THAT(load_trace_scenario("/nonexistent/x.yaml").error().message(), Catch::Contains("cannot open the file"));
 }
+
+namespace {
+// A trace scenario of `ranks` ranks whose program is `steps` (YAML list items, indented).
+std::string scenario_with(int ranks, const std::string& steps) {
+  return "kind: trace\nname: big\nranks: " + std::to_string(ranks) +
+         "\nstreams: [a]\nprogram:\n" + steps + "expect: {findings: []}\n";
+}
+std::string repeated(const std::string& line, int times) {
+  std::string s;
+  for (int i = 0; i < times; ++i) s += line;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("trace scenarios past a limit are rejected with the limit and its place named", "[core][scenario][limits]") {
+  struct Case {
+    std::string text;
+    const char* says;
+  };
+  const std::string alloc_g = "  - alloc: {buffer: g, bytes: 64}\n";
+  const Case cases[] = {
+      {scenario_with(1, repeated("  - sync: device\n", TraceLimits::kMaxProgramSteps + 1)),
+       "big.yaml:6:3: the program has 20001 steps; the limit is 20000"},
+      {scenario_with(256, repeated("  - sync: device\n", 3907)), "big.yaml:6:3: the program runs 1000192 operations over its 256 ranks; the limit is 1000000"},
+      {scenario_with(256, alloc_g + repeated("  - kernel: {stream: a, reads: [g, g, g, g, g, g, g, g]}\n", 1954)),
+       "the program's kernels make 4001792 reads and writes over its 256 ranks; the limit is 4000000"},
+      {scenario_with(1, alloc_g + "  - kernel: {stream: a, reads: [" + repeated("g, ", 64) + "g]}\n"), "big.yaml:7:32: reads lists 65 ranges"},
+      {scenario_with(1, alloc_g + "  - kernel: {stream: a, reads: [" + repeated("g, ", 40) + "g], writes: [" + repeated("g, ", 30) + "g]}\n"),
+       "big.yaml:7:13: the kernel has 72 reads and writes; the limit is 64"},
+      {scenario_with(5, "  - alloc: {buffer: g, bytes: 1073741824}\n"),
+       "big.yaml:6:5: with this allocation on rank 4 the ranks hold 5368709120 bytes of device memory in all; the simulator models at most 4294967296 bytes"},
+      {scenario_with(1, "  - alloc: {buffer: g, bytes: 1073741824}\n  - alloc: {buffer: h, bytes: 1073741824}\n  - free: g\n"
+                        "  - alloc: {buffer: i, bytes: 1073741824}\n  - alloc: {buffer: j, bytes: 1073741824}\n"
+                        "  - alloc: {buffer: k, bytes: 1073741824}\n  - alloc: {buffer: l, bytes: 1}\n"),
+       "big.yaml:12:5: with this allocation the ranks hold 4294967297 bytes"},
+      {scenario_with(1, "  - alloc: {buffer: " + std::string(257, 'x') + ", bytes: 8}\n"), "big.yaml:6:21: buffer is 257 bytes long; names are at most 256 bytes"},
+      {scenario_with(2, "  - sync: device\n    on: [1, 1]\n"), "big.yaml:7:13: rank 1 appears twice in `on:`"},
+      {scenario_with(2, "  - sync: device\n    on: []\n"), "big.yaml:7:9: `on:` lists the ranks that run this step"},
+      {scenario_with(1, "  - sync: device\n") + "description: " + std::string(size_t{1} << 20, 'x') + "\n",
+       "big.yaml:1:1: the file is larger than 1048576 bytes (1 MiB), the limit for scenario files"},
+  };
+  for (const Case& c : cases) {
+    auto s = parse_trace_scenario(c.text, "big.yaml");
+    REQUIRE_FALSE(s.ok());
+    INFO(s.error().message());
+    REQUIRE_THAT(s.error().message(), Catch::Contains(c.says));
+  }
+}
+
+TEST_CASE("a program at the limits loads, and the freed bytes of a rank are not counted twice", "[core][scenario][limits]") {
+  // 4 ranks hold 1 GiB each at most: exactly the 4 GiB the simulator models.
+  auto s = parse_trace_scenario(scenario_with(4, "  - alloc: {buffer: g, bytes: 1073741824}\n  - free: g\n"
+                                                 "  - alloc: {buffer: h, bytes: 1073741824}\n"),
+                                "ok.yaml");
+  INFO((s.ok() ? "" : s.error().message()));
+  REQUIRE(s.ok());
+  auto t = parse_trace_scenario(scenario_with(1, repeated("  - sync: device\n", TraceLimits::kMaxProgramSteps)), "ok.yaml");
+  REQUIRE(t.ok());
+}
+
+TEST_CASE("integers are decimal or 0x hexadecimal; a leading zero is not octal", "[core][scenario]") {
+  auto s = parse_trace_scenario(scenario_with(1, "  - alloc: {buffer: g, bytes: 010}\n  - alloc: {buffer: h, bytes: 0x10}\n"), "n.yaml");
+  INFO((s.ok() ? "" : s.error().message()));
+  REQUIRE(s.ok());
+  REQUIRE(s->program[0].bytes == 10);
+  REQUIRE(s->program[1].bytes == 16);
+  auto bad = parse_trace_scenario(scenario_with(1, "  - alloc: {buffer: g, bytes: 1e3}\n"), "n.yaml");
+  REQUIRE_THAT(bad.error().message(), Catch::Contains("n.yaml:6:31: bytes must be an integer, not '1e3'"));
+}
+
+TEST_CASE("steps with on: run on their ranks in any order of the list", "[core][scenario]") {
+  auto s = parse_trace_scenario(scenario_with(3, "  - sync: device\n    on: [2, 0]\n"), "on.yaml");
+  REQUIRE(s.ok());
+  REQUIRE(s->program[0].on == std::vector<int>{0, 2});
+  REQUIRE(s->runs_on(s->program[0], 0));
+  REQUIRE_FALSE(s->runs_on(s->program[0], 1));
+  REQUIRE(s->runs_on(s->program[0], 2));
+}

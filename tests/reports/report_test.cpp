@@ -137,6 +137,44 @@ TEST_CASE("JSON report carries the schema, its version, the totals and each scen
   REQUIRE(c["achievable_loss"] == 2.5);
 }
 
+TEST_CASE("JSON says why a report stopped, which scenario was cut short, and each determinism check",
+          "[reports]") {
+  reports::Report r = sample_report();
+  r.scenarios[0].determinism = reports::DeterminismData{12, true, ""};
+  r.scenarios[1].complete = false;
+  r.scenarios[1].determinism = reports::DeterminismData{200, false, "run 3 (seed 3): trace digest 1, then 2 on the rerun"};
+  auto j = nlohmann::json::parse(reports::to_json(r));
+  REQUIRE(j["stopped"] == "interrupted");
+  REQUIRE(j["scenarios"][0]["complete"] == true);
+  REQUIRE(j["scenarios"][0]["determinism"] == nlohmann::json({{"runs", 12}, {"matched", true}, {"mismatch", ""}}));
+  REQUIRE(j["scenarios"][1]["complete"] == false);
+  REQUIRE(j["scenarios"][1]["determinism"]["matched"] == false);
+  REQUIRE(j["scenarios"][1]["determinism"]["mismatch"] == "run 3 (seed 3): trace digest 1, then 2 on the rerun");
+  REQUIRE(j["scenarios"][2]["determinism"].is_null());  // not checked
+  // The keys added within version 1 come after the ones a version-1 reader already knows.
+  const auto ordered = nlohmann::ordered_json::parse(reports::to_json(r));
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : ordered.items()) keys.push_back(k);
+  REQUIRE(keys == std::vector<std::string>{"schema", "schema_version", "title", "command", "complete",
+                                           "incomplete_reason", "stopped", "scenarios", "totals"});
+  std::vector<std::string> scenario_keys;
+  for (const auto& [k, v] : ordered["scenarios"][0].items()) scenario_keys.push_back(k);
+  REQUIRE(std::vector<std::string>(scenario_keys.end() - 2, scenario_keys.end()) ==
+          std::vector<std::string>{"complete", "determinism"});
+  r.complete = true;
+  r.stopped.clear();
+  REQUIRE(nlohmann::json::parse(reports::to_json(r))["stopped"].is_null());
+
+  const std::string md = reports::to_markdown(r);
+  REQUIRE_THAT(md, Catch::Contains("Determinism: 12 schedules rerun with the same seeds: every trace digest and finding repeated"));
+  REQUIRE_THAT(md, Catch::Contains("**Stopped early:** after 200 schedules"));
+  REQUIRE_THAT(md, Catch::Contains("**Nondeterministic:** 200 schedules rerun with the same seeds: run 3 (seed 3)"));
+  const std::string html = reports::to_html(r);
+  REQUIRE(count(html, "<p class=\"determinism\" data-matched=\"true\">") == 1);
+  REQUIRE(count(html, "<p class=\"determinism\" data-matched=\"false\">") == 1);
+  REQUIRE(count(html, "<p class=\"stopped\">") == 1);
+}
+
 TEST_CASE("JSON report carries every field of every detail type", "[reports]") {
   const auto j = nlohmann::json::parse(reports::to_json(sample_report()));
   const auto& race = j["scenarios"][0]["findings"][0]["detail"];

@@ -136,6 +136,7 @@ inline reports::Report sample_report() {
   r.command = "shardcheck run scenarios/trace/reuse-race.yaml --report out";
   r.complete = false;
   r.incomplete_reason = "interrupted by SIGINT";
+  r.stopped = reports::Report::kInterrupted;
 
   reports::ScenarioResult race;
   race.name = "reuse-race";

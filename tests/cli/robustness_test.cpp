@@ -1,0 +1,319 @@
+// The checker never crashes or lies: --check-determinism reruns every schedule and compares
+// trace digests; SIGINT and SIGTERM stop a command at a safe point with a report marked
+// incomplete (exit 128 + the signal); an internal error does the same with exit 3. The faults
+// a correct build never has come from the SHARDCHECK_TEST_FAULT hook (cli/driver.hpp).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "tests/support/run_command.hpp"
+
+using shardcheck::testing::run_command;
+using shardcheck::testing::run_shardcheck;
+
+namespace {
+
+std::string trace_scenario(const std::string& name) {
+  return std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/" + name;
+}
+std::string catalog_scenario(const std::string& name) {
+  return std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/catalog/" + name;
+}
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = "/tmp/shardcheck-" + name + "-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Files a report folder must not keep: temporaries of an atomic write.
+int temporaries(const std::string& dir) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    n += e.path().filename().string().find(".tmp.") != std::string::npos ? 1 : 0;
+  return n;
+}
+
+// A `shardcheck` child with its stdout on a pipe, so a test can wait for a line and signal it.
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& args) {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::dup2(fds[1], STDOUT_FILENO);
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, STDERR_FILENO);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(SHARDCHECK_BINARY));
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(SHARDCHECK_BINARY, argv.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    out_ = fds[0];
+  }
+  ~Child() {
+    if (pid_ > 0) {  // a failed REQUIRE left it running
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    ::close(out_);
+  }
+
+  // Reads stdout until a line starting with `prefix` has arrived; false at EOF or after 20 s.
+  bool wait_for_line(const std::string& prefix) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      for (size_t start = 0, end; (end = text_.find('\n', start)) != std::string::npos; start = end + 1) {
+        if (text_.compare(start, prefix.size(), prefix) == 0) return true;
+      }
+      if (!read_some(100)) return false;
+    }
+    return false;
+  }
+
+  void signal(int sig) { REQUIRE(::kill(pid_, sig) == 0); }
+
+  // Waits (at most 20 s) for the exit, draining stdout meanwhile; -1 when it did not exit.
+  int wait_exit() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      read_some(20);
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        while (read_some(0)) {
+        }
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+    }
+    return -1;
+  }
+
+  const std::string& out() const { return text_; }
+
+ private:
+  // Appends what stdout has within `timeout_ms`; false at EOF or when nothing came.
+  bool read_some(int timeout_ms) {
+    pollfd p{out_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return timeout_ms > 0;  // nothing yet is not the end
+    char buf[4096];
+    const ssize_t n = ::read(out_, buf, sizeof buf);
+    if (n <= 0) return false;
+    text_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::string text_;
+};
+
+// A copy of a shipped trace scenario with more schedules (files allow up to 100000): a scenario
+// long enough for a signal to arrive while it runs.
+std::string scenario_with_runs(const std::string& name, int runs) {
+  std::string text = read_text(trace_scenario(name));
+  const size_t at = text.find("runs: ");
+  REQUIRE(at != std::string::npos);
+  const size_t end = text.find_first_of(",}", at);
+  text.replace(at, end - at, "runs: " + std::to_string(runs));
+  const std::string path = "/tmp/shardcheck-long-" + std::to_string(::getpid()) + "-" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "run --check-determinism reruns every schedule of catalog and trace scenarios and finds them repeat",
+    "[cli][determinism]") {
+  const std::string dir = fresh_dir("determinism");
+  auto r = run_shardcheck(
+      "run " + catalog_scenario("pp-embedding-allreduce-raw-shards.yaml") + " " +
+      catalog_scenario("grad-divisor-on-running-sum-fixed.yaml") + " " + trace_scenario("reuse-race.yaml") +
+      " " + trace_scenario("cross-group-deadlock.yaml") + " --check-determinism --report " + dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE_THAT(
+      r.out,
+      Catch::Contains("determinism: 20 schedules rerun with the same seeds, every trace digest repeated"));
+  REQUIRE_THAT(
+      r.out, Catch::Contains(
+                 "determinism: all 29 trace digests of 4 scenarios matched on a rerun with the same seeds"));
+  const auto j = read_json(dir + "/report.json");
+  REQUIRE(j["complete"] == true);
+  REQUIRE(j["stopped"].is_null());
+  for (const auto& s : j["scenarios"]) {
+    INFO(s["name"]);
+    REQUIRE(s["complete"] == true);
+    REQUIRE(s["determinism"]["matched"] == true);
+    REQUIRE(s["determinism"]["runs"] == s["schedules"]);
+    REQUIRE(s["determinism"]["mismatch"] == "");
+  }
+  std::filesystem::remove_all(dir);
+  // explore takes the flag too, and reruns the schedules it explored: here up to the first finding.
+  auto plain = run_shardcheck("explore " + trace_scenario("reuse-race.yaml") + " --check-determinism");
+  REQUIRE(plain.exit_code == 0);
+  REQUIRE_THAT(plain.out, Catch::Contains("determinism: 1 schedule rerun with the same seeds"));
+}
+
+TEST_CASE(
+    "a rerun that does not repeat is the checker's own failure: exit 3 naming the run, seed and both digests",
+    "[cli][determinism]") {
+  const std::string dir = fresh_dir("nondeterminism");
+  auto r = run_command("SHARDCHECK_TEST_FAULT=nondeterminism " + std::string(SHARDCHECK_BINARY) + " run " +
+                       trace_scenario("reuse-race.yaml") + " --check-determinism --report " + dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 3);
+  REQUIRE_THAT(r.out, Catch::Contains("NONDETERMINISTIC  reuse-race (" + trace_scenario("reuse-race.yaml") +
+                                      "): run 1 (seed 1): trace digest "));
+  REQUIRE_THAT(r.out, Catch::Contains("on the rerun"));
+  REQUIRE_THAT(r.out, Catch::Contains("internal error of shardcheck, not a finding in the scenario"));
+  const auto j = read_json(dir + "/report.json");
+  const auto& s = j["scenarios"][0];
+  REQUIRE(s["determinism"]["matched"] == false);
+  REQUIRE_THAT(s["determinism"]["mismatch"].get<std::string>(),
+               Catch::StartsWith("run 1 (seed 1): trace digest "));
+  REQUIRE(s["met"] == false);
+  REQUIRE_THAT(read_text(dir + "/report.md"), Catch::Contains("**Nondeterministic:**"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("SIGINT stops a long explore at the next schedule: report marked incomplete, exit 130",
+          "[cli][interrupt]") {
+  const std::string dir = fresh_dir("sigint");
+  Child c({"explore", trace_scenario("reuse-fix-record-stream.yaml"), "--runs", "100000000", "--all",
+           "--report", dir});
+  REQUIRE(c.wait_for_line("exploring up to 100000000 schedules"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // well into the schedules
+  c.signal(SIGINT);
+  REQUIRE(c.wait_exit() == 130);
+  INFO(c.out());
+  REQUIRE_THAT(c.out(), Catch::Contains("interrupted by SIGINT"));
+  const auto j = read_json(dir + "/report.json");
+  REQUIRE(j["complete"] == false);
+  REQUIRE(j["stopped"] == "interrupted");
+  REQUIRE_THAT(j["incomplete_reason"].get<std::string>(), Catch::StartsWith("interrupted by SIGINT"));
+  REQUIRE(j["scenarios"].size() == 1);
+  REQUIRE(j["scenarios"][0]["complete"] == false);
+  REQUIRE(j["scenarios"][0]["schedules"] < 100000000);
+  REQUIRE_THAT(read_text(dir + "/report.md"),
+               Catch::Contains("> **Incomplete report:** interrupted by SIGINT"));
+  REQUIRE_THAT(read_text(dir + "/report.html"), Catch::Contains("id=\"incomplete\""));
+  REQUIRE(temporaries(dir) == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("SIGINT during run keeps the scenarios that finished and marks the one it stopped",
+          "[cli][interrupt]") {
+  const std::string dir = fresh_dir("sigint-run");
+  const std::string longer = scenario_with_runs("reuse-fix-alloc-on-rs.yaml", 100000);
+  Child c(
+      {"run", trace_scenario("reuse-race.yaml"), longer, trace_scenario("p2p-safe.yaml"), "--report", dir});
+  REQUIRE(c.wait_for_line("ok      reuse-race"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the second has begun: it takes seconds
+  c.signal(SIGINT);
+  REQUIRE(c.wait_exit() == 130);
+  std::remove(longer.c_str());
+  INFO(c.out());
+  REQUIRE_THAT(c.out(), Catch::Contains("stopped early by an interrupt"));
+  REQUIRE_THAT(c.out(), Catch::Contains("interrupted by SIGINT: 2 of 3 scenarios ran"));
+  const auto j = read_json(dir + "/report.json");
+  REQUIRE(j["complete"] == false);
+  REQUIRE(j["stopped"] == "interrupted");
+  REQUIRE(j["scenarios"].size() == 2);
+  REQUIRE(j["scenarios"][0]["complete"] == true);
+  REQUIRE(j["scenarios"][0]["findings"][0]["kind"] == "stream_race");
+  REQUIRE(j["scenarios"][1]["complete"] == false);
+  REQUIRE(temporaries(dir) == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("SIGTERM stops the demo between scenarios: report marked incomplete, exit 3",
+          "[cli][interrupt]") {
+  const std::string dir = fresh_dir("sigterm");
+  Child c({"demo", "--out", dir});
+  REQUIRE(c.wait_for_line("[1/"));
+  c.signal(SIGTERM);
+  REQUIRE(c.wait_exit() == 3);
+  INFO(c.out());
+  REQUIRE_THAT(c.out(), Catch::Contains("interrupted by SIGTERM"));
+  const auto j = read_json(dir + "/report.json");
+  REQUIRE(j["complete"] == false);
+  REQUIRE(j["stopped"] == "interrupted");
+  REQUIRE_THAT(j["incomplete_reason"].get<std::string>(), Catch::StartsWith("interrupted by SIGTERM"));
+  REQUIRE(j["scenarios"].size() >= 1);
+  REQUIRE(j["scenarios"].size() < 30);
+  REQUIRE(temporaries(dir) == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("an internal error stops the command with what was found, marked incomplete, exit 3",
+          "[cli][internal]") {
+  const std::string dir = fresh_dir("internal");
+  const std::string fault = "SHARDCHECK_TEST_FAULT=internal_error " + std::string(SHARDCHECK_BINARY);
+  auto r = run_command(fault + " run " + trace_scenario("reuse-race.yaml") + " " +
+                       trace_scenario("p2p-safe.yaml") + " --report " + dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 3);
+  REQUIRE_THAT(r.out, Catch::Contains(
+                          "internal error: a test fault (SHARDCHECK_TEST_FAULT=internal_error) in the second "
+                          "schedule (seed 2)"));
+  REQUIRE_THAT(r.out, Catch::Contains("stopped after 1 of 2 scenarios by an internal error in reuse-race"));
+  auto j = read_json(dir + "/report.json");
+  REQUIRE(j["complete"] == false);
+  REQUIRE(j["stopped"] == "internal_error");
+  REQUIRE(j["scenarios"].size() == 1);
+  const auto& s = j["scenarios"][0];
+  REQUIRE(s["complete"] == false);
+  REQUIRE(s["schedules"] == 2);
+  REQUIRE(s["findings"][0]["kind"] == "stream_race");  // seed 1 found it before seed 2 failed
+  REQUIRE_THAT(s["error"].get<std::string>(), Catch::Contains("SHARDCHECK_TEST_FAULT"));
+  std::filesystem::remove_all(dir);
+
+  auto e =
+      run_command(fault + " explore " + trace_scenario("reuse-fix-record-stream.yaml") + " --report " + dir);
+  INFO(e.out << e.err);
+  REQUIRE(e.exit_code == 3);
+  j = read_json(dir + "/report.json");
+  REQUIRE(j["stopped"] == "internal_error");
+  REQUIRE_THAT(read_text(dir + "/report.md"),
+               Catch::Contains("> **Incomplete report:** internal error in reuse-fix-record-stream"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the determinism check is for the simulator: with --backend gpu it is bad input",
+          "[cli][determinism]") {
+  auto r = run_shardcheck("run " + trace_scenario("reuse-race.yaml") + " --backend gpu --check-determinism");
+  REQUIRE(r.exit_code == 2);
+  REQUIRE_THAT(r.err, Catch::Contains("--check-determinism"));
+}
