@@ -61,6 +61,6 @@ void BM_SimOps_DetectorsOff(benchmark::State& s) { run(s, false); }
 
 }  // namespace
 
-BENCHMARK(BM_SimOps_DetectorsOn)->Arg(2)->Arg(8)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_SimOps_DetectorsOff)->Arg(2)->Arg(8)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SimOps_DetectorsOn)->Arg(2)->Arg(8)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_SimOps_DetectorsOff)->Arg(2)->Arg(8)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();
