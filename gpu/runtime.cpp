@@ -239,13 +239,42 @@ void GpuRuntime::p2p(core::P2PCall call, bool send) {
   const int64_t k = send ? counts.first++ : counts.second++;
   auto& transfers = w_.channels[key];
   if (static_cast<int64_t>(transfers.size()) <= k) transfers.resize(k + 1);
+  Transfer& t = transfers[k];
   Arrival a{r_.rank, call.stream, {}, sync_event()};
   a.call.input = call.buffer;
+  RankMemory mem(r_);
+  const size_t bytes = static_cast<size_t>(call.buffer.bytes());
+  if (send && !t.recv) {  // eager: stage the data in this stream's order and go on
+    if (!r_.staging) r_.staging = std::make_unique<DeviceAllocator>(AllocMode::caching, core::PoolReuse::best_fit, w_.options.device_bytes_per_rank);
+    t.staging = r_.staging->allocate(std::max<int64_t>(call.buffer.bytes(), 1), call.stream, s);
+    SC_CUDA_CHECK(cudaMemcpyAsync(t.staging, mem.ptr(call.buffer), bytes, cudaMemcpyDeviceToDevice, s));
+    SC_CUDA_CHECK(cudaEventRecord(a.ready, s));
+    t.send = std::move(a);
+    return;
+  }
+  if (!send && t.send) {  // the send was staged: copy it out in this stream's order
+    if (t.send->call.input.bytes() != call.buffer.bytes()) {
+      throw InternalError("a p2p transfer's send and recv differ in size (run it on the simulator)");
+    }
+    RankState& from = *w_.ranks[t.send->rank];
+    SC_CUDA_CHECK(cudaStreamWaitEvent(s, t.send->ready, 0));
+    SC_CUDA_CHECK(cudaMemcpyAsync(mem.ptr(call.buffer), t.staging, bytes, cudaMemcpyDeviceToDevice, s));
+    // Back to the sender's pool once this stream has copied it out.
+    from.staging->release(t.staging, {s}, from.streams.at(t.send->stream).second);
+    from.idle_sync_events.push_back(t.send->ready);
+    r_.idle_sync_events.push_back(a.ready);
+    t = Transfer{};
+    t.launched = true;
+    return;
+  }
   SC_CUDA_CHECK(cudaEventRecord(a.ready, s));
-  (send ? transfers[k].send : transfers[k].recv) = std::move(a);
-  r_.rendezvous_channel = key;
-  r_.rendezvous_pair = k;
-  if (transfers[k].send && transfers[k].recv) w_.launch_transfer(key, k);
+  (send ? t.send : t.recv) = std::move(a);
+  if (send) {
+    w_.launch_transfer(key, k);  // into the buffer of the recv, whose host waits for it
+  } else {
+    r_.rendezvous_channel = key;  // a recv before its send: the host waits for the send
+    r_.rendezvous_pair = k;
+  }
 }
 
 std::unique_ptr<core::Runtime> make_runtime(GpuWorld::Impl& w, RankState& r) { return std::make_unique<GpuRuntime>(w, r); }

@@ -37,6 +37,7 @@ struct RankState {
   std::vector<std::string> event_names;
   std::vector<Buffer> buffers;
   std::unique_ptr<DeviceAllocator> allocator;
+  std::unique_ptr<DeviceAllocator> staging;  // eager p2p sends: apart from the program's pool
   std::unique_ptr<Blas> blas;
   std::vector<int> groups;  // GroupId -> world group index
   cudaEvent_t scratch = nullptr;  // for wait_stream: a wait captures the record, so one suffices
@@ -89,9 +90,17 @@ struct Group {
   std::optional<ncclUniqueId> id;
 };
 
-struct Transfer {  // device-local p2p: the k-th send meets the k-th recv of a channel
+// Device-local p2p: the k-th send of a channel meets its k-th recv. Sends are eager, so no
+// stream ever waits for work a host has not issued yet: a send whose recv is already issued
+// copies straight into the recv's buffer (the receiving host waits for exactly that); one
+// issued first copies into a staging block of the sender's pool, in the sender's stream order,
+// and the host goes on; the recv later copies from it in the receiver's order. Values are
+// those of the simulator's transfer; a send-send cycle completes here, as it would not under
+// NCCL (the simulator reports it).
+struct Transfer {
   std::optional<Arrival> send, recv;
-  bool launched = false;
+  void* staging = nullptr;
+  bool launched = false;  // the data is on its way to the recv's buffer
 };
 
 struct GpuWorld::Impl {

@@ -210,6 +210,7 @@ GpuWorld::~GpuWorld() {
     st->task = {};
     st->blas.reset();
     st->allocator.reset();
+    st->staging.reset();
     for (auto& [name, s] : st->streams) cudaStreamDestroy(s);
     for (cudaEvent_t e : st->events) cudaEventDestroy(e);
     for (cudaEvent_t e : st->all_sync_events) cudaEventDestroy(e);
