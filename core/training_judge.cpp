@@ -1,9 +1,11 @@
 // Oracle captures and judgements.
 #include "core/training_judge.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 namespace shardcheck::core {
 
@@ -26,6 +28,69 @@ bool same_bits(float a, float b) {
   std::memcpy(&x, &a, 4);
   std::memcpy(&y, &b, 4);
   return x == y;
+}
+
+// A dense numbering of (logical, element) keys: one slot per element of every logical
+// tensor, widened to whatever range a reported piece covers (a broken strategy may report
+// elements outside its tensor), numbered in key order, so walking the slots from 0 visits the
+// keys as a std::map of them would. The oracles touch every element of every rank at every
+// step; an index computation instead of a tree lookup is most of their cost.
+class ElementIndex {
+ public:
+  // `each(fn)` calls fn(logical, first, count) for every range the caller will look up; it is
+  // called twice.
+  template <class EachRange>
+  ElementIndex(const ModelLayout& m, const EachRange& each) {
+    int lo = 0, hi = m.num_logical();
+    each([&](int l, int64_t, int64_t count) {
+      if (count <= 0) return;
+      lo = std::min(lo, l);
+      hi = std::max(hi, l + 1);
+    });
+    logical_lo_ = lo;
+    first_.assign(static_cast<size_t>(hi - lo), std::numeric_limits<int64_t>::max());
+    end_.assign(first_.size(), std::numeric_limits<int64_t>::min());
+    const auto widen = [&](int l, int64_t first, int64_t count) {
+      if (count <= 0) return;
+      const size_t i = static_cast<size_t>(l - logical_lo_);
+      first_[i] = std::min(first_[i], first);
+      end_[i] = std::max(end_[i], first + count);
+    };
+    for (int l = 0; l < m.num_logical(); ++l) widen(l, 0, numel(m.logical_shape(l)));
+    each(widen);
+    base_.resize(first_.size());
+    for (size_t i = 0; i < first_.size(); ++i) {
+      base_[i] = size_;
+      if (end_[i] > first_[i]) size_ += end_[i] - first_[i];
+    }
+  }
+  // Only for keys inside a range that was covered.
+  size_t slot(int logical, int64_t e) const {
+    const size_t i = static_cast<size_t>(logical - logical_lo_);
+    return static_cast<size_t>(base_[i] + (e - first_[i]));
+  }
+  size_t size() const { return static_cast<size_t>(size_); }
+
+ private:
+  int logical_lo_ = 0;
+  std::vector<int64_t> first_, end_, base_;  // per logical, from logical_lo_
+  int64_t size_ = 0;
+};
+
+// For each parameter with elements, the fewest and most times the norm counted one of them.
+std::map<int, std::pair<int, int>> times_counted(const ModelLayout& m, const ElementIndex& index,
+                                                 const std::vector<int>& counted) {
+  std::map<int, std::pair<int, int>> out;  // logical -> (min, max)
+  for (int l = 0; l < m.num_logical(); ++l) {
+    const int64_t n = numel(m.logical_shape(l));
+    if (n <= 0) continue;
+    const size_t first = index.slot(l, 0);
+    const auto [lo, hi] =
+        std::minmax_element(counted.begin() + static_cast<ptrdiff_t>(first),
+                            counted.begin() + static_cast<ptrdiff_t>(first + static_cast<size_t>(n)));
+    out.emplace(l, std::pair{*lo, *hi});
+  }
+  return out;
 }
 
 }  // namespace
@@ -104,27 +169,40 @@ std::vector<std::vector<float>> TrainingJudge::logical_main(int step) const {
 // Replicas: every copy of a logical element, wherever it lives, must be bitwise equal.
 void TrainingJudge::check_replicas(int step, const char* role, std::vector<Finding>& out) const {
   const ModelLayout& m = *setup_.model;
-  struct First {
-    float value;
-    int rank;
-  };
-  std::map<std::pair<int, int64_t>, First> first;
+  std::vector<const std::vector<Values>*> lists;  // per rank present at this step, in rank order
+  std::vector<int> ranks;
   for (int r = 0; r < setup_.mesh->world_size(); ++r) {
     auto it = snaps_.find({step, r});
     if (it == snaps_.end()) continue;
-    const auto& list = std::string(role) == "main" ? it->second.main : it->second.model;
-    for (const Values& v : list) {
+    lists.push_back(std::string(role) == "main" ? &it->second.main : &it->second.model);
+    ranks.push_back(r);
+  }
+  const ElementIndex index(m, [&](const auto& fn) {
+    for (const auto* list : lists) {
+      for (const Values& v : *list) fn(v.piece.logical, v.piece.first, v.piece.count);
+    }
+  });
+  // The first copy seen of each element, in rank order: its value and rank (-1: none yet).
+  std::vector<float> first_value(index.size());
+  std::vector<int> first_rank(index.size(), -1);
+  for (size_t li = 0; li < lists.size(); ++li) {
+    const int r = ranks[li];
+    for (const Values& v : *lists[li]) {
       for (int64_t i = 0; i < v.piece.count; ++i) {
-        const auto key = std::pair{v.piece.logical, v.piece.first + i};
-        auto [f, inserted] = first.emplace(key, First{v.data[i], r});
-        if (inserted || same_bits(f->second.value, v.data[i])) continue;
-        ElementDetail d{step, m.logical_name(v.piece.logical), v.piece.first + i, f->second.rank, r, f->second.value, v.data[i], role};
+        const size_t k = index.slot(v.piece.logical, v.piece.first + i);
+        if (first_rank[k] < 0) {
+          first_value[k] = v.data[i];
+          first_rank[k] = r;
+          continue;
+        }
+        if (same_bits(first_value[k], v.data[i])) continue;
+        ElementDetail d{step, m.logical_name(v.piece.logical), v.piece.first + i, first_rank[k], r, first_value[k], v.data[i], role};
         Finding fd;
         fd.kind = FindingKind::replica_divergence;
         const std::string when = step < 0 ? "at initialization" : "after step " + std::to_string(step);
         fd.summary = std::string(role) + " weight " + element_name(m, v.piece.logical, v.piece.first + i) + " differs between ranks " +
-                     std::to_string(f->second.rank) + " and " + std::to_string(r) + " " + when + " (" +
-                     num(f->second.value) + " vs " + num(v.data[i]) + ")";
+                     std::to_string(first_rank[k]) + " and " + std::to_string(r) + " " + when + " (" +
+                     num(first_value[k]) + " vs " + num(v.data[i]) + ")";
         fd.explanation = fd.summary + ".\nEvery copy of a replicated value must be identical: ranks that disagree train different "
                                       "models. Check that parameters are broadcast (or identically initialized) before training "
                                       "and that every replica receives the same reduced gradient.";
@@ -187,33 +265,45 @@ void TrainingJudge::check_numerics(std::vector<Finding>& out) const {
 void TrainingJudge::check_norms(std::vector<Finding>& out) const {
   const ModelLayout& m = *setup_.model;
   for (int step = 0; step < steps_completed(); ++step) {
-    std::map<std::pair<int, int64_t>, int> counted;
-    std::map<std::pair<int, int64_t>, float> grad;
-    double reported = 0;
-    for (int r = 0; r < setup_.mesh->world_size(); ++r) {
-      const Snapshot& s = snaps_.at({step, r});
-      reported = s.norm;
-      for (const auto& e : s.plan.counted) {
-        for (int64_t i = 0; i < e.count; ++i) counted[{e.logical, e.first + i}]++;
+    std::vector<const Snapshot*> snaps;
+    for (int r = 0; r < setup_.mesh->world_size(); ++r) snaps.push_back(&snaps_.at({step, r}));
+    const ElementIndex index(m, [&](const auto& fn) {
+      for (const Snapshot* s : snaps) {
+        for (const auto& e : s->plan.counted) fn(e.logical, e.first, e.count);
+        for (const Values& v : s->grads) fn(v.piece.logical, v.piece.first, v.piece.count);
       }
-      for (const Values& v : s.grads) {
-        for (int64_t i = 0; i < v.piece.count; ++i) grad.emplace(std::pair{v.piece.logical, v.piece.first + i}, v.data[i]);
+    });
+    std::vector<int> counted(index.size(), 0);
+    for (const Snapshot* s : snaps) {
+      for (const auto& e : s->plan.counted) {
+        for (int64_t i = 0; i < e.count; ++i) counted[index.slot(e.logical, e.first + i)]++;
       }
     }
-    double sumsq = 0;
-    for (const auto& [k, g] : grad) sumsq += static_cast<double>(g) * g;
     // Parameters whose elements are counted other than once (missing ones count as zero).
-    std::map<int, std::pair<int, int>> per_param;  // logical -> (min, max) times counted
-    for (int l = 0; l < m.num_logical(); ++l) {
-      for (int64_t e = 0; e < numel(m.logical_shape(l)); ++e) {
-        const auto it = counted.find({l, e});
-        const int c = it == counted.end() ? 0 : it->second;
-        auto [pp, inserted] = per_param.emplace(l, std::pair{c, c});
-        if (!inserted) pp->second = {std::min(pp->second.first, c), std::max(pp->second.second, c)};
+    const std::map<int, std::pair<int, int>> per_param = times_counted(m, index, counted);
+    // The norm of the unique logical gradient elements (the first rank's copy of each), summed
+    // in (logical, element) order, the slots' order. Only a finding reports it.
+    const auto unique_norm = [&] {
+      std::vector<float> grad(index.size());
+      std::vector<char> has_grad(index.size(), 0);
+      for (const Snapshot* s : snaps) {
+        for (const Values& v : s->grads) {
+          for (int64_t i = 0; i < v.piece.count; ++i) {
+            const size_t k = index.slot(v.piece.logical, v.piece.first + i);
+            if (has_grad[k]) continue;
+            grad[k] = v.data[i];
+            has_grad[k] = 1;
+          }
+        }
       }
-    }
+      double sumsq = 0;
+      for (size_t k = 0; k < grad.size(); ++k) {
+        if (has_grad[k]) sumsq += static_cast<double>(grad[k]) * grad[k];
+      }
+      return std::sqrt(sumsq);
+    };
+    const double reported = snaps.empty() ? 0.0 : snaps.back()->norm;
     NormDetail d;
-    d.expected = std::sqrt(sumsq);
     d.reported = reported;
     std::string list;
     for (const auto& [l, mm] : per_param) {
@@ -223,6 +313,7 @@ void TrainingJudge::check_norms(std::vector<Finding>& out) const {
       list += "\n  " + m.logical_name(l) + ": counted " + (mm.first == mm.second ? std::to_string(times) : std::to_string(mm.first) + " to " + std::to_string(mm.second)) + " times";
     }
     if (d.params.empty()) continue;
+    d.expected = unique_norm();
     Finding f;
     f.kind = FindingKind::grad_norm_miscount;
     f.summary = "step " + std::to_string(step) + ": the gradient norm is " + num(reported) + " but the norm of the unique logical gradient elements is " +
