@@ -13,10 +13,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <initializer_list>
+#include <limits>
+#include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/kernels.hpp"
 #include "core/status.hpp"
@@ -129,10 +132,97 @@ class ArgCheck {
   std::string error_;
 };
 
+// ---- Scratch vectors: the fp32 copies of a kernel's operands and results, one call long.
+//
+// Every element of one is written (by the load, or by the kernel's loop) before it is read,
+// so it is not zero-filled first, and its memory is kept for the next call on the same thread
+// instead of going back to malloc: the simulator runs a kernel per operation, and zeroing
+// and allocating these copies were a sixth of a training run's instructions. The values
+// computed do not depend on where the memory came from.
+
+// Leaves elements that a resize adds uninitialized, as `new float[n]` does.
+template <class T>
+struct UninitAllocator {
+  using value_type = T;
+  UninitAllocator() = default;
+  template <class U>
+  UninitAllocator(const UninitAllocator<U>&) {}
+  T* allocate(size_t n) { return std::allocator<T>{}.allocate(n); }
+  void deallocate(T* p, size_t n) { std::allocator<T>{}.deallocate(p, n); }
+  template <class U>
+  void construct(U* p) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+  friend bool operator==(const UninitAllocator&, const UninitAllocator&) { return true; }
+};
+
+class Floats {
+ public:
+  using Store = std::vector<float, UninitAllocator<float>>;
+
+  // n elements, uninitialized.
+  explicit Floats(size_t n) : v_(take_spare(n)) {
+    v_.clear();
+    v_.resize(n);
+  }
+  // n copies of `fill`.
+  Floats(size_t n, float fill) : Floats(n) { std::fill(v_.begin(), v_.end(), fill); }
+  Floats(Floats&& o) noexcept : v_(std::move(o.v_)) {}
+  Floats& operator=(Floats&&) = delete;
+  ~Floats() {
+    std::vector<Store>& spare = spares();
+    if (v_.capacity() > 0 && spare.size() < kSpareMax) spare.push_back(std::move(v_));  // reserved: no throw
+  }
+
+  size_t size() const { return v_.size(); }
+  float* data() { return v_.data(); }
+  const float* data() const { return v_.data(); }
+  float* begin() { return v_.data(); }
+  float* end() { return v_.data() + v_.size(); }
+  const float* begin() const { return v_.data(); }
+  const float* end() const { return v_.data() + v_.size(); }
+  float& operator[](size_t i) { return v_[i]; }
+  const float& operator[](size_t i) const { return v_[i]; }
+  operator std::span<const float>() const { return {v_.data(), v_.size()}; }
+
+ private:
+  // A kernel holds at most six scratch vectors at once; more spares would only hold memory.
+  static constexpr size_t kSpareMax = 16;
+
+  static std::vector<Store>& spares() {
+    thread_local std::vector<Store> spare = [] {
+      std::vector<Store> s;
+      s.reserve(kSpareMax);
+      return s;
+    }();
+    return spare;
+  }
+  // The spare that fits n most tightly, else the largest (it grows), else a new vector.
+  static Store take_spare(size_t n) {
+    std::vector<Store>& spare = spares();
+    if (spare.empty()) return Store();
+    size_t best = 0;
+    for (size_t i = 1; i < spare.size(); ++i) {
+      const size_t cap = spare[i].capacity(), best_cap = spare[best].capacity();
+      const bool fits = cap >= n, best_fits = best_cap >= n;
+      if (fits ? (!best_fits || cap < best_cap) : (!best_fits && cap > best_cap)) best = i;
+    }
+    Store out = std::move(spare[best]);
+    spare.erase(spare.begin() + static_cast<ptrdiff_t>(best));
+    return out;
+  }
+
+  Store v_;
+};
+
 // ---- Loads and stores: whole tensors, widened to fp32 (or f64), rounded once when stored.
 
-std::vector<float> load_floats(MemoryView& mem, const TensorRef& t) {
-  std::vector<float> v(static_cast<size_t>(t.numel));
+Floats load_floats(MemoryView& mem, const TensorRef& t) {
+  Floats v(static_cast<size_t>(t.numel));
   if (t.numel == 0) return v;
   const std::byte* p = mem.data(t);
   if (t.dtype == DType::f32) {
@@ -353,7 +443,7 @@ std::string check(const KernelCall& c, const kernel::ClipCoef&) {
 // ---- CPU reference, one per kernel. Callers have passed check() first.
 
 void execute(const KernelCall& c, const kernel::RoundBf16&, MemoryView& mem) {
-  std::vector<float> v = load_floats(mem, c.reads[0]);
+  Floats v = load_floats(mem, c.reads[0]);
   for (float& x : v) x = round_bf16(x);
   store_floats(mem, c.writes[0], v);
 }
@@ -361,7 +451,7 @@ void execute(const KernelCall& c, const kernel::RoundBf16&, MemoryView& mem) {
 // y = (float)(q * nearbyint(clamp((double)x / q, -limit, limit))): rounds half to even in the
 // default rounding mode. NaN stays NaN; infinities clamp to the limit.
 void execute(const KernelCall& c, const kernel::RoundToGrid& k, MemoryView& mem) {
-  std::vector<float> v = load_floats(mem, c.reads[0]);
+  Floats v = load_floats(mem, c.reads[0]);
   for (float& x : v) {
     const double units = std::clamp(static_cast<double>(x) / k.q, -k.limit, k.limit);
     x = static_cast<float>(k.q * std::nearbyint(units));
@@ -371,9 +461,9 @@ void execute(const KernelCall& c, const kernel::RoundToGrid& k, MemoryView& mem)
 
 void execute(const KernelCall& c, const kernel::EmbeddingForward& k, MemoryView& mem) {
   const std::vector<int32_t> tokens = load_ids(mem, c, 0, k.vocab);
-  const std::vector<float> weight = load_floats(mem, c.reads[1]);
+  const Floats weight = load_floats(mem, c.reads[1]);
   const size_t h = static_cast<size_t>(k.hidden);
-  std::vector<float> out(tokens.size() * h, std::numeric_limits<float>::quiet_NaN());
+  Floats out(tokens.size() * h, std::numeric_limits<float>::quiet_NaN());
   for (size_t n = 0; n < tokens.size(); ++n) {
     if (tokens[n] < 0) continue;  // a corrupted id: the row stays NaN
     std::copy_n(weight.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(tokens[n]) * h), h,
@@ -384,9 +474,9 @@ void execute(const KernelCall& c, const kernel::EmbeddingForward& k, MemoryView&
 
 void execute(const KernelCall& c, const kernel::EmbeddingBackward& k, MemoryView& mem) {
   const std::vector<int32_t> tokens = load_ids(mem, c, 0, k.vocab);
-  const std::vector<float> dout = load_floats(mem, c.reads[1]);
+  const Floats dout = load_floats(mem, c.reads[1]);
   const size_t h = static_cast<size_t>(k.hidden);
-  std::vector<float> dweight(static_cast<size_t>(k.vocab) * h, 0.0f);
+  Floats dweight(static_cast<size_t>(k.vocab) * h, 0.0f);
   for (size_t n = 0; n < tokens.size(); ++n) {  // token order: the one summation order
     if (tokens[n] < 0) {  // a corrupted id poisons the whole gradient
       std::fill(dweight.begin(), dweight.end(), std::numeric_limits<float>::quiet_NaN());
@@ -400,12 +490,12 @@ void execute(const KernelCall& c, const kernel::EmbeddingBackward& k, MemoryView
 }
 
 void execute(const KernelCall& c, const kernel::LayerNormForward& k, MemoryView& mem) {
-  const std::vector<float> x = load_floats(mem, c.reads[0]);
-  const std::vector<float> gamma = load_floats(mem, c.reads[1]);
-  const std::vector<float> beta = load_floats(mem, c.reads[2]);
+  const Floats x = load_floats(mem, c.reads[0]);
+  const Floats gamma = load_floats(mem, c.reads[1]);
+  const Floats beta = load_floats(mem, c.reads[2]);
   const size_t rows = static_cast<size_t>(k.rows), h = static_cast<size_t>(k.hidden);
   const float hf = static_cast<float>(k.hidden), eps = static_cast<float>(k.eps);
-  std::vector<float> y(rows * h), mean(rows), rstd(rows);
+  Floats y(rows * h), mean(rows), rstd(rows);
   for (size_t n = 0; n < rows; ++n) {
     const float* xr = x.data() + n * h;
     float sum = 0.0f;
@@ -427,12 +517,12 @@ void execute(const KernelCall& c, const kernel::LayerNormForward& k, MemoryView&
 }
 
 void execute(const KernelCall& c, const kernel::LayerNormBackward& k, MemoryView& mem) {
-  const std::vector<float> dy = load_floats(mem, c.reads[0]), x = load_floats(mem, c.reads[1]);
-  const std::vector<float> gamma = load_floats(mem, c.reads[2]);
-  const std::vector<float> mean = load_floats(mem, c.reads[3]), rstd = load_floats(mem, c.reads[4]);
+  const Floats dy = load_floats(mem, c.reads[0]), x = load_floats(mem, c.reads[1]);
+  const Floats gamma = load_floats(mem, c.reads[2]);
+  const Floats mean = load_floats(mem, c.reads[3]), rstd = load_floats(mem, c.reads[4]);
   const size_t rows = static_cast<size_t>(k.rows), h = static_cast<size_t>(k.hidden);
   const float hf = static_cast<float>(k.hidden);
-  std::vector<float> dx(rows * h), dgamma(h, 0.0f), dbeta(h, 0.0f);
+  Floats dx(rows * h), dgamma(h, 0.0f), dbeta(h, 0.0f);
   for (size_t n = 0; n < rows; ++n) {
     const float* xr = x.data() + n * h;
     const float* dyr = dy.data() + n * h;
@@ -461,11 +551,11 @@ void execute(const KernelCall& c, const kernel::LayerNormBackward& k, MemoryView
 namespace {
 // op(X) as a row-major rows x cols matrix, from X stored rows x cols, or cols x rows when
 // transposed.
-std::vector<float> load_op(MemoryView& mem, const TensorRef& t, int64_t rows, int64_t cols, bool trans) {
-  std::vector<float> stored = load_floats(mem, t);
+Floats load_op(MemoryView& mem, const TensorRef& t, int64_t rows, int64_t cols, bool trans) {
+  Floats stored = load_floats(mem, t);
   if (!trans) return stored;
   const size_t r = static_cast<size_t>(rows), cl = static_cast<size_t>(cols);
-  std::vector<float> op(r * cl);
+  Floats op(r * cl);
   for (size_t i = 0; i < r; ++i) {
     for (size_t j = 0; j < cl; ++j) op[i * cl + j] = stored[j * r + i];
   }
@@ -479,20 +569,25 @@ std::vector<float> load_op(MemoryView& mem, const TensorRef& t, int64_t rows, in
 // still sums its own products for k = 0..K-1 in order, starting from +0.0f, but the j loop
 // vectorizes. Then C = alpha * acc (+ beta * C, reading C only when beta != 0), in fp32.
 void execute(const KernelCall& c, const kernel::Gemm& k, MemoryView& mem) {
-  const std::vector<float> a = load_op(mem, c.reads[0], k.m, k.k, k.trans_a);
-  const std::vector<float> b = load_op(mem, c.reads[1], k.k, k.n, k.trans_b);
+  const Floats a = load_op(mem, c.reads[0], k.m, k.k, k.trans_a);
+  const Floats b = load_op(mem, c.reads[1], k.k, k.n, k.trans_b);
   const bool reads_c = k.beta != 0.0;
   const size_t m = static_cast<size_t>(k.m), n = static_cast<size_t>(k.n), kk = static_cast<size_t>(k.k);
-  std::vector<float> out = reads_c ? load_floats(mem, c.reads[2]) : std::vector<float>(m * n);
+  Floats out = reads_c ? load_floats(mem, c.reads[2]) : Floats(m * n);
   const float alpha = static_cast<float>(k.alpha), beta = static_cast<float>(k.beta);
-  std::vector<float> acc(n);
+  Floats acc(n);
   for (size_t i = 0; i < m; ++i) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
     float* accp = acc.data();
+    // The sum starts from +0.0f: written as the first addition, not as a fill before it.
+    if (kk == 0) std::fill(acc.begin(), acc.end(), 0.0f);
     for (size_t p = 0; p < kk; ++p) {
       const float aip = a[i * kk + p];
       const float* brow = b.data() + p * n;
-      for (size_t j = 0; j < n; ++j) accp[j] += aip * brow[j];
+      if (p == 0) {
+        for (size_t j = 0; j < n; ++j) accp[j] = 0.0f + aip * brow[j];
+      } else {
+        for (size_t j = 0; j < n; ++j) accp[j] += aip * brow[j];
+      }
     }
     float* row = out.data() + i * n;
     if (reads_c) {
@@ -505,8 +600,8 @@ void execute(const KernelCall& c, const kernel::Gemm& k, MemoryView& mem) {
 }
 
 void execute(const KernelCall& c, const kernel::BiasAdd& k, MemoryView& mem) {
-  std::vector<float> y = load_floats(mem, c.reads[0]);
-  const std::vector<float> bias = load_floats(mem, c.reads[1]);
+  Floats y = load_floats(mem, c.reads[0]);
+  const Floats bias = load_floats(mem, c.reads[1]);
   const size_t rows = static_cast<size_t>(k.rows), cols = static_cast<size_t>(k.cols);
   for (size_t n = 0; n < rows; ++n) {
     for (size_t j = 0; j < cols; ++j) y[n * cols + j] += bias[j];
@@ -515,9 +610,9 @@ void execute(const KernelCall& c, const kernel::BiasAdd& k, MemoryView& mem) {
 }
 
 void execute(const KernelCall& c, const kernel::BiasGrad& k, MemoryView& mem) {
-  const std::vector<float> dy = load_floats(mem, c.reads[0]);
+  const Floats dy = load_floats(mem, c.reads[0]);
   const size_t rows = static_cast<size_t>(k.rows), cols = static_cast<size_t>(k.cols);
-  std::vector<float> dbias(cols, 0.0f);
+  Floats dbias(cols, 0.0f);
   for (size_t n = 0; n < rows; ++n) {  // for each column, rows in order
     for (size_t j = 0; j < cols; ++j) dbias[j] += dy[n * cols + j];
   }
@@ -526,7 +621,7 @@ void execute(const KernelCall& c, const kernel::BiasGrad& k, MemoryView& mem) {
 
 // y = (0.5f * x) * (1 + t), t = tanh(sqrt(2/pi) * (x + 0.044715f * ((x * x) * x))).
 void execute(const KernelCall& c, const kernel::GeluForward&, MemoryView& mem) {
-  std::vector<float> v = load_floats(mem, c.reads[0]);
+  Floats v = load_floats(mem, c.reads[0]);
   for (float& x : v) x = (0.5f * x) * (1.0f + gelu_tanh(x));
   store_floats(mem, c.writes[0], v);
 }
@@ -534,8 +629,8 @@ void execute(const KernelCall& c, const kernel::GeluForward&, MemoryView& mem) {
 // dx = dy * (0.5f * (1 + t) + (((0.5f * x) * (1 - t * t)) * s) * (1 + 3c * (x * x))), the
 // derivative of the forward's product, with sech^2 written as 1 - tanh^2 (one libm call).
 void execute(const KernelCall& c, const kernel::GeluBackward&, MemoryView& mem) {
-  const std::vector<float> x = load_floats(mem, c.reads[0]);
-  std::vector<float> dx = load_floats(mem, c.reads[1]);
+  const Floats x = load_floats(mem, c.reads[0]);
+  Floats dx = load_floats(mem, c.reads[1]);
   for (size_t i = 0; i < x.size(); ++i) {
     const float xi = x[i], t = gelu_tanh(xi);
     const float sech2 = 1.0f - t * t;
@@ -550,7 +645,7 @@ void execute(const KernelCall& c, const kernel::GeluBackward&, MemoryView& mem) 
 // the row's loss is -log(p[target]) and dlogits = (p - onehot) * grad_scale. The loss is the
 // float sum of row losses in row order, divided by N.
 void execute(const KernelCall& c, const kernel::SoftmaxCrossEntropy& k, MemoryView& mem) {
-  std::vector<float> d = load_floats(mem, c.reads[0]);  // logits, overwritten with dlogits
+  Floats d = load_floats(mem, c.reads[0]);  // logits, overwritten with dlogits
   const std::vector<int32_t> targets = load_ids(mem, c, 1, k.vocab);
   const size_t rows = static_cast<size_t>(k.rows), vocab = static_cast<size_t>(k.vocab);
   const float scale = static_cast<float>(k.grad_scale);
@@ -586,9 +681,9 @@ void execute(const KernelCall& c, const kernel::SoftmaxCrossEntropy& k, MemoryVi
 // them on the host with this same code and passes floats). Per element everything is fp32, in
 // the header's order. mhat uses the new m before it is rounded to m's dtype.
 void execute(const KernelCall& c, const kernel::Adam& k, MemoryView& mem) {
-  std::vector<float> param = load_floats(mem, c.reads[0]);
-  const std::vector<float> grad = load_floats(mem, c.reads[1]);
-  std::vector<float> m = load_floats(mem, c.reads[2]), v = load_floats(mem, c.reads[3]);
+  Floats param = load_floats(mem, c.reads[0]);
+  const Floats grad = load_floats(mem, c.reads[1]);
+  Floats m = load_floats(mem, c.reads[2]), v = load_floats(mem, c.reads[3]);
   const float coef = coef_of(c, k.has_coef, mem);
   const float b1 = static_cast<float>(k.beta1), b2 = static_cast<float>(k.beta2);
   const float one_minus_b1 = static_cast<float>(1.0 - k.beta1),
@@ -611,8 +706,8 @@ void execute(const KernelCall& c, const kernel::Adam& k, MemoryView& mem) {
 }
 
 void execute(const KernelCall& c, const kernel::Sgd& k, MemoryView& mem) {
-  std::vector<float> param = load_floats(mem, c.reads[0]);
-  const std::vector<float> grad = load_floats(mem, c.reads[1]);
+  Floats param = load_floats(mem, c.reads[0]);
+  const Floats grad = load_floats(mem, c.reads[1]);
   const float coef = coef_of(c, k.has_coef, mem);
   const float lr = static_cast<float>(k.lr), wd = static_cast<float>(k.weight_decay);
   for (size_t i = 0; i < param.size(); ++i) {
