@@ -65,7 +65,9 @@ DistOptEngine::DistOptEngine(EngineEnv env)
 
 std::shared_ptr<const LogicalMap> DistOptEngine::buffer_map() const {
   auto map = std::make_shared<LogicalMap>();
-  for (int i = 0; i < env_.model->num_logical(); ++i) map->param_names.push_back(env_.model->logical_name(i));
+  auto names = std::make_shared<std::vector<std::string>>();
+  for (int i = 0; i < env_.model->num_logical(); ++i) names->push_back(env_.model->logical_name(i));
+  map->param_names = std::move(names);
   std::vector<int> order;
   for (size_t p = 0; p < layout_.offset.size(); ++p) {
     if (layout_.offset[p] >= 0) order.push_back(static_cast<int>(p));
@@ -93,8 +95,9 @@ Task<> DistOptEngine::setup() {
   const DType pd = env_.config->precision.param;
   params_ = co_await rt().alloc(layout_.total * dtype_bytes(pd), compute, "distopt.params");
   grads_ = co_await rt().alloc(layout_.total * 4, compute, "distopt.grads");
-  rt().annotate(params_, buffer_map());
-  rt().annotate(grads_, buffer_map());
+  const auto map = buffer_map();  // the same positions in both buffers
+  rt().annotate(params_, map);
+  rt().annotate(grads_, map);
   const ModelLayout& m = *env_.model;
   const bool independent = env_.config->mutations.has(Mutation::no_initial_broadcast);
   for (size_t p = 0; p < layout_.offset.size(); ++p) {

@@ -34,8 +34,9 @@ std::span<const std::byte> as_bytes(const std::vector<float>& v, int64_t first, 
 
 FsdpEngine::FsdpEngine(EngineEnv env) : env_(std::move(env)), pl_(placements_for(env_.config->strategy)) {
   const ModelLayout& m = *env_.model;
-  names_ = std::make_shared<LogicalMap>();
-  for (int i = 0; i < m.num_logical(); ++i) names_->param_names.push_back(m.logical_name(i));
+  auto names = std::make_shared<std::vector<std::string>>();
+  for (int i = 0; i < m.num_logical(); ++i) names->push_back(m.logical_name(i));
+  names_ = std::move(names);
   const bool separate = mutated(Mutation::vpp_separate_contexts) && m.vpp() > 1;
   const int contexts = separate ? m.vpp() : 1;
   for (int c = 0; c < contexts; ++c) {
@@ -88,7 +89,7 @@ DBuffer FsdpEngine::shaped(const Group& g, Placements p, DType t) const {
 
 std::shared_ptr<const LogicalMap> FsdpEngine::map_for(const Group& g, const DBuffer& d) const {
   auto map = std::make_shared<LogicalMap>();
-  map->param_names = names_->param_names;
+  map->param_names = names_;
   for (const OwnedRows& o : owned_rows(*g.layout, d.local())) {
     const int64_t row = g.layout->tensor(o.tensor).row;
     map->segments.push_back({o.local_offset, o.rows * row, env_.model->params()[g.params[o.tensor]].logical, o.first_row * row});

@@ -95,7 +95,7 @@ class FsdpEngine final : public Engine {
   GroupId dp_all_ = -1, world_ = -1, embedding_ = -1;
   BufferId coef_ = -1, norm_ = -1;
   NormPlan plan_;
-  std::shared_ptr<LogicalMap> names_;  // parameter names for annotations
+  std::shared_ptr<const std::vector<std::string>> names_;  // logical parameter names, shared by annotations
 };
 
 }  // namespace shardcheck::core

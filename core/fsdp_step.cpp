@@ -58,7 +58,7 @@ Task<> FsdpEngine::embedding_allreduce() {
   const TensorSlot& slot_t = g.layout->tensor(t);
   const BufferId full = co_await rt().alloc(slot_t.numel * 4, compute, "embedding.full_grad");
   auto map = std::make_shared<LogicalMap>();
-  map->param_names = names_->param_names;
+  map->param_names = names_;
   map->segments.push_back({0, slot_t.numel, m.params()[param].logical, 0});
   rt().annotate(full, map);
   const TensorRef full_ref = TensorRef::f32(full, 0, slot_t.numel);

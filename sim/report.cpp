@@ -160,7 +160,7 @@ bool World::check_layouts(int group, const Instance& inst, int64_t k) {
     names = map;
     per[m] = labels(*map, in.offset, in.numel);
   }
-  const auto name = [&](int p) { return p < static_cast<int>(names->param_names.size()) ? names->param_names[p] : "param " + std::to_string(p); };
+  const auto name = [&](int p) { return names->param_name(p); };
   const auto extent = [&](const std::vector<Label>& l) {
     if (l.empty()) return std::string("nothing labelled");
     return name(l.front().param) + " elements [" + std::to_string(l.front().first) + ", " +
