@@ -91,7 +91,7 @@ bool World::host_ready(int rank) {
   return true;
 }
 
-bool World::stream_ready(int rank, int stream) {
+bool World::stream_ready(int rank, int stream, uint64_t scan) {
   const Stream& s = ranks_[rank]->streams[stream];
   if (s.queue.empty()) return false;
   const Op& op = s.queue.front();
@@ -102,12 +102,18 @@ bool World::stream_ready(int rank, int stream) {
       // One communicator runs its collectives in issue order, whatever streams they were
       // issued on (as NCCL serializes a communicator's kernels).
       if (op.instance != g.first) return false;
-      const Instance& inst = g.at(op.instance);
-      if (inst.issued != static_cast<int>(g.members.size()) || inst.mismatch) return false;
-      for (size_t m = 0; m < g.members.size(); ++m) {
-        if (ranks_[g.members[m]]->streams[inst.members[m].stream].executed != inst.members[m].position) return false;
+      // The group's oldest unfinished instance: the front one (at() without its search).
+      Instance& inst = g.instances.empty() ? g.at(op.instance) : g.instances.front();
+      if (scan != 0 && inst.ready_scan == scan) return inst.ready;
+      bool ready = inst.issued == static_cast<int>(g.members.size()) && !inst.mismatch;
+      for (size_t m = 0; m < g.members.size() && ready; ++m) {
+        ready = ranks_[g.members[m]]->streams[inst.members[m].stream].executed == inst.members[m].position;
       }
-      return true;
+      if (scan != 0) {
+        inst.ready_scan = scan;
+        inst.ready = ready;
+      }
+      return ready;
     }
     case OpKind::send:
     case OpKind::recv: {
@@ -232,10 +238,13 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
         break;
       }
       runnable.clear();
+      ++scan_;
       for (int r = 0; r < ranks(); ++r) {
         if (host_ready(r)) runnable.push_back(host_participant(r));
-        for (int s = 0; s < num_streams(r); ++s) {
-          if (stream_ready(r, s)) runnable.push_back(participant(r, s));
+        const std::vector<Stream>& streams = ranks_[r]->streams;
+        for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
+          // An empty stream is never ready (stream_ready says so too): checked before the call.
+          if (!streams[s].queue.empty() && stream_ready(r, s, scan_)) runnable.push_back(participant(r, s));
         }
       }
       if (runnable.empty()) break;

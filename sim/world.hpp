@@ -144,7 +144,9 @@ class World {
 
   // --- scheduling (world.cpp) ---
   bool host_ready(int rank);
-  bool stream_ready(int rank, int stream);
+  // `scan`: the scheduler's scan calling it (scan_), in which a collective's readiness is
+  // computed once for all its members; 0 outside scans.
+  bool stream_ready(int rank, int stream, uint64_t scan = 0);
   int pick(const std::vector<int>& runnable);
   void step_host(int rank);
   void step_stream(int rank, int stream);
@@ -196,6 +198,7 @@ class World {
   std::vector<int64_t> pct_priority_;
   std::vector<int64_t> pct_change_steps_;
   int64_t step_ = 0;
+  uint64_t scan_ = 0;  // scans of the runnable list so far
   int64_t ops_executed_ = 0;
   int64_t device_bytes_ = 0;
   uint64_t digest_ = 0xcbf29ce484222325ULL;

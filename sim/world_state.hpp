@@ -79,6 +79,10 @@ struct World::Instance {
   core::CollectiveKind kind = core::CollectiveKind::all_reduce;
   int issued = 0;
   bool mismatch = false;
+  // Whether every member could run it, as of scheduler scan `ready_scan` (nothing changes
+  // during a scan, and the answer is the same for every member that asks).
+  uint64_t ready_scan = 0;
+  bool ready = false;
 };
 
 struct World::Group {
