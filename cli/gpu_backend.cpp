@@ -1,7 +1,9 @@
 // The CUDA backend behind the command line.
 #include "cli/gpu_backend.hpp"
 
+#include <cstdio>
 #include <cstring>
+#include <stdexcept>
 
 #include "core/trace_program.hpp"
 #include "core/trainer.hpp"
@@ -57,6 +59,41 @@ GpuTraceRun run_trace_gpu(const LoadedScenario& s, const gpu::GpuOptions& option
     }
   }
   return out;
+}
+
+GpuBaseline baseline_for(const LoadedScenario& s, const gpu::GpuOptions& o) {
+  GpuBaseline b;
+  const TrainingState& st = *s.training;
+  if (!st.setup.config.precision.exact || o.comm != gpu::CommMode::local) return b;
+  TrainingState distopt = st;
+  distopt.setup.config.strategy = core::Strategy::distopt;
+  distopt.setup.config.mutations = {};
+  gpu::GpuOptions plain = o;
+  plain.amplify_cycles = 0;
+  const GpuTrainingRun r = run_training_gpu(distopt, plain, /*judge*/ true);
+  if (!r.result.completed) throw std::runtime_error("DistOpt, the baseline, failed on the GPU: " + r.result.error);
+  b.bitwise = true;
+  b.weights = r.weights;
+  b.name = "DistOpt on the GPU (bitwise, exact mode)";
+  return b;
+}
+
+// The first main weight that differs from the baseline's, or "".
+std::string first_weight_difference(const TrainingState& st, const GpuTrainingRun& r, const GpuBaseline& b) {
+  for (size_t step = 0; step < r.weights.size() && step < b.weights.size(); ++step) {
+    for (size_t p = 0; p < r.weights[step].size() && p < b.weights[step].size(); ++p) {
+      const auto& got = r.weights[step][p];
+      const auto& want = b.weights[step][p];
+      for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+        if (std::memcmp(&got[i], &want[i], sizeof(float)) == 0) continue;
+        char text[512];
+        std::snprintf(text, sizeof text, "after step %zu, main weight %s[%zu] is %.9g; DistOpt has %.9g", step,
+                      st.setup.model->logical_name(static_cast<int>(p)).c_str(), i, got[i], want[i]);
+        return text;
+      }
+    }
+  }
+  return r.weights.size() == b.weights.size() ? "" : "the run and DistOpt completed different numbers of steps";
 }
 
 }  // namespace shardcheck::cli

@@ -23,6 +23,21 @@ struct GpuTrainingRun {
 // `judge`: capture every step's weights and judge them against the reference (slower).
 GpuTrainingRun run_training_gpu(TrainingState& state, const gpu::GpuOptions& options, bool judge);
 
+// The baseline a training run on the GPU is held to. In exact mode on the device-local
+// communicator every correct strategy is bitwise equal to DistOpt on the same GPU (the
+// reduction order is fixed), so the baseline is DistOpt there, trained once without the
+// scenario's mutations, bit for bit: this catches what the simulator's exact mode catches.
+// Otherwise (NCCL, or not exact) it is the single-rank reference on the CPU, within the
+// judge's derived tolerance, and `weights` stays empty.
+struct GpuBaseline {
+  bool bitwise = false;
+  std::vector<std::vector<std::vector<float>>> weights;  // DistOpt's, per step
+  std::string name = "the single-rank reference";
+};
+GpuBaseline baseline_for(const LoadedScenario& s, const gpu::GpuOptions& options);
+// The first main weight of `r` that differs in its bits from the baseline's, or "".
+std::string first_weight_difference(const TrainingState& st, const GpuTrainingRun& r, const GpuBaseline& b);
+
 struct GpuTraceRun {
   gpu::GpuRunResult result;
   int buffers_compared = 0;

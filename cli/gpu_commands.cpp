@@ -1,8 +1,10 @@
 // The GPU commands. Everything that needs CUDA sits behind SHARDCHECK_HAVE_GPU.
 #include "cli/gpu_commands.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "cli/commands.hpp"
@@ -53,38 +55,47 @@ bool options(const GpuArgs& a, int ranks, gpu::GpuOptions& o) {
 }
 
 // Race replay on hardware: how many of `runs` end with values that differ from a
-// correctly ordered execution.
+// correctly ordered execution; training runs also report what the judge found.
 int run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
-  int differing = 0, errors = 0;
+  int differing = 0, faults = 0, errors = 0;  // faults: the program stopped the run (see gpu::ProgramFault)
   std::string example;
+  std::vector<std::string> also;  // findings that are not a difference in values
+  const GpuBaseline baseline = s.training ? baseline_for(s, o) : GpuBaseline{};
   for (int i = 0; i < runs; ++i) {
     if (s.training) {
       GpuTrainingRun r = run_training_gpu(*s.training, o, /*judge*/ true);
       if (!r.result.completed) {
-        ++errors;
-        example = r.result.error;
+        ++(r.result.program_fault ? faults : errors);
+        if (example.empty()) example = r.result.error;
         continue;
       }
-      bool diverged = false;
+      std::string difference = baseline.bitwise ? first_weight_difference(*s.training, r, baseline) : "";
       for (const auto& f : r.findings) {
-        diverged |= f.kind == core::FindingKind::numerics_divergence || f.kind == core::FindingKind::replica_divergence;
-        if (example.empty()) example = f.summary;
+        if (f.kind == core::FindingKind::numerics_divergence || f.kind == core::FindingKind::replica_divergence) {
+          if (difference.empty()) difference = f.summary;
+          continue;
+        }
+        const std::string line = std::string(core::to_string(f.kind)) + ": " + f.summary;
+        if (std::find(also.begin(), also.end(), line) == also.end()) also.push_back(line);
       }
-      differing += diverged;
+      differing += !difference.empty();
+      if (example.empty()) example = difference;
     } else {
       GpuTraceRun r = run_trace_gpu(s, o);
       if (!r.result.completed) {
-        ++errors;
-        example = r.result.error;
+        ++(r.result.program_fault ? faults : errors);
+        if (example.empty()) example = r.result.error;
         continue;
       }
       differing += r.buffers_differing > 0;
       if (example.empty()) example = r.first_difference;
     }
   }
-  std::printf("%-40s %d of %d runs differ from %s%s\n", s.name.c_str(), differing, runs,
-              s.training ? "the single-rank reference" : "the simulator's in-order values", errors ? " (with errors)" : "");
+  std::printf("%-40s %d of %d runs differ from %s%s%s\n", s.name.c_str(), differing, runs,
+              s.training ? baseline.name.c_str() : "the simulator's in-order values",
+              faults ? (", " + std::to_string(faults) + " stopped by the program").c_str() : "", errors ? " (with errors)" : "");
   if (!example.empty()) std::printf("  first: %s\n", example.c_str());
+  for (const auto& line : also) std::printf("  also found: %s\n", line.c_str());
   return errors ? kInternalError : kOk;
 }
 

@@ -16,6 +16,13 @@ class CudaError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The program run, not the backend, is at fault: its ranks' collectives or transfers do not
+// match, or they wait for each other. The run stops; the simulator shows why.
+class ProgramFault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
 
 inline void cuda_check(cudaError_t err, const char* call, const char* file, int line) {

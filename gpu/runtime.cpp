@@ -254,7 +254,7 @@ void GpuRuntime::p2p(core::P2PCall call, bool send) {
   }
   if (!send && t.send) {  // the send was staged: copy it out in this stream's order
     if (t.send->call.input.bytes() != call.buffer.bytes()) {
-      throw InternalError("a p2p transfer's send and recv differ in size (run it on the simulator)");
+      throw ProgramFault("a p2p transfer's send and recv differ in size (run it on the simulator)");
     }
     RankState& from = *w_.ranks[t.send->rank];
     SC_CUDA_CHECK(cudaStreamWaitEvent(s, t.send->ready, 0));

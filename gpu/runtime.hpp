@@ -78,6 +78,7 @@ struct KernelProfile {
 struct GpuRunResult {
   bool completed = false;
   std::string error;
+  bool program_fault = false;  // the error is the program's (see ProgramFault), not the backend's
   double seconds = 0;  // wall time of the run, device work included
 };
 

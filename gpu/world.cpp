@@ -97,7 +97,7 @@ void GpuWorld::Impl::launch_collective(Group& g, int64_t k) {
   for (int m = 0; m < lc.members; ++m) {
     const Arrival& a = *inst.members[m];
     if (a.call.input.numel != c0.input.numel || a.call.output.numel != c0.output.numel || a.call.kind != c0.kind) {
-      throw InternalError("collective #" + std::to_string(k) + " of group '" + g.name + "' differs across ranks (run it on the simulator to see how)");
+      throw ProgramFault("collective #" + std::to_string(k) + " of group '" + g.name + "' differs across ranks (run it on the simulator to see how)");
     }
     RankState& r = *ranks[a.rank];
     lc.in[m] = device_ptr(r, a.call.input);
@@ -123,7 +123,7 @@ void GpuWorld::Impl::launch_transfer(std::tuple<int, int, std::string> key, int6
   RankState& from = *ranks[t.send->rank];
   RankState& to = *ranks[t.recv->rank];
   const core::TensorRef src = t.send->call.input, dst = t.recv->call.input;
-  if (src.bytes() != dst.bytes()) throw InternalError("a p2p transfer's send and recv differ in size (run it on the simulator)");
+  if (src.bytes() != dst.bytes()) throw ProgramFault("a p2p transfer's send and recv differ in size (run it on the simulator)");
   const cudaStream_t rs = to.streams.at(t.recv->stream).second, ss = from.streams.at(t.send->stream).second;
   SC_CUDA_CHECK(cudaStreamWaitEvent(rs, t.send->ready, 0));
   SC_CUDA_CHECK(cudaMemcpyAsync(device_ptr(to, dst), device_ptr(from, src), static_cast<size_t>(src.bytes()), cudaMemcpyDeviceToDevice, rs));
@@ -317,7 +317,7 @@ void drive_local(GpuWorld::Impl& w) {
         pending = r->waits.back().first;
       }
     }
-    if (!pending) throw InternalError("deadlock on the GPU: every rank waits for a peer that will not come:" + w.describe_waits());
+    if (!pending) throw ProgramFault("deadlock on the GPU: every rank waits for a peer that will not come:" + w.describe_waits());
     SC_CUDA_CHECK(cudaEventSynchronize(pending));
   }
 }
@@ -375,6 +375,9 @@ GpuRunResult GpuWorld::run(const std::function<core::Task<>(core::Runtime&)>& bo
       SC_CUDA_CHECK(cudaSetDevice(r->device));
       SC_CUDA_CHECK(cudaDeviceSynchronize());
     }
+  } catch (const ProgramFault& e) {
+    result.error = e.what();
+    result.program_fault = true;
   } catch (const std::exception& e) {
     result.error = e.what();
   }
