@@ -34,7 +34,9 @@ int compare_on_gpu(const LoadedScenario&, const GpuArgs&, const std::string&, in
 
 namespace {
 
-bool options(const GpuArgs& a, int ranks, gpu::GpuOptions& o) {
+// The scenario's rank count and allocator reuse rule (a race through the caching allocator
+// reproduces only when the same block is handed out again), and the command line's choices.
+bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o) {
   if (a.backend != "gpu") {
     std::cerr << "shardcheck: --backend is sim or gpu, not '" << a.backend << "'\n";
     return false;
@@ -47,7 +49,8 @@ bool options(const GpuArgs& a, int ranks, gpu::GpuOptions& o) {
     std::cerr << "shardcheck: --alloc is caching or async, not '" << a.alloc << "'\n";
     return false;
   }
-  o.ranks = ranks;
+  o.ranks = scenario.ranks;
+  o.reuse = scenario.reuse == sim::Reuse::earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit;
   o.comm = a.comm == "nccl" ? gpu::CommMode::nccl : gpu::CommMode::local;
   o.alloc = a.alloc == "async" ? gpu::AllocMode::async : gpu::AllocMode::caching;
   o.amplify_cycles = a.amplify;
@@ -105,7 +108,7 @@ int run_on_gpu(const std::vector<LoadedScenario>& scenarios, const GpuArgs& a, i
   int code = kOk;
   for (const auto& s : scenarios) {
     gpu::GpuOptions o;
-    if (!options(a, s.options.ranks, o)) return kBadInput;
+    if (!options(a, s.options, o)) return kBadInput;
     try {
       code = std::max(code, run_one(s, o, runs));
     } catch (const std::exception& e) {
@@ -118,7 +121,7 @@ int run_on_gpu(const std::vector<LoadedScenario>& scenarios, const GpuArgs& a, i
 
 int compare_on_gpu(const LoadedScenario& s, const GpuArgs& a, const std::string& against, int steps) {
   gpu::GpuOptions o;
-  if (!options(a, s.options.ranks, o)) return kBadInput;
+  if (!options(a, s.options, o)) return kBadInput;
   TrainingState& st = *s.training;
   if (steps > 0) st.setup.config.steps = steps;
   try {
