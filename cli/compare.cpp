@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 namespace shardcheck::cli {
 
@@ -42,7 +44,33 @@ CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against
   r.against = against;
   r.exact = state.setup.config.precision.exact;
   sim::Options o = options_for(s, {}).value();
-  const TrainingRun ours = run_training(state, o);
+  // Against DistOpt, the two trainings are independent simulated worlds that only read the
+  // setup and the reference: they run on two threads, each as deterministic as alone.
+  TrainingRun ours, base;
+  if (against == "distopt") {
+    state.ensure_reference();  // once, before the copy: both runs' oracles read it
+    TrainingState other = state;
+    other.setup.config.strategy = core::Strategy::distopt;
+    other.setup.config.mutations = {};
+    std::exception_ptr failure;
+    std::thread baseline([&] {
+      try {
+        base = run_training(other, o);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    });
+    try {
+      ours = run_training(state, o);
+    } catch (...) {
+      baseline.join();
+      throw;
+    }
+    baseline.join();
+    if (failure) std::rethrow_exception(failure);
+  } else {
+    ours = run_training(state, o);
+  }
   r.cancelled = ours.result.cancelled;
   if (!ours.result.error.empty() || r.cancelled) {
     r.error = ours.result.error;
@@ -59,10 +87,6 @@ CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against
       theirs_w.push_back(st.main);
     }
   } else {
-    TrainingState other = state;
-    other.setup.config.strategy = core::Strategy::distopt;
-    other.setup.config.mutations = {};
-    const TrainingRun base = run_training(other, o);
     r.cancelled = base.result.cancelled;
     if (!base.result.error.empty() || r.cancelled) {
       r.error = base.result.error;
