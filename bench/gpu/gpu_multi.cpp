@@ -6,9 +6,14 @@
 //     in descending rank order show how far reduction order alone moves the losses;
 //  2. bus bandwidth (nccl-tests' definition) of every collective size each strategy issues
 //     in a step of TinyLM (hidden 1024, 8 layers), timed on its own;
-//  3. step time per strategy against DistOpt, and the same step with communication left out,
-//     which gives the communication time left exposed and how much of it overlaps compute.
-//   gpu_multi [--out DIR] [--steps N] [--modes exact,fp32,bf16]   (writes gpu_multi.json)
+//  3. step time per strategy against DistOpt (the median of 7 steps after 2 warm-up steps,
+//     each ending with the device synchronized, with the fastest and slowest), and the same
+//     step with communication left out, which gives the communication time left exposed and
+//     how much of it overlaps compute.
+//   gpu_multi [--out DIR] [--steps N] [--modes exact,fp32,bf16] [--sections losses,steps]
+//             [--strategies distopt,optim,...]   (writes gpu_multi.json)
+// --sections picks section 1 ("losses") and/or sections 2 and 3 ("steps"), so that one
+// machine session can be split over several calls; --strategies limits either to some.
 #include <nccl.h>
 
 #include <algorithm>
@@ -196,13 +201,17 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach a log file even if the run is cut short
   std::string out = std::getenv("OUT") ? std::getenv("OUT") : "out/gpu";
   int steps = 100;
-  std::string modes = "exact,fp32,bf16";
+  std::string modes = "exact,fp32,bf16", sections = "losses,steps", strategies;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--modes") && i + 1 < argc) modes = argv[++i];  // which precision modes the loss section runs
+    if (!std::strcmp(argv[i], "--sections") && i + 1 < argc) sections = argv[++i];
+    if (!std::strcmp(argv[i], "--strategies") && i + 1 < argc) strategies = argv[++i];
   }
-  auto wanted = [&](int mi) { return ("," + modes + ",").find(std::string(",") + kModes[mi].name + ",") != std::string::npos; };
+  auto listed = [](const std::string& list, std::string_view item) { return ("," + list + ",").find("," + std::string(item) + ",") != std::string::npos; };
+  auto wanted = [&](int mi) { return listed(modes, kModes[mi].name); };
+  auto strategy_wanted = [&](core::Strategy s) { return strategies.empty() || s == core::Strategy::distopt || listed(strategies, core::to_string(s)); };
   const int devices = gpu::usable_devices();
   const int n = std::min(devices, 8) & ~1;
   if (n < 2) {
@@ -225,23 +234,26 @@ int main(int argc, char** argv) {
   // threads while the GPUs train.
   const int sim_steps = std::min(steps, 10);
   std::map<std::pair<int, int>, std::future<std::vector<double>>> sim;
-  for (int mi = 0; mi < 3; ++mi) {
+  const bool do_losses = listed(sections, "losses"), do_steps = listed(sections, "steps");
+  for (int mi = 0; mi < 3 && do_losses; ++mi) {
     if (!wanted(mi)) continue;
     for (size_t si = 0; si < std::size(bench::kAllStrategies); ++si) {
       const core::Strategy s = bench::kAllStrategies[si];
+      if (!strategy_wanted(s)) continue;
       sim[{mi, static_cast<int>(si)}] = std::async(std::launch::async, on_simulator, small_config(s, kModes[mi], sim_steps), bench::mesh_for(s, n));
     }
   }
   ordered_json losses = ordered_json::array();
   bool all_within = true;
-  std::printf("\nlosses over %d steps (simulator: first %d), TinyLM vocab 256 hidden 128 layers 2 seq 64, %d ranks\n", steps, sim_steps, n);
-  std::printf("%-19s %-5s %-9s %-11s %-11s %-11s %-11s %s\n", "strategy", "mode", "step0 eq", "nccl-local", "order only", "tolerance", "nccl-sim",
+  if (do_losses) std::printf("\nlosses over %d steps (simulator: first %d), TinyLM vocab 256 hidden 128 layers 2 seq 64, %d ranks\n", steps, sim_steps, n);
+  if (do_losses) std::printf("%-19s %-5s %-9s %-11s %-11s %-11s %-11s %s\n", "strategy", "mode", "step0 eq", "nccl-local", "order only", "tolerance", "nccl-sim",
               "verdict");
-  for (int mi = 0; mi < 3; ++mi) {
+  for (int mi = 0; mi < 3 && do_losses; ++mi) {
     if (!wanted(mi)) continue;
     const Mode& m = kModes[mi];
     for (size_t si = 0; si < std::size(bench::kAllStrategies); ++si) {
       const core::Strategy s = bench::kAllStrategies[si];
+      if (!strategy_wanted(s)) continue;
       const auto axes = bench::mesh_for(s, n);
       const core::TrainingConfig c = small_config(s, m, steps);
       gpu::GpuOptions o;
@@ -280,37 +292,42 @@ int main(int argc, char** argv) {
   // 2 and 3. Collective sizes, their bus bandwidth alone, step time, exposed communication.
   ordered_json bw = ordered_json::array(), st = ordered_json::array();
   double distopt_s = 0;
-  std::printf("\nTinyLM vocab 8192 hidden 1024 layers 8 seq 1024, micro-batch 2 x 4, bf16, %d ranks on %d GPUs (NCCL)\n", n, n);
+  if (do_steps) std::printf("\nTinyLM vocab 8192 hidden 1024 layers 8 seq 1024, micro-batch 2 x 4, bf16, %d ranks on %d GPUs (NCCL)\n", n, n);
   for (core::Strategy s : bench::kAllStrategies) {
+    if (!do_steps || !strategy_wanted(s)) continue;
     const core::TrainingConfig c = bench::tinylm_config(s);
     const auto axes = bench::mesh_for(s, n);
     const std::string name(core::to_string(s));
     double comm_alone = 0;
-    std::printf("\n%s: collectives per step on rank 0\n  %-15s %-5s %-9s %12s %6s %10s %10s %10s\n", name.c_str(), "kind", "dtype", "group",
-                "bytes", "count", "us each", "algbw GB/s", "busbw GB/s");
+    std::printf("\n%s: collectives per step on rank 0 (a group of 1 member is a local copy: busbw 0)\n  %-15s %-5s %-9s %7s %12s %6s %10s %10s %10s\n",
+                name.c_str(), "kind", "dtype", "group", "members", "bytes", "count", "us each", "algbw GB/s", "busbw GB/s");
     for (const auto& [c0, count] : per_step_collectives(c, axes)) {
       const double t = time_alone(c0), bytes = size_bytes(c0);
       const double algbw = bytes / t / 1e9, busbw = algbw * bus_factor(c0.kind, c0.members);
       comm_alone += count * t;
-      std::printf("  %-15s %-5s %-9s %12.0f %6d %10.1f %10.1f %10.1f\n", std::string(core::to_string(c0.kind)).c_str(),
-                  std::string(core::to_string(c0.dtype)).c_str(), c0.group.c_str(), bytes, count, 1e6 * t, algbw, busbw);
+      std::printf("  %-15s %-5s %-9s %7d %12.0f %6d %10.1f %10.1f %10.1f\n", std::string(core::to_string(c0.kind)).c_str(),
+                  std::string(core::to_string(c0.dtype)).c_str(), c0.group.c_str(), c0.members, bytes, count, 1e6 * t, algbw, busbw);
       bw.push_back({{"strategy", name}, {"kind", core::to_string(c0.kind)}, {"dtype", core::to_string(c0.dtype)}, {"group", c0.group},
                     {"members", c0.members}, {"bytes", bytes}, {"per_step", count}, {"seconds", t}, {"algbw_gbs", algbw}, {"busbw_gbs", busbw}});
     }
     gpu::GpuOptions o;
     o.comm = gpu::CommMode::nccl;
-    const double full = bench::step_seconds(c, axes, o);
+    const bench::StepTime with = bench::step_time(c, axes, o);
     o.skip_communication = true;
-    const double compute = bench::step_seconds(c, axes, o);
+    const bench::StepTime without = bench::step_time(c, axes, o);
+    const double full = with.median, compute = without.median;
     if (s == core::Strategy::distopt) distopt_s = full;
     const double exposed = std::max(0.0, full - compute);
     const double overlap = comm_alone > 0 ? std::clamp(1.0 - exposed / comm_alone, 0.0, 1.0) : 1.0;
-    std::printf("  step %.2f ms (%.3f x DistOpt); without communication %.2f ms; communication alone %.2f ms; exposed %.2f ms; overlapped %.0f%%\n",
-                1e3 * full, full / distopt_s, 1e3 * compute, 1e3 * comm_alone, 1e3 * exposed, 100 * overlap);
+    std::printf("  step %.2f ms [%.2f, %.2f] (%.3f x DistOpt); without communication %.2f ms [%.2f, %.2f]; communication alone %.2f ms; exposed %.2f ms; "
+                "overlapped %.0f%%\n",
+                1e3 * full, 1e3 * with.min, 1e3 * with.max, full / distopt_s, 1e3 * compute, 1e3 * without.min, 1e3 * without.max, 1e3 * comm_alone,
+                1e3 * exposed, 100 * overlap);
     j["bus_bandwidth"] = bw;
-    st.push_back({{"strategy", name}, {"ranks", n}, {"ms_per_step", 1e3 * full}, {"ratio_to_distopt", full / distopt_s},
-                  {"ms_without_communication", 1e3 * compute}, {"ms_communication_alone", 1e3 * comm_alone}, {"ms_exposed", 1e3 * exposed},
-                  {"overlap", overlap}});
+    st.push_back({{"strategy", name}, {"ranks", n}, {"ms_per_step", 1e3 * full}, {"ms_per_step_min", 1e3 * with.min}, {"ms_per_step_max", 1e3 * with.max},
+                  {"ratio_to_distopt", full / distopt_s}, {"ms_without_communication", 1e3 * compute},
+                  {"ms_without_communication_min", 1e3 * without.min}, {"ms_without_communication_max", 1e3 * without.max},
+                  {"ms_communication_alone", 1e3 * comm_alone}, {"ms_exposed", 1e3 * exposed}, {"overlap", overlap}});
     j["step_time"] = st;
     save();
   }
