@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <variant>
 
 #include "cli/commands.hpp"
 #ifdef SHARDCHECK_HAVE_GPU
@@ -17,9 +18,29 @@ namespace shardcheck::cli {
 void add_gpu_options(CLI::App* cmd, GpuArgs& a) {
   cmd->add_option("--backend", a.backend, "sim (default) or gpu");
   cmd->add_option("--comm", a.comm, "gpu: local (N ranks on one GPU, default) or nccl (one rank per GPU)");
-  cmd->add_option("--alloc", a.alloc, "gpu: caching (PyTorch's semantics, default) or async (cudaMallocAsync)");
+  cmd->add_option("--alloc", a.alloc, "gpu: caching (PyTorch's semantics) or async (cudaMallocAsync); default: the scenario's allocator");
   cmd->add_option("--amplify", a.amplify, "gpu: spin this many cycles on a communication stream before each collective")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--amplify-at", a.amplify_at,
+                  "gpu: collectives (default), or race: spin only before the earlier-issued access of each race the simulator finds in the "
+                  "given files, in every file");
+}
+
+std::vector<RaceSite> race_sites(const std::vector<LoadedScenario>& scenarios) {
+  std::vector<RaceSite> sites;
+  for (const auto& s : scenarios) {
+    const ScenarioOutcome out = run_scenario(s, {});
+    for (const auto& f : out.explored.findings) {
+      const auto* race = std::get_if<core::RaceDetail>(&f.detail);
+      if (f.kind != core::FindingKind::stream_race || !race) continue;
+      // Delay the access the program issued first, so that on hardware the other one
+      // overtakes it: the order the in-order reference does not have.
+      const core::AccessSite& a = race->first.op_id <= race->second.op_id ? race->first : race->second;
+      RaceSite site{a.rank, a.stream, a.op, s.name, f.seed};
+      if (std::find(sites.begin(), sites.end(), site) == sites.end()) sites.push_back(std::move(site));
+    }
+  }
+  return sites;
 }
 
 #ifndef SHARDCHECK_HAVE_GPU
@@ -45,15 +66,21 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
     std::cerr << "shardcheck: --comm is local or nccl, not '" << a.comm << "'\n";
     return false;
   }
-  if (a.alloc != "caching" && a.alloc != "async") {
+  if (!a.alloc.empty() && a.alloc != "caching" && a.alloc != "async") {
     std::cerr << "shardcheck: --alloc is caching or async, not '" << a.alloc << "'\n";
     return false;
   }
   o.ranks = scenario.ranks;
   o.reuse = scenario.reuse == sim::Reuse::earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit;
   o.comm = a.comm == "nccl" ? gpu::CommMode::nccl : gpu::CommMode::local;
-  o.alloc = a.alloc == "async" ? gpu::AllocMode::async : gpu::AllocMode::caching;
+  const bool async = a.alloc.empty() ? scenario.allocator == sim::AllocatorModel::stream_ordered : a.alloc == "async";
+  o.alloc = async ? gpu::AllocMode::async : gpu::AllocMode::caching;
+  if (a.amplify_at != "collectives" && a.amplify_at != "race") {
+    std::cerr << "shardcheck: --amplify-at is collectives or race, not '" << a.amplify_at << "'\n";
+    return false;
+  }
   o.amplify_cycles = a.amplify;
+  o.amplify_at = a.amplify_at == "race" ? gpu::AmplifyAt::sites : gpu::AmplifyAt::collectives;
   return true;
 }
 
@@ -61,12 +88,14 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
 // correctly ordered execution; training runs also report what the judge found.
 int run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
   int differing = 0, faults = 0, errors = 0;  // faults: the program stopped the run (see gpu::ProgramFault)
+  int64_t delays = 0;
   std::string example;
   std::vector<std::string> also;  // findings that are not a difference in values
   const GpuBaseline baseline = s.training ? baseline_for(s, o) : GpuBaseline{};
   for (int i = 0; i < runs; ++i) {
     if (s.training) {
       GpuTrainingRun r = run_training_gpu(*s.training, o, /*judge*/ true);
+      delays += r.result.delays;
       if (!r.result.completed) {
         ++(r.result.program_fault ? faults : errors);
         if (example.empty()) example = r.result.error;
@@ -85,6 +114,7 @@ int run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
       if (example.empty()) example = difference;
     } else {
       GpuTraceRun r = run_trace_gpu(s, o);
+      delays += r.result.delays;
       if (!r.result.completed) {
         ++(r.result.program_fault ? faults : errors);
         if (example.empty()) example = r.result.error;
@@ -99,6 +129,7 @@ int run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
               faults ? (", " + std::to_string(faults) + " stopped by the program").c_str() : "", errors ? " (with errors)" : "");
   if (!example.empty()) std::printf("  first: %s\n", example.c_str());
   for (const auto& line : also) std::printf("  also found: %s\n", line.c_str());
+  if (o.amplify_cycles > 0) std::printf("  delays: %.1f spins of %lld cycles a run\n", static_cast<double>(delays) / runs, static_cast<long long>(o.amplify_cycles));
   return errors ? kInternalError : kOk;
 }
 
@@ -106,9 +137,20 @@ int run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
 
 int run_on_gpu(const std::vector<LoadedScenario>& scenarios, const GpuArgs& a, int runs) {
   int code = kOk;
+  std::vector<gpu::DelaySite> sites;
+  if (a.amplify_at == "race") {
+    const std::vector<RaceSite> found = race_sites(scenarios);
+    std::printf("the simulator's races give %zu operation%s to delay, in every file:\n", found.size(), found.size() == 1 ? "" : "s");
+    for (const auto& f : found) {
+      std::printf("  rank %d '%s' %s (%s, seed %llu)\n", f.rank, f.stream.c_str(), f.op.c_str(), f.scenario.c_str(), static_cast<unsigned long long>(f.seed));
+      sites.push_back({f.rank, f.stream, f.op});
+    }
+    if (a.amplify <= 0) std::printf("  (nothing is delayed: --amplify is 0)\n");
+  }
   for (const auto& s : scenarios) {
     gpu::GpuOptions o;
     if (!options(a, s.options, o)) return kBadInput;
+    o.delay_sites = sites;
     try {
       code = std::max(code, run_one(s, o, runs));
     } catch (const std::exception& e) {

@@ -13,9 +13,25 @@ namespace shardcheck::cli {
 struct GpuArgs {
   std::string backend = "sim";
   std::string comm = "local";  // local | nccl
-  std::string alloc = "caching";
-  int64_t amplify = 0;  // spin cycles before each collective on its stream
+  std::string alloc;  // caching | async; empty: the scenario's allocator
+  int64_t amplify = 0;  // spin cycles before each delayed operation
+  std::string amplify_at = "collectives";  // collectives | race
 };
+
+// An operation to delay on hardware: of the two accesses of a race the simulator found, the
+// one its program issued first.
+struct RaceSite {
+  int rank = 0;
+  std::string stream;
+  std::string op;        // core::op_name
+  std::string scenario;  // where the simulator found it
+  uint64_t seed = 0;     // and with which schedule
+  bool operator==(const RaceSite& o) const { return rank == o.rank && stream == o.stream && op == o.op; }
+};
+// Explores each scenario on the simulator (its own policy, seed and runs) and returns the
+// earlier-issued access of every stream_race found, once each (the same operation found in two
+// files is listed once, from the first).
+std::vector<RaceSite> race_sites(const std::vector<LoadedScenario>& scenarios);
 
 void add_gpu_options(CLI::App* cmd, GpuArgs& a);
 // Runs each scenario `runs` times on the GPU: trace programs against the simulator's

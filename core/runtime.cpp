@@ -14,6 +14,12 @@ std::string_view to_string(CollectiveKind k) {
   return "?";
 }
 
+std::string op_name(const KernelCall& c) { return "kernel '" + c.name + "'"; }
+std::string op_name(const CollectiveCall& c) { return std::string(to_string(c.kind)) + " '" + c.tag + "'"; }
+std::string op_name(const P2PCall& c, bool send) {
+  return std::string(send ? "send '" : "recv '") + c.tag + (send ? "' to " : "' from ") + std::to_string(c.peer);
+}
+
 Issued<BufferId> Runtime::alloc(int64_t bytes, StreamId stream, std::string_view name) {
   return Issued<BufferId>(this, do_alloc(bytes, stream, name));
 }

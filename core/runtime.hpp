@@ -159,6 +159,13 @@ class [[nodiscard]] Issued<void> {
   Runtime* rt_;
 };
 
+// How every backend names a stream operation in findings and delay sites:
+// "kernel 'fc1.forward'", "reduce_scatter 'grad:block.2'", "send 'act:0:mb1' to 2",
+// "recv 'grad:1:mb2' from 2".
+std::string op_name(const KernelCall& c);
+std::string op_name(const CollectiveCall& c);
+std::string op_name(const P2PCall& c, bool send);
+
 // Element counts a collective expects, for validation by every backend.
 // Returns an empty string when the call is consistent, else why not.
 std::string check_collective_shape(const CollectiveCall& c, int members);

@@ -135,6 +135,7 @@ class GpuRuntime final : public core::Runtime {
     for (const auto& [name, s] : r_.streams) host_waits_for(s);
   }
   void do_launch(core::KernelCall call) override {
+    amplify(call.stream, false, [&] { return core::op_name(call); });
     RankMemory mem(r_);
     if (!w_.options.profile_kernels) {
       gpu::launch(call, mem, cuda(call.stream), *r_.blas);
@@ -176,6 +177,26 @@ class GpuRuntime final : public core::Runtime {
  private:
   void p2p(core::P2PCall call, bool send);
 
+  // --amplify: a spin on stream s before this operation when it is one to delay. `name`
+  // gives the operation's core::op_name, built only when a delay site could match.
+  template <class Name>
+  void amplify(core::StreamId s, bool collective, Name&& name) {
+    const GpuOptions& o = w_.options;
+    if (o.amplify_cycles <= 0) return;
+    bool hit = o.amplify_at == AmplifyAt::collectives && collective;
+    if (o.amplify_at == AmplifyAt::sites) {
+      std::optional<std::string> n;
+      for (const DelaySite& d : o.delay_sites) {
+        if (d.rank != r_.rank || d.stream != stream_name(s)) continue;
+        if (!n) n = name();
+        hit |= d.op == *n;
+      }
+    }
+    if (!hit) return;
+    launch_spin(o.amplify_cycles, cuda(s));
+    ++r_.delays;
+  }
+
   GpuWorld::Impl& w_;
   RankState& r_;
 };
@@ -190,7 +211,7 @@ void GpuRuntime::do_collective(core::CollectiveCall call) {
   if (w_.options.skip_communication) return;
   const cudaStream_t s = cuda(call.stream);
   // --amplify: the communication stream runs late, so a missing ordering corrupts values.
-  launch_spin(w_.options.amplify_cycles, s);
+  amplify(call.stream, true, [&] { return core::op_name(call); });
   const int mi = static_cast<int>(std::find(g.members.begin(), g.members.end(), r_.rank) - g.members.begin());
   if (w_.options.comm == CommMode::nccl) {
     RankMemory mem(r_);
@@ -222,6 +243,7 @@ void GpuRuntime::p2p(core::P2PCall call, bool send) {
   if (call.peer < 0 || call.peer >= world_size() || call.peer == r_.rank) throw InternalError("p2p with an invalid peer");
   if (w_.options.skip_communication) return;
   const cudaStream_t s = cuda(call.stream);
+  amplify(call.stream, false, [&] { return core::op_name(call, send); });
   const auto key = send ? std::tuple{r_.rank, call.peer, call.channel} : std::tuple{call.peer, r_.rank, call.channel};
   if (w_.options.comm == CommMode::nccl) {
     RankMemory mem(r_);

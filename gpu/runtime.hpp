@@ -25,12 +25,28 @@ namespace shardcheck::gpu {
 
 enum class CommMode : uint8_t { local, nccl };
 
+// Where --amplify puts its spins. `collectives`: on a collective's stream before every
+// collective. `sites`: only before the operations listed in delay_sites; `shardcheck run
+// --amplify-at race` lists there the first access of each race the simulator found, so that
+// access runs late on the hardware and the unordered second access gets in before it.
+enum class AmplifyAt : uint8_t { collectives, sites };
+
+// Every operation of `rank` on the stream named `stream` that the simulator would name `op`
+// (core::op_name: "kernel 'block.2.accumulate'", "reduce_scatter 'grad'", ...).
+struct DelaySite {
+  int rank = 0;
+  std::string stream;
+  std::string op;
+};
+
 struct GpuOptions {
   int ranks = 1;
   CommMode comm = CommMode::local;
   AllocMode alloc = AllocMode::caching;
   core::PoolReuse reuse = core::PoolReuse::best_fit;
-  int64_t amplify_cycles = 0;  // spin this long on a communication stream before each collective
+  int64_t amplify_cycles = 0;  // spin this long before each delayed operation (see amplify_at)
+  AmplifyAt amplify_at = AmplifyAt::collectives;
+  std::vector<DelaySite> delay_sites;
   int64_t device_bytes_per_rank = int64_t{32} << 30;
   bool profile_kernels = false;  // time every launch with CUDA events, and its host cost (for measurements)
   // Measurement switches (not for checking): the device-local communicator adds members in
@@ -80,6 +96,7 @@ struct GpuRunResult {
   std::string error;
   bool program_fault = false;  // the error is the program's (see ProgramFault), not the backend's
   double seconds = 0;  // wall time of the run, device work included
+  int64_t delays = 0;  // spins --amplify launched, over all ranks
 };
 
 class GpuWorld {

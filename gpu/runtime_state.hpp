@@ -63,6 +63,7 @@ struct RankState {
   };
   std::vector<KernelSample> kernel_samples;
   std::vector<CollectiveSample> collectives;
+  int64_t delays = 0;  // --amplify spins launched
 };
 
 struct Arrival {

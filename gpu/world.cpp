@@ -383,6 +383,7 @@ GpuRunResult GpuWorld::run(const std::function<core::Task<>(core::Runtime&)>& bo
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.completed = result.error.empty();
+  for (const auto& r : impl_->ranks) result.delays += r->delays;
   return result;
 }
 

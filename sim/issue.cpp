@@ -288,7 +288,7 @@ void World::launch(int rank, core::KernelCall call) {
   for (const auto& t : call.writes) check_ref(rank, t, "kernel write");
   Op op;
   op.kind = OpKind::kernel;
-  op.id = new_op(rank, call.stream, OpKind::kernel, "kernel " + quoted(call.name));
+  op.id = new_op(rank, call.stream, OpKind::kernel, core::op_name(call));
   const int stream = call.stream;
   op.kernel = std::move(call);
   push(rank, stream, std::move(op));
@@ -316,7 +316,7 @@ void World::collective(int rank, core::CollectiveCall call) {
   inst.kind = call.kind;
   Op op;
   op.kind = OpKind::collective;
-  op.id = new_op(rank, call.stream, OpKind::collective, std::string(core::to_string(call.kind)) + " " + quoted(call.tag));
+  op.id = new_op(rank, call.stream, OpKind::collective, core::op_name(call));
   m.op = op.id;
   op.group = g;
   op.instance = k;
@@ -341,8 +341,7 @@ void World::p2p(int rank, core::P2PCall call, bool send) {
   h.tag = call.tag;
   Op op;
   op.kind = send ? OpKind::send : OpKind::recv;
-  op.id = new_op(rank, call.stream, op.kind,
-                 std::string(send ? "send " : "recv ") + quoted(call.tag) + (send ? " to " : " from ") + std::to_string(call.peer));
+  op.id = new_op(rank, call.stream, op.kind, core::op_name(call, send));
   h.op = op.id;
   op.instance = k;
   const int stream = call.stream;

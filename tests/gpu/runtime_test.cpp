@@ -10,6 +10,7 @@
 
 #include "cli/driver.hpp"
 #include "cli/gpu_backend.hpp"
+#include "cli/gpu_commands.hpp"
 #include "core/trainer.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 
@@ -211,4 +212,24 @@ TEST_CASE("amplify on NCCL's streams: the race corrupts values across GPUs, the 
   const auto [corrupted, fixed_corrupted] = corrupted_runs(o, 5);
   REQUIRE(corrupted > 0);
   REQUIRE(fixed_corrupted == 0);
+}
+
+TEST_CASE("amplify at race sites: only the simulator's earlier access is delayed, and the race still corrupts", "[gpu]") {
+  SC_REQUIRE_GPU();
+  const auto race = load("trace/reuse-race.yaml"), fix = load("trace/reuse-fix-record-stream.yaml");
+  const std::vector<cli::RaceSite> sites = cli::race_sites({race, fix});
+  REQUIRE(sites.size() == 1);
+  gpu::GpuOptions o = options(2);
+  o.amplify_cycles = 20'000'000;
+  o.amplify_at = gpu::AmplifyAt::sites;
+  o.delay_sites = {{sites[0].rank, sites[0].stream, sites[0].op}};
+  const cli::GpuTraceRun r = cli::run_trace_gpu(race, o);
+  REQUIRE(r.result.completed);
+  REQUIRE(r.result.delays == 1);  // rank 0's reduce-scatter only; rank 1's is not listed
+  REQUIRE(r.buffers_differing > 0);
+  const cli::GpuTraceRun f = cli::run_trace_gpu(fix, o);
+  REQUIRE(f.result.delays == 1);
+  REQUIRE(f.buffers_differing == 0);
+  o.delay_sites = {{0, "rs", "kernel 'no such kernel'"}};  // a site that matches nothing
+  REQUIRE(cli::run_trace_gpu(race, o).result.delays == 0);
 }
