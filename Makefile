@@ -63,6 +63,7 @@ gpu-check: build
 	@echo "  compute-sanitizer --tool memcheck build/tests/gpu/gpu_tests '~*training*' '~*amplify*' '~*NCCL*' '~*switches*'"
 	@echo "  build/bench/gpu/gpu_measure --out out/gpu    # one GPU: step times, GEMMs, MFU, agreement"
 	@echo "  build/bench/gpu/gpu_multi --out out/gpu      # 2+ GPUs: NCCL losses, bus bandwidth, overlap"
+	@echo "  mpirun -np 2 build/cli/shardcheck run scenarios/catalog/zero1-missing-no-sync.yaml --backend gpu --comm nccl   # one process per rank"
 	@if nvidia-smi -L >/dev/null 2>&1; then SHARDCHECK_SOURCE_DIR=$$PWD build/tests/gpu/gpu_tests; else echo "(no GPU here: the tests were built, not run)"; fi
 
 clean:

@@ -5,12 +5,48 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "core/byte_codec.hpp"
 #include "core/trace_program.hpp"
 #include "core/trainer.hpp"
 #include "core/trace_scenario.hpp"
 #include "core/training_judge.hpp"
+#include "gpu/mpi.hpp"
 
 namespace shardcheck::cli {
+
+namespace {
+
+// An MPI launch: a rank that failed leaves the others waiting inside NCCL, so the whole launch
+// ends, with the reason on stderr.
+void stop_launch_on_failure(const gpu::GpuOptions& options, const gpu::GpuRunResult& r) {
+  if (options.process_rank < 0 || r.completed) return;
+  std::fprintf(stderr, "shardcheck: %s\nshardcheck: ending the MPI launch\n", r.error.c_str());
+  gpu::mpi_abort(3);
+}
+
+// An MPI launch: process 0 gets every rank's results and what its judge saw.
+void gather_training(int rank, std::vector<core::RankResult>& ranks, core::TrainingJudge* judge) {
+  core::ByteWriter w;
+  const core::RankResult& mine = ranks.at(static_cast<size_t>(rank));
+  w.put<int32_t>(rank);
+  w.put<uint64_t>(mine.losses.size());
+  for (const auto& l : mine.losses) w.put_vector(l);
+  w.put_vector(mine.norms);
+  w.put_vector(judge ? judge->export_rank(rank) : std::vector<std::byte>{});
+  for (const auto& bytes : gpu::mpi_gather(w.bytes())) {
+    core::ByteReader r(bytes);
+    const int from = r.get<int32_t>();
+    if (from == rank) continue;
+    core::RankResult& theirs = ranks.at(static_cast<size_t>(from));
+    theirs.losses.resize(static_cast<size_t>(r.get<uint64_t>()));
+    for (auto& l : theirs.losses) l = r.get_vector<float>();
+    theirs.norms = r.get_vector<double>();
+    const std::vector<std::byte> seen = r.get_vector<std::byte>();
+    if (judge && !seen.empty()) judge->import_rank(seen);
+  }
+}
+
+}  // namespace
 
 GpuTrainingRun run_training_gpu(TrainingState& state, const gpu::GpuOptions& options, bool judge) {
   GpuTrainingRun out;
@@ -21,6 +57,8 @@ GpuTrainingRun run_training_gpu(TrainingState& state, const gpu::GpuOptions& opt
   out.result = world.run([&](core::Runtime& rt) {
     return core::train_rank(rt, state.setup, judge ? &judgement : nullptr, &ranks[rt.rank()]);
   });
+  stop_launch_on_failure(options, out.result);
+  if (options.process_rank >= 0) gather_training(options.process_rank, ranks, judge ? &judgement : nullptr);
   const int steps = static_cast<int>(ranks.empty() ? 0 : ranks[0].norms.size());
   out.losses = core::mean_losses(ranks, steps);
   for (int step = 0; judge && step < steps; ++step) out.weights.push_back(judgement.logical_main(step));
@@ -38,8 +76,10 @@ GpuTraceRun run_trace_gpu(const LoadedScenario& s, const gpu::GpuOptions& option
   const sim::RunResult expected = ref.run([&](core::Runtime& rt) { return core::run_trace_program(rt, trace); });
   gpu::GpuWorld world(options);
   out.result = world.run([&](core::Runtime& rt) { return core::run_trace_program(rt, trace); });
+  stop_launch_on_failure(options, out.result);
   if (!out.result.completed || !expected.completed) return out;
   for (int r = 0; r < options.ranks; ++r) {
+    if (!world.runs_rank(r)) continue;  // another process's (MPI launch)
     for (size_t b = 0; b < ref.lifetimes().size(); ++b) {
       const sim::Lifetime& l = ref.lifetimes()[b];
       if (l.rank != r || !l.live) continue;
@@ -58,13 +98,22 @@ GpuTraceRun run_trace_gpu(const LoadedScenario& s, const gpu::GpuOptions& option
       }
     }
   }
+  if (options.process_rank >= 0) {  // an MPI launch: the counts over every process, the lowest rank's first difference
+    out.buffers_compared = static_cast<int>(gpu::mpi_sum(out.buffers_compared));
+    out.buffers_differing = static_cast<int>(gpu::mpi_sum(out.buffers_differing));
+    const std::vector<std::byte> mine(reinterpret_cast<const std::byte*>(out.first_difference.data()),
+                                      reinterpret_cast<const std::byte*>(out.first_difference.data()) + out.first_difference.size());
+    for (const auto& d : gpu::mpi_gather(mine)) {
+      if (out.first_difference.empty()) out.first_difference.assign(reinterpret_cast<const char*>(d.data()), d.size());
+    }
+  }
   return out;
 }
 
 GpuBaseline baseline_for(const LoadedScenario& s, const gpu::GpuOptions& o) {
   GpuBaseline b;
   const TrainingState& st = *s.training;
-  if (!st.setup.config.precision.exact || o.comm != gpu::CommMode::local) return b;
+  if (!st.setup.config.precision.exact) return b;
   TrainingState distopt = st;
   distopt.setup.config.strategy = core::Strategy::distopt;
   distopt.setup.config.mutations = {};
@@ -74,7 +123,7 @@ GpuBaseline baseline_for(const LoadedScenario& s, const gpu::GpuOptions& o) {
   if (!r.result.completed) throw std::runtime_error("DistOpt, the baseline, failed on the GPU: " + r.result.error);
   b.bitwise = true;
   b.weights = r.weights;
-  b.name = "DistOpt on the GPU (bitwise, exact mode)";
+  b.name = o.comm == gpu::CommMode::nccl ? "DistOpt over NCCL (bitwise, exact mode)" : "DistOpt on the GPU (bitwise, exact mode)";
   return b;
 }
 

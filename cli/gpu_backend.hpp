@@ -23,12 +23,13 @@ struct GpuTrainingRun {
 // `judge`: capture every step's weights and judge them against the reference (slower).
 GpuTrainingRun run_training_gpu(TrainingState& state, const gpu::GpuOptions& options, bool judge);
 
-// The baseline a training run on the GPU is held to. In exact mode on the device-local
-// communicator every correct strategy is bitwise equal to DistOpt on the same GPU (the
-// reduction order is fixed), so the baseline is DistOpt there, trained once without the
-// scenario's mutations, bit for bit: this catches what the simulator's exact mode catches.
-// Otherwise (NCCL, or not exact) it is the single-rank reference on the CPU, within the
-// judge's derived tolerance, and `weights` stays empty.
+// The baseline a training run on the GPU is held to. In exact mode every gradient
+// contribution is grid-rounded, so sums are exact in any order: every correct strategy is
+// bitwise equal to DistOpt on the same communicator (device-local, or NCCL whose ring and tree
+// orders then cannot matter), so the baseline is DistOpt, trained once without the scenario's
+// mutations, bit for bit: this catches what the simulator's exact mode catches. Otherwise
+// (not exact) it is the single-rank reference on the CPU, within the judge's derived
+// tolerance, and `weights` stays empty.
 struct GpuBaseline {
   bool bitwise = false;
   std::vector<std::vector<std::vector<float>>> weights;  // DistOpt's, per step

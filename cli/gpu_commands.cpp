@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #ifdef SHARDCHECK_HAVE_GPU
 #include "cli/gpu_backend.hpp"
+#include "gpu/mpi.hpp"
 #endif
 
 namespace shardcheck::cli {
@@ -81,7 +82,31 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
   }
   o.amplify_cycles = a.amplify;
   o.amplify_at = a.amplify_at == "race" ? gpu::AmplifyAt::sites : gpu::AmplifyAt::collectives;
+  if (const gpu::MpiProcess& p = gpu::mpi_process(); p.launched) {
+    // One rank per process: the launch's size is the scenario's rank count.
+    if (o.comm != gpu::CommMode::nccl || p.size != o.ranks) {
+      std::cerr << "shardcheck: under an MPI launch each process runs one rank over NCCL: pass --comm nccl and start as many processes as the "
+                   "scenario has ranks ("
+                << o.ranks << "; this launch has " << p.size << ")\n";
+      return false;
+    }
+    o.process_rank = p.rank;
+    const int devices = gpu::usable_devices();
+    o.process_device = devices > 0 ? p.local_rank % devices : 0;
+  }
   return true;
+}
+
+// Under an MPI launch every process runs the same commands in step and process 0 alone
+// prints; the exit code is process 0's.
+void quiet_unless_first_process() {
+  if (const gpu::MpiProcess& p = gpu::mpi_process(); p.launched && p.rank != 0) {
+    if (!std::freopen("/dev/null", "w", stdout)) std::perror("shardcheck: /dev/null");
+  }
+}
+int first_process_code(int code) {
+  const gpu::MpiProcess& p = gpu::mpi_process();
+  return p.launched ? static_cast<int>(gpu::mpi_sum(p.rank == 0 ? code : 0)) : code;
 }
 
 // Race replay on hardware: how many of `runs` end with values that differ from a
@@ -129,13 +154,12 @@ int run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
               faults ? (", " + std::to_string(faults) + " stopped by the program").c_str() : "", errors ? " (with errors)" : "");
   if (!example.empty()) std::printf("  first: %s\n", example.c_str());
   for (const auto& line : also) std::printf("  also found: %s\n", line.c_str());
+  if (o.process_rank >= 0) delays = gpu::mpi_sum(delays);
   if (o.amplify_cycles > 0) std::printf("  delays: %.1f spins of %lld cycles a run\n", static_cast<double>(delays) / runs, static_cast<long long>(o.amplify_cycles));
   return errors ? kInternalError : kOk;
 }
 
-}  // namespace
-
-int run_on_gpu(const std::vector<LoadedScenario>& scenarios, const GpuArgs& a, int runs) {
+int run_all(const std::vector<LoadedScenario>& scenarios, const GpuArgs& a, int runs) {
   int code = kOk;
   std::vector<gpu::DelaySite> sites;
   if (a.amplify_at == "race") {
@@ -161,7 +185,7 @@ int run_on_gpu(const std::vector<LoadedScenario>& scenarios, const GpuArgs& a, i
   return code;
 }
 
-int compare_on_gpu(const LoadedScenario& s, const GpuArgs& a, const std::string& against, int steps) {
+int compare_one(const LoadedScenario& s, const GpuArgs& a, const std::string& against, int steps) {
   gpu::GpuOptions o;
   if (!options(a, s.options, o)) return kBadInput;
   TrainingState& st = *s.training;
@@ -208,6 +232,25 @@ int compare_on_gpu(const LoadedScenario& s, const GpuArgs& a, const std::string&
     std::cerr << "shardcheck compare: " << e.what() << "\n";
     return kInternalError;
   }
+}
+
+}  // namespace
+
+// Under an MPI launch an internal error on one process ends the launch: the others would
+// wait for it inside NCCL or MPI.
+int in_step(int code) {
+  if (code == kInternalError && gpu::mpi_process().launched) gpu::mpi_abort(kInternalError);
+  return first_process_code(code);
+}
+
+int run_on_gpu(const std::vector<LoadedScenario>& scenarios, const GpuArgs& a, int runs) {
+  quiet_unless_first_process();
+  return in_step(run_all(scenarios, a, runs));
+}
+
+int compare_on_gpu(const LoadedScenario& s, const GpuArgs& a, const std::string& against, int steps) {
+  quiet_unless_first_process();
+  return in_step(compare_one(s, a, against, steps));
 }
 
 #endif

@@ -1,6 +1,8 @@
 // Oracle captures and judgements.
 #include "core/training_judge.hpp"
 
+#include "core/byte_codec.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -127,6 +129,57 @@ Task<> TrainingJudge::on_step_end(Runtime& rt, int step, const RankView& view, d
   s.present = true;
   std::lock_guard<std::mutex> lock(mu_);
   snaps_[{step, rt.rank()}] = std::move(s);
+}
+
+std::vector<std::byte> TrainingJudge::export_rank(int rank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ByteWriter w;
+  w.put<int32_t>(rank);
+  auto put_values = [&](const std::vector<Values>& list) {
+    w.put<uint64_t>(list.size());
+    for (const Values& v : list) {
+      w.put(v.piece);
+      w.put_vector(v.data);
+    }
+  };
+  for (const auto& [key, snap] : snaps_) {
+    if (key.second != rank) continue;
+    w.put<uint8_t>(1);
+    w.put<int32_t>(key.first);
+    put_values(snap.main);
+    put_values(snap.model);
+    put_values(snap.grads);
+    w.put(snap.norm);
+    w.put_vector(snap.plan.counted);
+    w.put<uint8_t>(snap.present);
+  }
+  w.put<uint8_t>(0);
+  return w.bytes();
+}
+
+void TrainingJudge::import_rank(std::span<const std::byte> bytes) {
+  ByteReader r(bytes);
+  const int rank = r.get<int32_t>();
+  auto get_values = [&] {
+    std::vector<Values> list(static_cast<size_t>(r.get<uint64_t>()));
+    for (Values& v : list) {
+      v.piece = r.get<Piece>();
+      v.data = r.get_vector<float>();
+    }
+    return list;
+  };
+  std::lock_guard<std::mutex> lock(mu_);
+  while (r.get<uint8_t>()) {
+    const int step = r.get<int32_t>();
+    Snapshot s;
+    s.main = get_values();
+    s.model = get_values();
+    s.grads = get_values();
+    s.norm = r.get<double>();
+    s.plan.counted = r.get_vector<NormPlan::Entry>();
+    s.present = r.get<uint8_t>() != 0;
+    snaps_[{step, rank}] = std::move(s);
+  }
 }
 
 int TrainingJudge::steps_completed() const {

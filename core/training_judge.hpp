@@ -12,8 +12,10 @@
 //   for (auto& f : judge.judge()) ...
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "core/engine.hpp"
@@ -39,6 +41,11 @@ class TrainingJudge : public Observer {
   // The logical main weights after a step, assembled from the ranks' pieces (empty when a
   // piece is missing).
   std::vector<std::vector<float>> logical_main(int step) const;
+
+  // What this judge saw of one rank, as bytes, and taking such bytes in: how the process of
+  // an MPI launch that judges gets the other processes' ranks.
+  std::vector<std::byte> export_rank(int rank) const;
+  void import_rank(std::span<const std::byte> bytes);
 
  protected:
   struct Values {

@@ -40,7 +40,7 @@ class GpuRuntime final : public core::Runtime {
   GpuRuntime(GpuWorld::Impl& w, RankState& r) : w_(w), r_(r) {}
 
   int rank() const override { return r_.rank; }
-  int world_size() const override { return static_cast<int>(w_.ranks.size()); }
+  int world_size() const override { return w_.world_size; }
 
   core::StreamId stream(std::string_view name) override {
     for (size_t i = 0; i < r_.streams.size(); ++i) {

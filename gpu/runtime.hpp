@@ -56,6 +56,10 @@ struct GpuOptions {
   bool reverse_reduction = false;
   bool skip_communication = false;
   bool record_collectives = false;
+  // An MPI launch (gpu/mpi.hpp; NCCL only): this process runs global rank process_rank of
+  // `ranks`, on GPU process_device; every other rank is another process.
+  int process_rank = -1;
+  int process_device = 0;
 };
 
 // A collective as a rank issued it (GpuOptions::record_collectives).
@@ -107,6 +111,7 @@ class GpuWorld {
   GpuWorld& operator=(const GpuWorld&) = delete;
 
   int ranks() const;
+  bool runs_rank(int rank) const;  // false for the other processes' ranks of an MPI launch
   const GpuOptions& options() const;
   GpuRunResult run(const std::function<core::Task<>(core::Runtime&)>& body);
   // A live buffer's bytes, copied to the host after the rank's device work.

@@ -106,7 +106,10 @@ struct Transfer {
 
 struct GpuWorld::Impl {
   GpuOptions options;
+  int world_size = 0;
+  // Every rank, or under an MPI launch (options.process_rank) only this process's one.
   std::vector<std::unique_ptr<RankState>> ranks;
+  std::map<std::string, ncclUniqueId> received_ids;  // MPI: ids that came before their group was asked for
   std::deque<Group> groups;  // a deque: references stay valid while rank threads add groups
   std::map<std::tuple<int, int, std::string>, std::vector<Transfer>> channels;
   std::map<std::tuple<int, int, std::string>, std::pair<int64_t, int64_t>> channel_counts;  // sends, recvs issued
@@ -116,6 +119,7 @@ struct GpuWorld::Impl {
   std::string error;
 
   int group_index(int rank, std::string_view name, std::span<const int> members);
+  RankState& rank_state(int rank) const;  // a rank of this process
   void launch_collective(Group& g, int64_t k);
   void launch_transfer(std::tuple<int, int, std::string> key, int64_t k);
   bool ready(RankState& r);

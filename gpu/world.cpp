@@ -3,11 +3,13 @@
 // rank and GPU).
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "core/status.hpp"
 #include "gpu/check.hpp"
 #include "gpu/local_comm.hpp"
+#include "gpu/mpi.hpp"
 #include "gpu/nccl_check.hpp"
 #include "gpu/runtime_state.hpp"
 
@@ -62,6 +64,31 @@ int GpuWorld::Impl::group_index(int rank, std::string_view name, std::span<const
   Group& g = groups[gi];
   const int mi = static_cast<int>(std::find(g.members.begin(), g.members.end(), rank) - g.members.begin());
   if (g.comms[mi]) return gi;
+  if (options.process_rank >= 0 && !g.id) {
+    // Members are other processes: the first sends the id to each; a receiver keeps ids of
+    // groups it has not reached yet (members create groups in their own program order).
+    std::string key = g.name + "|";
+    for (int m : g.members) key += std::to_string(m) + ",";
+    if (mi == 0) {
+      ncclUniqueId id;
+      SC_NCCL_CHECK(ncclGetUniqueId(&id));
+      std::vector<std::byte> msg(sizeof id + key.size());
+      std::memcpy(msg.data(), &id, sizeof id);
+      std::memcpy(msg.data() + sizeof id, key.data(), key.size());
+      for (size_t m = 1; m < g.members.size(); ++m) mpi_send(g.members[m], kMpiTagGroupId, msg);
+      g.id = id;
+    } else {
+      while (!received_ids.count(key)) {
+        const std::vector<std::byte> msg = mpi_recv(g.members[0], kMpiTagGroupId);
+        if (msg.size() < sizeof(ncclUniqueId)) throw InternalError("a malformed NCCL id message");
+        ncclUniqueId id;
+        std::memcpy(&id, msg.data(), sizeof id);
+        received_ids[std::string(reinterpret_cast<const char*>(msg.data()) + sizeof id, msg.size() - sizeof id)] = id;
+      }
+      g.id = received_ids[key];
+      received_ids.erase(key);
+    }
+  }
   if (mi == 0 && !g.id) {
     ncclUniqueId id;
     SC_NCCL_CHECK(ncclGetUniqueId(&id));
@@ -175,16 +202,22 @@ std::string GpuWorld::Impl::describe_waits() const {
 
 GpuWorld::GpuWorld(GpuOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
+  impl_->world_size = options.ranks;
   const int devices = device_count();
   if (devices == 0) throw CudaError("no CUDA device: the gpu backend needs one (the simulator needs none)");
-  if (options.comm == CommMode::nccl && options.ranks > devices) {
+  const bool process = options.process_rank >= 0;
+  if (process && (options.comm != CommMode::nccl || options.process_rank >= options.ranks || options.process_device >= devices)) {
+    throw InternalError("an MPI launch runs NCCL, one rank per process and GPU");
+  }
+  if (!process && options.comm == CommMode::nccl && options.ranks > devices) {
     throw CudaError("NCCL mode runs one rank per GPU: " + std::to_string(options.ranks) + " ranks but " + std::to_string(devices) +
-                    " GPUs (use the device-local communicator for several ranks on one GPU)");
+                    " GPUs (use the device-local communicator for several ranks on one GPU, or an MPI launch over several hosts)");
   }
   for (int r = 0; r < options.ranks; ++r) {
+    if (process && r != options.process_rank) continue;
     auto st = std::make_unique<RankState>();
     st->rank = r;
-    st->device = options.comm == CommMode::nccl ? r : 0;
+    st->device = process ? options.process_device : options.comm == CommMode::nccl ? r : 0;
     SC_CUDA_CHECK(cudaSetDevice(st->device));
     st->allocator = std::make_unique<DeviceAllocator>(options.alloc, options.reuse, options.device_bytes_per_rank);
     st->blas = std::make_unique<Blas>();
@@ -218,11 +251,25 @@ GpuWorld::~GpuWorld() {
   }
 }
 
-int GpuWorld::ranks() const { return static_cast<int>(impl_->ranks.size()); }
+int GpuWorld::ranks() const { return impl_->world_size; }
+
+bool GpuWorld::runs_rank(int rank) const {
+  for (const auto& r : impl_->ranks) {
+    if (r->rank == rank) return true;
+  }
+  return false;
+}
+
+RankState& GpuWorld::Impl::rank_state(int rank) const {
+  for (auto& r : ranks) {
+    if (r->rank == rank) return *r;
+  }
+  throw InternalError("rank " + std::to_string(rank) + " runs in another process");
+}
 const GpuOptions& GpuWorld::options() const { return impl_->options; }
 
 std::vector<std::byte> GpuWorld::read(int rank, core::BufferId buffer) {
-  RankState& r = *impl_->ranks.at(rank);
+  RankState& r = impl_->rank_state(rank);
   SC_CUDA_CHECK(cudaSetDevice(r.device));
   SC_CUDA_CHECK(cudaDeviceSynchronize());
   const Buffer& b = r.buffers.at(buffer);
@@ -267,7 +314,7 @@ KernelProfile GpuWorld::kernel_profile() {
   return p;
 }
 
-const std::vector<CollectiveSample>& GpuWorld::collectives(int rank) const { return impl_->ranks.at(rank)->collectives; }
+const std::vector<CollectiveSample>& GpuWorld::collectives(int rank) const { return impl_->rank_state(rank).collectives; }
 
 namespace {
 

@@ -9,7 +9,9 @@
 #include <filesystem>
 
 #include "cli/driver.hpp"
+#include "core/byte_codec.hpp"
 #include "core/fsdp_engine.hpp"
+#include "core/training_judge.hpp"
 #include "core/reference.hpp"
 #include "core/trainer.hpp"
 #include "sim/oracle.hpp"
@@ -196,4 +198,31 @@ TEST_CASE("every catalog scenario meets its expectation and every mutation has o
   REQUIRE(mutations.size() == core::kMutations);
   REQUIRE(buggy == core::kMutations);
   REQUIRE(fixed == core::kMutations);
+}
+
+TEST_CASE("a judge handed every rank's bytes judges as the judge that saw them (how MPI launches gather)", "[sim][training]") {
+  core::TrainingConfig c = config(Strategy::optim);
+  c.mutations.add(core::Mutation::grad_divisor_on_running_sum);
+  auto mesh = std::make_shared<const core::Mesh>(core::Mesh::data_parallel(2));
+  const core::TrainingSetup setup = core::make_training_setup(c, mesh).value();
+  const core::ReferenceResult ref = core::run_reference(c, setup.dp);
+  sim::Options o;
+  o.ranks = 2;
+  sim::World w(o);
+  sim::TrainingOracle seen(w, setup, &ref);
+  std::vector<core::RankResult> ranks(2);
+  REQUIRE(w.run([&](core::Runtime& rt) { return core::train_rank(rt, setup, &seen, &ranks[rt.rank()]); }).completed);
+  core::DownloadingJudge told(setup, &ref);
+  told.import_rank(seen.export_rank(0));
+  REQUIRE(told.steps_completed() == 0);  // rank 1 is still missing
+  told.import_rank(seen.export_rank(1));
+  REQUIRE(told.steps_completed() == c.steps);
+  for (int step = 0; step < c.steps; ++step) REQUIRE(told.logical_main(step) == seen.logical_main(step));
+  const auto a = seen.judge(), b = told.judge();
+  REQUIRE(!a.empty());
+  REQUIRE(kinds(a) == kinds(b));
+  // Truncated bytes are an error, not a silent partial import.
+  std::vector<std::byte> bytes = seen.export_rank(0);
+  bytes.resize(bytes.size() / 2);
+  REQUIRE_THROWS(told.import_rank(bytes));
 }
