@@ -28,6 +28,7 @@ class ByteWriter {
   void put_vector(const std::vector<T>& v) {
     static_assert(std::is_trivially_copyable_v<T>);
     put<uint64_t>(v.size());
+    if (v.empty()) return;
     const auto* p = reinterpret_cast<const std::byte*>(v.data());
     bytes_.insert(bytes_.end(), p, p + v.size() * sizeof(T));
   }
@@ -52,7 +53,8 @@ class ByteReader {
     const uint64_t n = get<uint64_t>();
     if (n > bytes_.size() / sizeof(T)) throw std::runtime_error("byte codec: a length past the end");
     std::vector<T> v(static_cast<size_t>(n));
-    std::memcpy(v.data(), take(v.size() * sizeof(T)), v.size() * sizeof(T));
+    const std::byte* p = take(v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(v.data(), p, v.size() * sizeof(T));  // never memcpy from or to null
     return v;
   }
   std::string get_string() {
