@@ -3,7 +3,7 @@
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps build demo test test-sanitize fuzz bench gpu-check clean
+.PHONY: all deps build demo test golden test-sanitize fuzz bench gpu-check clean
 
 all: build
 
@@ -19,6 +19,11 @@ demo: build
 
 test: build
 	ctest --test-dir build --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# Regenerates tests/golden/digests.txt, which `make test` checks: run it only when a change is
+# meant to alter schedules, traces or the RNG, and commit the diff it makes.
+golden: build
+	./build/tests/golden/golden_digests --write tests/golden/digests.txt
 
 # The test suite under AddressSanitizer and UndefinedBehaviorSanitizer (build-sanitize/, no
 # gpu/): any report fails its test.

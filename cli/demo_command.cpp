@@ -1,7 +1,8 @@
 // `shardcheck demo`: what `make demo` runs. Every seed bug of the catalog and every trace
 // scenario on the simulator, buggy and fixed, each schedule run twice to check that a seed
-// repeats: a progress line, a table (scenario, expected, found, schedules explored, time), and
-// a report in out/demo/. Exit 0 exactly when every expectation holds.
+// repeats: a progress line, a table (scenario, expected, found, schedules explored, the
+// combined trace digest of its schedules, time), and a report in out/demo/. Exit 0 exactly
+// when every expectation holds.
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "cli/driver.hpp"
 #include "cli/interrupt.hpp"
 #include "cli/reporting.hpp"
+#include "reports/format.hpp"
 
 namespace shardcheck::cli {
 
@@ -52,10 +54,11 @@ void progress(bool tty, size_t i, size_t n, const std::string& name, const std::
 }
 
 void print_table(const reports::Report& r) {
-  std::printf("\n%-38s %-44s %-40s %9s %8s\n", "scenario", "expected", "found", "schedules", "time");
+  std::printf("\n%-38s %-44s %-40s %9s %-16s %8s\n", "scenario", "expected", "found", "schedules", "trace digest", "time");
   for (const auto& s : r.scenarios) {
-    std::printf("%-38s %-44s %-40s %9d %7.3fs%s\n", s.name.c_str(), s.expected.c_str(), core::kinds_to_string(s.found).c_str(),
-                s.schedules, s.seconds, s.met ? "" : "  FAILED");
+    std::printf("%-38s %-44s %-40s %9d %-16s %7.3fs%s\n", s.name.c_str(), s.expected.c_str(),
+                core::kinds_to_string(s.found).c_str(), s.schedules, reports::digest_text(s.trace_digest).c_str(), s.seconds,
+                s.met ? "" : "  FAILED");
   }
 }
 

@@ -59,6 +59,7 @@ reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioO
   r.found = o.judged.found;
   r.met = o.judged.met && o.explored.error.empty();
   r.schedules = o.explored.runs_done;
+  if (!o.explored.digests.empty()) r.trace_digest = sim::combined_digest(o.explored.digests);
   r.seconds = o.seconds;
   r.findings = o.explored.findings;
   if (!o.explored.error.empty()) r.error = o.explored.error + " (seed " + std::to_string(o.explored.error_seed) + ")";

@@ -85,6 +85,12 @@ std::string number(double v, int digits) {
   return buf;
 }
 
+std::string digest_text(uint64_t digest) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(digest));
+  return buf;
+}
+
 std::string seconds_text(double seconds) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f s", seconds);

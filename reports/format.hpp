@@ -3,6 +3,7 @@
 //   html_escape("a<b") == "a&lt;b";  number(7.0710678) == "7.071068"
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,8 @@ std::string md_fence(std::string_view s);
 // Up to `digits` significant digits, no trailing noise; "NaN", "inf", "-inf" for the rest.
 std::string number(double v, int digits = 7);
 std::string seconds_text(double seconds);  // "0.12 s"
+// A 64-bit digest as 16 lower-case hex digits, zero-padded: "00ab...".
+std::string digest_text(uint64_t digest);
 // Characters (UTF-8 code points) in `s`.
 size_t char_count(std::string_view s);
 // `s` cut to at most `chars` characters, the last of them "…" when it was cut.

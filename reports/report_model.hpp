@@ -46,6 +46,7 @@ struct ScenarioResult {
   std::vector<core::FindingKind> found;
   bool met = false;
   int schedules = 0;        // schedules explored
+  uint64_t trace_digest = 0;  // sim::combined_digest of the schedules' trace digests (0 when none ran)
   double seconds = 0;       // wall time of this scenario
   std::vector<core::Finding> findings;
   // Parallel to `findings`: the timeline of the run that first found each one (may be empty).

@@ -104,4 +104,15 @@ core::TraceLog trace_log(const World& w, const std::string& title) {
   return log;
 }
 
+uint64_t combined_digest(const std::vector<uint64_t>& digests) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (uint64_t d : digests) {
+    for (int byte = 0; byte < 8; ++byte) {
+      h ^= (d >> (8 * byte)) & 0xffU;
+      h *= 0x100000001b3ULL;
+    }
+  }
+  return h;
+}
+
 }  // namespace shardcheck::sim

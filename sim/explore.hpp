@@ -50,6 +50,11 @@ struct ExploreResult {
 int64_t measure_steps(const Factory& factory, Options base);
 
 ExploreResult explore(const Factory& factory, const ExploreOptions& options);
+
+// One digest for a whole exploration: FNV-1a over its runs' trace digests, in seed order. The
+// demo prints it per scenario and the golden tests pin it, so a change that alters any
+// schedule of any shipped scenario shows as one differing line.
+uint64_t combined_digest(const std::vector<uint64_t>& digests);
 inline ExploreResult explore(const Program& p, const ExploreOptions& o) { return explore(plain(p), o); }
 
 struct Replay {
