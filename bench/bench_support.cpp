@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "core/training_scenario.hpp"
+#include "core/scenario/training_scenario.hpp"
 
 namespace shardcheck::bench {
 
@@ -28,8 +28,8 @@ std::vector<std::string> catalog_files(bool buggy_only) {
   return files;
 }
 
-cli::LoadedScenario load_or_exit(const std::string& path) {
-  auto s = cli::load_scenario(path);
+run::LoadedScenario load_or_exit(const std::string& path) {
+  auto s = run::load_scenario(path);
   if (!s) {
     std::fprintf(stderr, "%s\n", s.error().message().c_str());
     std::exit(2);
@@ -59,13 +59,13 @@ std::string training_yaml(const TrainingShape& t) {
 
 }  // namespace
 
-std::shared_ptr<cli::TrainingState> training_state(const TrainingShape& shape) {
+std::shared_ptr<run::TrainingState> training_state(const TrainingShape& shape) {
   auto parsed = core::parse_training_scenario(training_yaml(shape), "<bench>");
   if (!parsed) {
     std::fprintf(stderr, "%s\n", parsed.error().message().c_str());
     std::exit(2);
   }
-  auto state = std::make_shared<cli::TrainingState>();
+  auto state = std::make_shared<run::TrainingState>();
   state->scenario = std::move(parsed).value();
   auto setup = core::make_training_setup(state->scenario.config, state->scenario.mesh);
   if (!setup) {

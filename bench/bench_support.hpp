@@ -2,7 +2,7 @@
 // a training run built from a few numbers (ZeRO-3 on a dp mesh, TinyLM of L layers), and a
 // custom main that registers benchmarks known only at run time.
 //   auto state = bench::training_state({.dp = 8, .layers = 12});
-//   cli::TrainingRun r = cli::run_training(*state, bench::sim_options(8));
+//   run::TrainingRun r = run::run_training(*state, bench::sim_options(8));
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/driver.hpp"
+#include "run/scenario.hpp"
 
 namespace shardcheck::bench {
 
@@ -23,7 +23,7 @@ std::vector<std::string> catalog_files(bool buggy_only);
 
 // Loads a scenario file or exits with its `file:line:column: message` (a benchmark cannot run
 // without its input, and a half-registered table would mislead).
-cli::LoadedScenario load_or_exit(const std::string& path);
+run::LoadedScenario load_or_exit(const std::string& path);
 
 struct TrainingShape {
   int dp = 8;
@@ -36,7 +36,7 @@ struct TrainingShape {
 // A training scenario of that shape (TinyLM vocab 64, hidden 16, seq 8, tied embeddings, exact
 // mode, Adam), set up and with its single-rank reference already computed: the reference is
 // computed once per scenario and shared by every schedule explored, so timed runs exclude it.
-std::shared_ptr<cli::TrainingState> training_state(const TrainingShape& shape);
+std::shared_ptr<run::TrainingState> training_state(const TrainingShape& shape);
 
 // Simulator options for a training run on `ranks` ranks: random schedule, seed 1, every detector.
 sim::Options sim_options(int ranks);

@@ -13,11 +13,11 @@ namespace {
 // Every schedule the file asks for, no early stop; the reference is computed beforehand since
 // every schedule shares it. A scenario that misses its expectation is an error, not a figure.
 void explore_catalog(benchmark::State& state, const std::string& file) {
-  cli::LoadedScenario s = bench::load_or_exit(file);
+  run::LoadedScenario s = bench::load_or_exit(file);
   if (s.training) s.training->ensure_reference();
   int64_t schedules = 0, ops = 0;
   for (auto _ : state) {
-    const cli::ScenarioOutcome o = cli::run_scenario(s, {});
+    const run::ScenarioOutcome o = run::run_scenario(s, {});
     if (!o.explored.error.empty() || !o.judged.met) {
       state.SkipWithError(("expectation not met: " + o.explored.error).c_str());
       break;
@@ -39,10 +39,10 @@ void first_detection(benchmark::State& state, const std::string& file) {
   int first_schedule = 0;
   std::string kinds;
   for (auto _ : state) {
-    const cli::LoadedScenario s = bench::load_or_exit(file);
-    cli::ScheduleOverrides o;
+    const run::LoadedScenario s = bench::load_or_exit(file);
+    run::ScheduleOverrides o;
     o.stop_at_first = true;
-    const cli::ScenarioOutcome out = cli::run_scenario(s, o);
+    const run::ScenarioOutcome out = run::run_scenario(s, o);
     if (out.explored.first_hit < 0 || !out.explored.error.empty()) {
       state.SkipWithError("no finding in the file's schedules");
       break;

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_support.hpp"
-#include "cli/compare.hpp"
+#include "run/compare.hpp"
 
 using namespace shardcheck;
 
@@ -32,8 +32,8 @@ std::string peer_python() {
 // training oracle on, the single-rank reference computed), compare weights after every step.
 void BM_Compare_Shardcheck(benchmark::State& state) {
   for (auto _ : state) {
-    const cli::LoadedScenario s = bench::load_or_exit(scenario());
-    const cli::CompareResult r = cli::compare_on_sim(s, "distopt", 3);
+    const run::LoadedScenario s = bench::load_or_exit(scenario());
+    const run::CompareResult r = run::compare_on_sim(s, "distopt", 3);
     if (!r.error.empty() || !r.first_divergent.empty() || r.ours.size() != 3) {
       state.SkipWithError("ZeRO-1 and DistOpt must agree bit for bit");
       break;

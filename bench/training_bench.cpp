@@ -19,7 +19,7 @@ void run_training(benchmark::State& state, const bench::TrainingShape& shape, bo
   options.detectors = detectors;
   int64_t ops = 0, steps = 0;
   for (auto _ : state) {
-    const cli::TrainingRun r = cli::run_training(*ts, options);
+    const run::TrainingRun r = run::run_training(*ts, options);
     if (!r.result.error.empty()) {
       state.SkipWithError(r.result.error.c_str());
       break;

@@ -1,14 +1,17 @@
 // The subcommands of the `shardcheck` executable. Each registers its options on the CLI11
-// app and returns the process exit code when run: 0 expectations met, 1 an expectation not
-// met, 2 bad input, 3 internal error.
+// app and returns the process exit code when run (run/exit_code.hpp).
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <functional>
 
+#include "run/exit_code.hpp"
+#include "run/gpu_runs.hpp"
+
 namespace shardcheck::cli {
 
-enum ExitCode : int { kOk = 0, kExpectationFailed = 1, kBadInput = 2, kInternalError = 3 };
+// The command line is options and printing over run/, whose names it uses unqualified.
+using namespace shardcheck::run;
 
 // A subcommand's action, set when its options are registered and run after parsing.
 using Action = std::function<int()>;
@@ -21,5 +24,8 @@ Action add_replay_command(CLI::App& app);
 Action add_compare_command(CLI::App& app);
 Action add_list_command(CLI::App& app);
 Action add_props_command(CLI::App& app);
+
+// `--backend`, `--comm`, `--alloc`, `--amplify`, `--amplify-at` on run and compare.
+void add_gpu_options(CLI::App* cmd, GpuArgs& a);
 
 }  // namespace shardcheck::cli

@@ -7,11 +7,11 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
-#include "cli/compare.hpp"
-#include "cli/driver.hpp"
-#include "cli/gpu_commands.hpp"
-#include "cli/interrupt.hpp"
-#include "cli/reporting.hpp"
+#include "run/compare.hpp"
+#include "run/scenario.hpp"
+#include "run/gpu_runs.hpp"
+#include "run/interrupt.hpp"
+#include "run/report.hpp"
 
 namespace shardcheck::cli {
 

@@ -12,9 +12,9 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
-#include "cli/driver.hpp"
-#include "cli/interrupt.hpp"
-#include "cli/reporting.hpp"
+#include "run/scenario.hpp"
+#include "run/interrupt.hpp"
+#include "run/report.hpp"
 #include "reports/format.hpp"
 
 namespace shardcheck::cli {

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "core/layout.hpp"
+#include "core/layout/layout.hpp"
 
 namespace shardcheck::cli {
 

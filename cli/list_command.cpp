@@ -6,8 +6,8 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
-#include "cli/driver.hpp"
-#include "core/training_config.hpp"
+#include "run/scenario.hpp"
+#include "core/strategies/training_config.hpp"
 
 namespace shardcheck::cli {
 

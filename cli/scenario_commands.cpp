@@ -2,11 +2,11 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
-#include "cli/driver.hpp"
-#include "cli/gpu_commands.hpp"
-#include "cli/interrupt.hpp"
-#include "cli/reporting.hpp"
-#include "core/atomic_file.hpp"
+#include "run/scenario.hpp"
+#include "run/gpu_runs.hpp"
+#include "run/interrupt.hpp"
+#include "run/report.hpp"
+#include "core/base/atomic_file.hpp"
 #include "reports/chrome_trace.hpp"
 
 namespace shardcheck::cli {

@@ -16,7 +16,7 @@
 #include <memory>
 #include <mutex>
 
-#include "core/kernels.hpp"
+#include "core/kernels/kernels.hpp"
 #include "gpu/operand.hpp"
 
 struct cublasLtContext;  // cublasLtHandle_t is a cublasLtContext*; cublasLt.h stays in blas.cu

@@ -16,7 +16,7 @@
 #include <map>
 #include <vector>
 
-#include "core/block_pool.hpp"
+#include "core/runtime/block_pool.hpp"
 
 namespace shardcheck::gpu {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <variant>
 
-#include "core/overloaded.hpp"
-#include "core/rng.hpp"
+#include "core/base/overloaded.hpp"
+#include "core/base/rng.hpp"
 #include "gpu/elementwise.hpp"
 #include "gpu/embedding.hpp"
 #include "gpu/gelu.hpp"

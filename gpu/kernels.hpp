@@ -12,7 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/kernels.hpp"
+#include "core/kernels/kernels.hpp"
 #include "gpu/blas.hpp"
 #include "gpu/check.hpp"
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "core/dtype.hpp"
+#include "core/base/dtype.hpp"
 #include "gpu/check.hpp"
 
 namespace shardcheck::gpu {

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "core/dtype.hpp"
+#include "core/base/dtype.hpp"
 
 namespace shardcheck::gpu {
 

@@ -7,7 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/kernels.hpp"
+#include "core/kernels/kernels.hpp"
 #include "gpu/operand.hpp"
 
 namespace shardcheck::gpu {

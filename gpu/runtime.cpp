@@ -3,7 +3,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "core/status.hpp"
+#include "core/base/status.hpp"
 #include "gpu/check.hpp"
 #include "gpu/local_comm.hpp"
 #include "gpu/nccl_check.hpp"

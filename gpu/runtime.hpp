@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "core/block_pool.hpp"
-#include "core/runtime.hpp"
+#include "core/runtime/block_pool.hpp"
+#include "core/runtime/runtime.hpp"
 #include "gpu/device_allocator.hpp"
 
 namespace shardcheck::gpu {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <thread>
 
-#include "core/status.hpp"
+#include "core/base/status.hpp"
 #include "gpu/check.hpp"
 #include "gpu/local_comm.hpp"
 #include "gpu/mpi.hpp"

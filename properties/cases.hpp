@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/layout.hpp"
-#include "core/mesh.hpp"
-#include "core/training_config.hpp"
+#include "core/layout/layout.hpp"
+#include "core/layout/mesh.hpp"
+#include "core/strategies/training_config.hpp"
 #include "sim/options.hpp"
 
 namespace shardcheck::properties {

@@ -6,8 +6,8 @@
 
 #include <exception>
 
-#include "core/kernels.hpp"
-#include "core/trainer.hpp"
+#include "core/kernels/kernels.hpp"
+#include "core/train/trainer.hpp"
 #include "sim/explore.hpp"
 #include "sim/oracle.hpp"
 

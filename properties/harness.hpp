@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/findings.hpp"
-#include "core/reference.hpp"
+#include "core/check/findings.hpp"
+#include "core/train/reference.hpp"
 #include "properties/cases.hpp"
 
 namespace shardcheck::properties {

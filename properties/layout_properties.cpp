@@ -8,8 +8,8 @@
 #include <map>
 #include <numeric>
 
-#include "core/param_groups.hpp"
-#include "core/redistribute.hpp"
+#include "core/strategies/param_groups.hpp"
+#include "core/layout/redistribute.hpp"
 #include "properties/checks.hpp"
 #include "sim/world.hpp"
 

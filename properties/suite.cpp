@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <ostream>
 
-#include "cli/driver.hpp"
-#include "core/atomic_file.hpp"
-#include "core/rng.hpp"
+#include "run/scenario.hpp"
+#include "core/base/atomic_file.hpp"
+#include "core/base/rng.hpp"
 
 namespace shardcheck::properties {
 
@@ -124,12 +124,12 @@ void save(const Property& p, const SuiteOptions& o, const Case& c, PropertyResul
     return;
   }
   r.file = file;
-  auto loaded = cli::load_scenario(file);
+  auto loaded = run::load_scenario(file);
   if (!loaded) {
     r.note = "the saved scenario does not load (a bug of the property suite): " + loaded.error().message();
     return;
   }
-  const cli::ScenarioOutcome out = cli::run_scenario(*loaded, {});
+  const run::ScenarioOutcome out = run::run_scenario(*loaded, {});
   if (!out.explored.error.empty()) {
     r.note = "`shardcheck run` of it stops with an internal error: " + out.explored.error;
   } else if (out.judged.met) {
@@ -251,7 +251,7 @@ MutationResult check_mutation(core::Mutation m, const SuiteOptions& o, const Pro
 
 ReplayResult replay_scenario(const std::string& path, std::string property) {
   ReplayResult r;
-  auto s = cli::load_scenario(path);
+  auto s = run::load_scenario(path);
   if (!s) {
     r.error = s.error().message();
     return r;

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/model.hpp"
+#include "core/model/model.hpp"
 #include "properties/checks.hpp"
 #include "properties/harness.hpp"
 #include "properties/memory.hpp"

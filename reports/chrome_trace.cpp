@@ -4,7 +4,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "core/overloaded.hpp"
+#include "core/base/overloaded.hpp"
 
 namespace shardcheck::reports {
 

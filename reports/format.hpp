@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/findings.hpp"
+#include "core/check/findings.hpp"
 #include "reports/report_model.hpp"
 
 namespace shardcheck::reports {

@@ -2,7 +2,7 @@
 // Keys keep the documented order (ordered_json) so diffs of two reports line up.
 #include <nlohmann/json.hpp>
 
-#include "core/overloaded.hpp"
+#include "core/base/overloaded.hpp"
 #include "reports/format.hpp"
 #include "reports/report.hpp"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <map>
 
-#include "core/overloaded.hpp"
+#include "core/base/overloaded.hpp"
 #include "reports/format.hpp"
 #include "reports/pictures.hpp"
 #include "reports/svg.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.hpp"
+#include "core/base/status.hpp"
 #include "reports/report_model.hpp"
 
 namespace shardcheck::reports {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/findings.hpp"
-#include "core/trace_log.hpp"
+#include "core/check/findings.hpp"
+#include "core/base/trace_log.hpp"
 
 namespace shardcheck::reports {
 

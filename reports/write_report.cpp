@@ -2,7 +2,7 @@
 // that has a timeline, each file atomically so a reader never sees half of one.
 #include <set>
 
-#include "core/atomic_file.hpp"
+#include "core/base/atomic_file.hpp"
 #include "reports/chrome_trace.hpp"
 #include "reports/report.hpp"
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/collectives_cpu.hpp"
-#include "core/status.hpp"
+#include "core/runtime/collectives_cpu.hpp"
+#include "core/base/status.hpp"
 #include "sim/world_state.hpp"
 
 namespace shardcheck::sim {

@@ -8,7 +8,7 @@
 #include <functional>
 #include <memory>
 
-#include "core/trace_log.hpp"
+#include "core/base/trace_log.hpp"
 #include "sim/world.hpp"
 
 namespace shardcheck::sim {

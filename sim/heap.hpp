@@ -15,7 +15,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "core/block_pool.hpp"
+#include "core/runtime/block_pool.hpp"
 #include "sim/options.hpp"
 
 namespace shardcheck::sim {

@@ -6,7 +6,7 @@
 //   for (auto& f : oracle.judge()) ...
 #pragma once
 
-#include "core/training_judge.hpp"
+#include "core/check/training_judge.hpp"
 #include "sim/world.hpp"
 
 namespace shardcheck::sim {

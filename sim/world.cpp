@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/status.hpp"
+#include "core/base/status.hpp"
 #include "sim/runtime.hpp"
 #include "sim/world_state.hpp"
 

@@ -19,9 +19,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/findings.hpp"
-#include "core/rng.hpp"
-#include "core/runtime.hpp"
+#include "core/check/findings.hpp"
+#include "core/base/rng.hpp"
+#include "core/runtime/runtime.hpp"
 #include "sim/clock.hpp"
 #include "sim/heap.hpp"
 #include "sim/options.hpp"

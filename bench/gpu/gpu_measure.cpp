@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "bench/gpu/support.hpp"
-#include "cli/driver.hpp"
-#include "core/atomic_file.hpp"
-#include "core/rng.hpp"
-#include "core/trainer.hpp"
+#include "run/scenario.hpp"
+#include "core/base/atomic_file.hpp"
+#include "core/base/rng.hpp"
+#include "core/train/trainer.hpp"
 #include "gpu/blas.hpp"
 #include "gpu/check.hpp"
 #include "gpu/runtime.hpp"
@@ -206,13 +206,13 @@ int main(int argc, char** argv) {
   f32.precision.param = core::DType::f32;
   f32.steps = 12;
   auto mesh = std::make_shared<const core::Mesh>(core::Mesh::data_parallel(2));
-  cli::TrainingState st;
+  run::TrainingState st;
   st.scenario.mesh = mesh;
   st.scenario.reference = "none";
   st.setup = core::make_training_setup(f32, mesh).value();
   sim::Options so;
   so.ranks = 2;
-  const cli::TrainingRun on_sim = cli::run_training(st, so);
+  const run::TrainingRun on_sim = run::run_training(st, so);
   const std::vector<double> on_gpu = bench::train(f32, {{"dp", 2}}, 12, {}).losses;
   const double dsim = max_abs_delta(on_gpu, on_sim.losses);
   std::printf("optim fp32, 12 steps: max |delta loss| GPU vs simulator = %.3g\n", dsim);

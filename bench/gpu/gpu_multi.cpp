@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "bench/gpu/support.hpp"
-#include "cli/driver.hpp"
-#include "core/atomic_file.hpp"
+#include "run/scenario.hpp"
+#include "core/base/atomic_file.hpp"
 #include "gpu/check.hpp"
 #include "gpu/nccl_check.hpp"
 
@@ -57,13 +57,13 @@ core::TrainingConfig small_config(core::Strategy s, const Mode& m, int steps) {
 
 std::vector<double> on_simulator(core::TrainingConfig c, std::vector<core::Axis> axes) {
   auto mesh = std::make_shared<const core::Mesh>(core::Mesh::create(axes).value());
-  cli::TrainingState st;
+  run::TrainingState st;
   st.scenario.mesh = mesh;
   st.scenario.reference = "none";
   st.setup = core::make_training_setup(c, mesh).value();
   sim::Options so;
   so.ranks = mesh->world_size();
-  return cli::run_training(st, so).losses;
+  return run::run_training(st, so).losses;
 }
 
 int64_t dtype_size(core::DType t) { return core::dtype_bytes(t); }

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "core/trainer.hpp"
+#include "core/train/trainer.hpp"
 
 namespace shardcheck::bench {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/mesh.hpp"
-#include "core/training_config.hpp"
+#include "core/layout/mesh.hpp"
+#include "core/strategies/training_config.hpp"
 #include "gpu/runtime.hpp"
 
 namespace shardcheck::bench {

@@ -1,7 +1,7 @@
 """TinyLM in PyTorch, for one number: the step time of the same model and step that
 shardcheck's CUDA backend runs, on the same GPU, one rank.
 
-Same model as core/tinylm_exec.cpp: a tied embedding V x H, L pre-LayerNorm blocks of
+Same model as core/train/tinylm_exec.cpp: a tied embedding V x H, L pre-LayerNorm blocks of
 Linear(H, 4H) -> GELU(tanh) -> Linear(4H, H) with a residual, a final LayerNorm, softmax
 cross-entropy. Same step: 4 microbatches of forward and backward (loss scaled by 1/4),
 gradient clipping at 1.0, AdamW (betas 0.9, 0.95). Mixed precision as PyTorch users write it:

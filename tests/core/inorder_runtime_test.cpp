@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
-#include "core/inorder_runtime.hpp"
+#include "core/runtime/inorder_runtime.hpp"
 
 using namespace shardcheck::core;
 

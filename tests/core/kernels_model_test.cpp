@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/kernels.hpp"
-#include "core/rng.hpp"
-#include "core/status.hpp"
+#include "core/kernels/kernels.hpp"
+#include "core/base/rng.hpp"
+#include "core/base/status.hpp"
 
 using namespace shardcheck::core;
 

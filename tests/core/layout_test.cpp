@@ -3,8 +3,8 @@
 #include <catch2/catch.hpp>
 #include <numeric>
 
-#include "core/layout.hpp"
-#include "core/rng.hpp"
+#include "core/layout/layout.hpp"
+#include "core/base/rng.hpp"
 
 using namespace shardcheck::core;
 

@@ -1,7 +1,7 @@
 // Mesh coordinates and process groups: the groups every collective is issued on.
 #include <catch2/catch.hpp>
 
-#include "core/mesh.hpp"
+#include "core/layout/mesh.hpp"
 
 using namespace shardcheck::core;
 

@@ -4,11 +4,11 @@
 #include <map>
 #include <numeric>
 
-#include "core/distopt_engine.hpp"
-#include "core/markov.hpp"
-#include "core/model.hpp"
-#include "core/param_groups.hpp"
-#include "core/training_config.hpp"
+#include "core/strategies/distopt_engine.hpp"
+#include "core/model/markov.hpp"
+#include "core/model/model.hpp"
+#include "core/strategies/param_groups.hpp"
+#include "core/strategies/training_config.hpp"
 
 using namespace shardcheck::core;
 

@@ -5,7 +5,7 @@
 #include <map>
 #include <set>
 
-#include "core/pipeline.hpp"
+#include "core/train/pipeline.hpp"
 
 using namespace shardcheck::core;
 using K = PipelineAction::Kind;

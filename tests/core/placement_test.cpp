@@ -1,7 +1,7 @@
 // Placements: parsing, printing, and the Flat-suffix rule.
 #include <catch2/catch.hpp>
 
-#include "core/placement.hpp"
+#include "core/layout/placement.hpp"
 
 using namespace shardcheck::core;
 

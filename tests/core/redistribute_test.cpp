@@ -4,8 +4,8 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
-#include "core/inorder_runtime.hpp"
-#include "core/redistribute.hpp"
+#include "core/runtime/inorder_runtime.hpp"
+#include "core/layout/redistribute.hpp"
 
 using namespace shardcheck::core;
 

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
-#include "core/rng.hpp"
+#include "core/base/rng.hpp"
 
 using shardcheck::core::Rng;
 

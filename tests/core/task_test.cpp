@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 #include <stdexcept>
 
-#include "core/task.hpp"
+#include "core/base/task.hpp"
 
 using namespace shardcheck::core;
 

@@ -2,7 +2,7 @@
 // rejected with file:line:column and a message that says what is wrong.
 #include <catch2/catch.hpp>
 
-#include "core/trace_scenario.hpp"
+#include "core/scenario/trace_scenario.hpp"
 
 using namespace shardcheck::core;
 

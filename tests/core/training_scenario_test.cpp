@@ -2,7 +2,7 @@
 // line and column.
 #include <catch2/catch.hpp>
 
-#include "core/training_scenario.hpp"
+#include "core/scenario/training_scenario.hpp"
 
 using namespace shardcheck::core;
 

@@ -1,5 +1,5 @@
 // The judgments behind the fuzz targets: loads and parses go through the same functions
-// users reach (cli::load_scenario, cli::CommandLine), and the outcome is held against the
+// users reach (run::load_scenario, cli::CommandLine), and the outcome is held against the
 // contract of DESIGN.md §5-6 and the limits in the README.
 #include "tests/fuzz/checks.hpp"
 
@@ -12,9 +12,9 @@
 #include <sstream>
 
 #include "cli/app.hpp"
-#include "cli/driver.hpp"
-#include "core/trace_scenario.hpp"
-#include "core/training_scenario.hpp"
+#include "run/scenario.hpp"
+#include "core/scenario/trace_scenario.hpp"
+#include "core/scenario/training_scenario.hpp"
 
 namespace shardcheck::fuzz {
 
@@ -135,8 +135,8 @@ bool small_enough_to_train(const core::TrainingScenario& t, const ScenarioCheck&
 
 // One schedule on the simulator with small bounds: a validated scenario may run out of them
 // (that is reported, not an error), but must not make the simulator fail otherwise.
-std::string run_problem(const cli::LoadedScenario& s) {
-  auto opt = cli::options_for(s, {});
+std::string run_problem(const run::LoadedScenario& s) {
+  auto opt = run::options_for(s, {});
   if (!opt) return "options_for rejected a loaded scenario: " + opt.error().message();
   sim::Options o = opt.value();
   o.max_steps = 200'000;
@@ -152,13 +152,13 @@ std::string run_problem(const cli::LoadedScenario& s) {
 }  // namespace
 
 std::string check_scenario_file(const std::string& path, std::string_view text, const ScenarioCheck& c) {
-  auto loaded = cli::load_scenario(path);
+  auto loaded = run::load_scenario(path);
   if (!loaded) {
     const std::string& m = loaded.error().message();
     if (auto why = position_problem(path, text, m); !why.empty()) return "rejected without a position (" + why + "): " + m;
     return "";
   }
-  const cli::LoadedScenario& s = *loaded;
+  const run::LoadedScenario& s = *loaded;
   if (s.kind == "trace") {
     auto t = core::load_trace_scenario(path);
     if (!t) return "load_scenario accepted what load_trace_scenario rejects: " + t.error().message();
@@ -202,8 +202,8 @@ std::string check_command_line(std::string_view input) {
   cli::CommandLine cl;
   const cli::CommandLine::Parsed p = cl.parse(static_cast<int>(argv.size()), argv.data(), out, err);
   if (!p.action) {
-    if (p.exit_code == cli::kBadInput) return err.str().empty() ? "exit code 2 without a message" : "";
-    if (p.exit_code == cli::kOk) return out.str().empty() ? "exit code 0 without running anything or printing help" : "";
+    if (p.exit_code == run::kBadInput) return err.str().empty() ? "exit code 2 without a message" : "";
+    if (p.exit_code == run::kOk) return out.str().empty() ? "exit code 0 without running anything or printing help" : "";
     return "parsing ended with exit code " + std::to_string(p.exit_code) + " (expected 0 for help or 2 for bad input)";
   }
   if (p.command != "layout") return "";
@@ -216,8 +216,8 @@ std::string check_command_line(std::string_view input) {
   } catch (const std::exception& e) {
     return std::string("layout threw (an internal error, exit 3): ") + e.what();
   }
-  if (code == cli::kBadInput && errors.str().empty()) return "layout exited 2 without a message";
-  if (code != cli::kOk && code != cli::kBadInput) return "layout exited " + std::to_string(code) + ": " + errors.str();
+  if (code == run::kBadInput && errors.str().empty()) return "layout exited 2 without a message";
+  if (code != run::kOk && code != run::kBadInput) return "layout exited " + std::to_string(code) + ": " + errors.str();
   return "";
 }
 

@@ -1,4 +1,4 @@
-// libFuzzer target: scenario files through `cli::load_scenario`, the path `shardcheck run`
+// libFuzzer target: scenario files through `run::load_scenario`, the path `shardcheck run`
 // takes, with each input written to a file first so errors carry that file's name. A
 // rejection without file:line:column, an accepted file past a limit, or a failure of the
 // short simulated run of an accepted trace scenario aborts (see checks.hpp).

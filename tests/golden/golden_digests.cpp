@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/driver.hpp"
-#include "core/rng.hpp"
+#include "run/scenario.hpp"
+#include "core/base/rng.hpp"
 #include "reports/chrome_trace.hpp"
 #include "reports/format.hpp"
 
@@ -61,7 +61,7 @@ std::vector<std::string> scenario_files(const fs::path& root) {
   return files;
 }
 
-std::string explored_line(const std::string& rel, const std::string& label, const cli::ScenarioOutcome& o) {
+std::string explored_line(const std::string& rel, const std::string& label, const run::ScenarioOutcome& o) {
   std::ostringstream line;
   line << "explore " << rel << " " << label << " runs " << o.explored.runs_done << " combined "
        << hex(sim::combined_digest(o.explored.digests)) << " found " << core::kinds_to_string(o.judged.found) << " digests";
@@ -74,17 +74,17 @@ std::string explored_line(const std::string& rel, const std::string& label, cons
 bool scenario_lines(const fs::path& source, std::vector<std::string>& out) {
   const fs::path root = source / "scenarios";
   for (const auto& rel : scenario_files(root)) {
-    auto s = cli::load_scenario((source / rel).string());
+    auto s = run::load_scenario((source / rel).string());
     if (!s) {
       std::cerr << s.error().message() << "\n";
       return false;
     }
-    out.push_back(explored_line(rel, "own-schedule", cli::run_scenario(*s, {})));
+    out.push_back(explored_line(rel, "own-schedule", run::run_scenario(*s, {})));
     for (const char* policy : {"in_order", "random", "pct", "delay_comm"}) {
-      cli::ScheduleOverrides o;
+      run::ScheduleOverrides o;
       o.policy = policy;
       o.runs = 3;
-      out.push_back(explored_line(rel, std::string("policy ") + policy, cli::run_scenario(*s, o)));
+      out.push_back(explored_line(rel, std::string("policy ") + policy, run::run_scenario(*s, o)));
     }
   }
   return true;
@@ -101,14 +101,14 @@ bool replay_lines(const fs::path& source, std::vector<std::string>& out) {
       {"scenarios/catalog/tied-grad-norm-double-count.yaml", 1},
   };
   for (const auto& [rel, seed] : replays) {
-    auto s = cli::load_scenario((source / rel).string());
+    auto s = run::load_scenario((source / rel).string());
     if (!s) {
       std::cerr << s.error().message() << "\n";
       return false;
     }
-    cli::ScheduleOverrides o;
+    run::ScheduleOverrides o;
     o.seed = seed;
-    const sim::Options opt = cli::options_for(*s, o).value();
+    const sim::Options opt = run::options_for(*s, o).value();
     sim::Replay r = sim::replay(s->factory, opt);
     r.log.title = s->name + " seed " + std::to_string(opt.seed);
     const std::string json = reports::chrome_trace(r.log, r.result.findings);

@@ -2,8 +2,8 @@
 #include <cstring>
 #include <vector>
 
-#include "core/kernels.hpp"
-#include "core/rng.hpp"
+#include "core/kernels/kernels.hpp"
+#include "core/base/rng.hpp"
 #include "gpu/elementwise.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 

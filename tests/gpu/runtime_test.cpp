@@ -8,10 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "cli/driver.hpp"
-#include "cli/gpu_backend.hpp"
-#include "cli/gpu_commands.hpp"
-#include "core/trainer.hpp"
+#include "run/scenario.hpp"
+#include "run/gpu_backend.hpp"
+#include "run/gpu_runs.hpp"
+#include "core/train/trainer.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 
 using namespace shardcheck;
@@ -24,8 +24,8 @@ std::string source_dir() {
   return env ? env : SHARDCHECK_SOURCE_DIR;
 }
 
-cli::LoadedScenario load(const std::string& rel) {
-  auto s = cli::load_scenario(source_dir() + "/scenarios/" + rel);
+run::LoadedScenario load(const std::string& rel) {
+  auto s = run::load_scenario(source_dir() + "/scenarios/" + rel);
   REQUIRE(s.ok());
   return std::move(s).value();
 }
@@ -41,8 +41,8 @@ std::pair<int, int> corrupted_runs(const gpu::GpuOptions& o, int runs) {
   int race_runs = 0, fix_runs = 0;
   const auto race = load("trace/reuse-race.yaml"), fix = load("trace/reuse-fix-record-stream.yaml");
   for (int i = 0; i < runs; ++i) {
-    race_runs += cli::run_trace_gpu(race, o).buffers_differing > 0;
-    fix_runs += cli::run_trace_gpu(fix, o).buffers_differing > 0;
+    race_runs += run::run_trace_gpu(race, o).buffers_differing > 0;
+    fix_runs += run::run_trace_gpu(fix, o).buffers_differing > 0;
   }
   return {race_runs, fix_runs};
 }
@@ -55,7 +55,7 @@ TEST_CASE("gpu trace programs end with the simulator's in-order values", "[gpu]"
     const auto s = load(f);
     gpu::GpuOptions o = options(s.options.ranks);
     if (s.options.allocator == sim::AllocatorModel::stream_ordered) o.alloc = gpu::AllocMode::async;
-    const cli::GpuTraceRun r = cli::run_trace_gpu(s, o);
+    const run::GpuTraceRun r = run::run_trace_gpu(s, o);
     INFO(f << ": " << r.result.error << " " << r.first_difference);
     REQUIRE(r.result.completed);
     REQUIRE(r.buffers_compared > 0);
@@ -66,7 +66,7 @@ TEST_CASE("gpu trace programs end with the simulator's in-order values", "[gpu]"
 TEST_CASE("a gpu deadlock is reported, not hung on", "[gpu]") {
   SC_REQUIRE_GPU();
   const auto s = load("trace/cross-group-deadlock.yaml");
-  const cli::GpuTraceRun r = cli::run_trace_gpu(s, options(2));
+  const run::GpuTraceRun r = run::run_trace_gpu(s, options(2));
   REQUIRE_FALSE(r.result.completed);
   REQUIRE(r.result.program_fault);  // the program's fault, not the backend's
   REQUIRE_THAT(r.result.error, Catch::Contains("deadlock on the GPU"));
@@ -77,7 +77,7 @@ TEST_CASE("device-local sends are eager: a send never waits for its recv to be i
   // Both ranks send before they receive. The simulator reports the deadlock NCCL would have;
   // the device-local communicator stages each send and completes.
   const auto s = load("trace/p2p-deadlock.yaml");
-  const cli::GpuTraceRun r = cli::run_trace_gpu(s, options(2));
+  const run::GpuTraceRun r = run::run_trace_gpu(s, options(2));
   INFO(r.result.error);
   REQUIRE(r.result.completed);
 }
@@ -89,7 +89,7 @@ TEST_CASE("gpu pipelines: p2p transfers do not hold up the hosts, and the fixed 
   for (const char* f : {"catalog/pp-embedding-allreduce-raw-shards-fixed.yaml", "catalog/tied-grad-norm-double-count-fixed.yaml",
                         "catalog/vpp-separate-contexts-fixed.yaml", "catalog/main-grad-alloc-default-stream-fixed.yaml"}) {
     auto s = load(f);
-    const cli::GpuTrainingRun r = cli::run_training_gpu(*s.training, options(s.options.ranks), true);
+    const run::GpuTrainingRun r = run::run_training_gpu(*s.training, options(s.options.ranks), true);
     INFO(f << ": " << r.result.error);
     REQUIRE(r.result.completed);
     for (const auto& finding : r.findings) {
@@ -108,10 +108,10 @@ TEST_CASE("gpu run in exact mode: the catalog's numerics bugs differ from DistOp
       const std::string f = std::string("catalog/") + name + (fixed ? "-fixed" : "") + ".yaml";
       auto s = load(f);
       const gpu::GpuOptions o = options(s.options.ranks);
-      const cli::GpuBaseline b = cli::baseline_for(s, o);
+      const run::GpuBaseline b = run::baseline_for(s, o);
       REQUIRE(b.bitwise);
-      const cli::GpuTrainingRun r = cli::run_training_gpu(*s.training, o, true);
-      const std::string difference = r.result.completed ? cli::first_weight_difference(*s.training, r, b) : r.result.error;
+      const run::GpuTrainingRun r = run::run_training_gpu(*s.training, o, true);
+      const std::string difference = r.result.completed ? run::first_weight_difference(*s.training, r, b) : r.result.error;
       INFO(f << ": " << difference);
       if (fixed) CHECK(difference.empty());
       // The pipeline bugs are only held to their fixes here: the layout one stops the run with
@@ -126,15 +126,15 @@ TEST_CASE("gpu run in exact mode: the catalog's numerics bugs differ from DistOp
 TEST_CASE("gpu training: exact mode bitwise equal to DistOpt, within tolerance of the reference", "[gpu]") {
   SC_REQUIRE_GPU();
   auto s = load("training/zero1-exact.yaml");
-  cli::TrainingState& st = *s.training;
-  const cli::GpuTrainingRun ours = cli::run_training_gpu(st, options(4), true);
+  run::TrainingState& st = *s.training;
+  const run::GpuTrainingRun ours = run::run_training_gpu(st, options(4), true);
   INFO(ours.result.error);
   REQUIRE(ours.result.completed);
   for (const auto& f : ours.findings) INFO(f.summary);
   REQUIRE(ours.findings.empty());
-  cli::TrainingState base = st;
+  run::TrainingState base = st;
   base.setup.config.strategy = core::Strategy::distopt;
-  const cli::GpuTrainingRun distopt = cli::run_training_gpu(base, options(4), true);
+  const run::GpuTrainingRun distopt = run::run_training_gpu(base, options(4), true);
   REQUIRE(distopt.result.completed);
   REQUIRE(ours.weights.size() == 3);
   REQUIRE(ours.weights == distopt.weights);
@@ -147,18 +147,18 @@ TEST_CASE("gpu training under NCCL, one rank per GPU, is bitwise equal to the de
   const int n = std::min(gpu::usable_devices(), 4);
   for (const char* strategy : {"optim", "optim_grads_params", "distopt"}) {
     auto s = load("training/zero1-exact.yaml");
-    cli::TrainingState& st = *s.training;
+    run::TrainingState& st = *s.training;
     st.setup.config.strategy = *core::parse_strategy(strategy);
     st.scenario.mesh = std::make_shared<const core::Mesh>(core::Mesh::data_parallel(n));
     st.setup = core::make_training_setup(st.setup.config, st.scenario.mesh).value();
     gpu::GpuOptions o = options(n);
     o.comm = gpu::CommMode::nccl;
-    const cli::GpuTrainingRun nccl = cli::run_training_gpu(st, o, true);
+    const run::GpuTrainingRun nccl = run::run_training_gpu(st, o, true);
     INFO(strategy << " on " << n << " GPUs: " << nccl.result.error);
     REQUIRE(nccl.result.completed);
     for (const auto& f : nccl.findings) INFO(f.summary);
     REQUIRE(nccl.findings.empty());
-    const cli::GpuTrainingRun local = cli::run_training_gpu(st, options(n), true);
+    const run::GpuTrainingRun local = run::run_training_gpu(st, options(n), true);
     REQUIRE(local.weights == nccl.weights);
     REQUIRE(local.losses == nccl.losses);
   }
@@ -167,7 +167,7 @@ TEST_CASE("gpu training under NCCL, one rank per GPU, is bitwise equal to the de
 TEST_CASE("measurement switches: reversed reduction order, no communication, recorded collectives", "[gpu]") {
   SC_REQUIRE_GPU();
   auto s = load("training/zero1-exact.yaml");
-  cli::TrainingState& st = *s.training;
+  run::TrainingState& st = *s.training;
   st.setup.config.precision.exact = false;  // order now matters in the last bits
   st.setup = core::make_training_setup(st.setup.config, st.scenario.mesh).value();
   gpu::GpuOptions o = options(4);
@@ -217,19 +217,19 @@ TEST_CASE("amplify on NCCL's streams: the race corrupts values across GPUs, the 
 TEST_CASE("amplify at race sites: only the simulator's earlier access is delayed, and the race still corrupts", "[gpu]") {
   SC_REQUIRE_GPU();
   const auto race = load("trace/reuse-race.yaml"), fix = load("trace/reuse-fix-record-stream.yaml");
-  const std::vector<cli::RaceSite> sites = cli::race_sites({race, fix});
+  const std::vector<run::RaceSite> sites = run::race_sites({race, fix});
   REQUIRE(sites.size() == 1);
   gpu::GpuOptions o = options(2);
   o.amplify_cycles = 20'000'000;
   o.amplify_at = gpu::AmplifyAt::sites;
   o.delay_sites = {{sites[0].rank, sites[0].stream, sites[0].op}};
-  const cli::GpuTraceRun r = cli::run_trace_gpu(race, o);
+  const run::GpuTraceRun r = run::run_trace_gpu(race, o);
   REQUIRE(r.result.completed);
   REQUIRE(r.result.delays == 1);  // rank 0's reduce-scatter only; rank 1's is not listed
   REQUIRE(r.buffers_differing > 0);
-  const cli::GpuTraceRun f = cli::run_trace_gpu(fix, o);
+  const run::GpuTraceRun f = run::run_trace_gpu(fix, o);
   REQUIRE(f.result.delays == 1);
   REQUIRE(f.buffers_differing == 0);
   o.delay_sites = {{0, "rs", "kernel 'no such kernel'"}};  // a site that matches nothing
-  REQUIRE(cli::run_trace_gpu(race, o).result.delays == 0);
+  REQUIRE(run::run_trace_gpu(race, o).result.delays == 0);
 }

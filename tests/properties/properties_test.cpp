@@ -6,8 +6,8 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
-#include "cli/driver.hpp"
-#include "core/atomic_file.hpp"
+#include "run/scenario.hpp"
+#include "core/base/atomic_file.hpp"
 #include "properties/harness.hpp"
 #include "properties/memory.hpp"
 #include "properties/suite.hpp"
@@ -112,7 +112,7 @@ TEST_CASE("a broken property shrinks to a minimal case and saves a loadable scen
   REQUIRE(r.shrinks > 0);
   REQUIRE(r.message == "world of 4 ranks");
   REQUIRE(r.file.size() > 0);
-  auto s = cli::load_scenario(r.file);
+  auto s = run::load_scenario(r.file);
   REQUIRE(s.ok());
   const core::TrainingScenario& t = s->training->scenario;
   REQUIRE(t.mesh->world_size() == 4);
@@ -137,10 +137,10 @@ TEST_CASE("a seed bug shrinks to a scenario that fails when run", "[properties]"
   const PropertyResult r = properties::check_property(*properties::find_property("matches_reference"), o);
   REQUIRE(r.status == PropertyResult::Status::failed);
   REQUIRE_THAT(r.message, Catch::Contains("the reference has"));
-  auto s = cli::load_scenario(r.file);
+  auto s = run::load_scenario(r.file);
   REQUIRE(s.ok());
   REQUIRE(s->training->scenario.config.mutations.has(core::Mutation::stale_model_weight_after_step));
-  const cli::ScenarioOutcome out = cli::run_scenario(*s, {});
+  const run::ScenarioOutcome out = run::run_scenario(*s, {});
   REQUIRE(out.explored.error.empty());
   REQUIRE_FALSE(out.judged.met);
   REQUIRE(out.judged.found == std::vector<core::FindingKind>{core::FindingKind::numerics_divergence});
@@ -174,9 +174,9 @@ TEST_CASE("a saved training scenario replays the run the property judged", "[pro
   REQUIRE(core::write_file_atomic(file,
                                   properties::training_scenario_yaml(c, "replay", "a test", "{findings: []}"))
               .ok());
-  auto s = cli::load_scenario(file);
+  auto s = run::load_scenario(file);
   REQUIRE(s.ok());
-  const cli::ScenarioOutcome theirs = cli::run_scenario(*s, {});
+  const run::ScenarioOutcome theirs = run::run_scenario(*s, {});
   REQUIRE(theirs.explored.digests == std::vector<uint64_t>{ours.trace_digest});
   REQUIRE(theirs.explored.findings.size() == ours.findings.size());
   for (size_t i = 0; i < ours.findings.size(); ++i)

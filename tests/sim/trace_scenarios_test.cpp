@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
-#include "cli/driver.hpp"
+#include "run/scenario.hpp"
 
 using namespace shardcheck;
 
@@ -24,7 +24,7 @@ TEST_CASE("at least a dozen trace scenarios ship, race and fix alike", "[sim][sc
   REQUIRE(files.size() >= 12);
   int clean = 0, buggy = 0;
   for (const auto& f : files) {
-    auto s = cli::load_scenario(f);
+    auto s = run::load_scenario(f);
     REQUIRE(s.ok());
     (s->expect.findings.empty() ? clean : buggy)++;
   }
@@ -34,13 +34,13 @@ TEST_CASE("at least a dozen trace scenarios ship, race and fix alike", "[sim][sc
 
 TEST_CASE("every trace scenario meets its expectation under every policy", "[sim][scenarios]") {
   for (const auto& file : trace_files()) {
-    auto s = cli::load_scenario(file);
+    auto s = run::load_scenario(file);
     REQUIRE(s.ok());
     for (const char* policy : {"in_order", "random", "pct", "delay_comm"}) {
-      cli::ScheduleOverrides o;
+      run::ScheduleOverrides o;
       o.policy = policy;
       o.runs = 5;
-      const cli::ScenarioOutcome out = cli::run_scenario(*s, o);
+      const run::ScenarioOutcome out = run::run_scenario(*s, o);
       INFO(file << " under " << policy << ": found " << core::kinds_to_string(out.judged.found));
       REQUIRE(out.explored.error.empty());
       REQUIRE(out.judged.met);
@@ -49,9 +49,9 @@ TEST_CASE("every trace scenario meets its expectation under every policy", "[sim
 }
 
 TEST_CASE("the upstream race names both accesses, both lifetimes and the fixes", "[sim][scenarios]") {
-  auto s = cli::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/reuse-race.yaml");
+  auto s = run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/reuse-race.yaml");
   REQUIRE(s.ok());
-  const auto out = cli::run_scenario(*s, {});
+  const auto out = run::run_scenario(*s, {});
   REQUIRE(out.explored.findings.size() == 1);
   const core::Finding& f = out.explored.findings[0];
   REQUIRE(f.kind == core::FindingKind::stream_race);
@@ -74,9 +74,9 @@ TEST_CASE("the upstream race names both accesses, both lifetimes and the fixes",
 }
 
 TEST_CASE("a deadlock reports the cycle through both ranks", "[sim][scenarios]") {
-  auto s = cli::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/cross-group-deadlock.yaml");
+  auto s = run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/cross-group-deadlock.yaml");
   REQUIRE(s.ok());
-  const auto out = cli::run_scenario(*s, {});
+  const auto out = run::run_scenario(*s, {});
   REQUIRE(out.explored.findings.size() == 1);
   const auto& d = std::get<core::DeadlockDetail>(out.explored.findings[0].detail);
   REQUIRE(d.is_cycle);
@@ -86,9 +86,9 @@ TEST_CASE("a deadlock reports the cycle through both ranks", "[sim][scenarios]")
 }
 
 TEST_CASE("a mismatch stops the run without a second, spurious deadlock finding", "[sim][scenarios]") {
-  auto s = cli::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/collective-mismatch.yaml");
+  auto s = run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/collective-mismatch.yaml");
   REQUIRE(s.ok());
-  const auto out = cli::run_scenario(*s, {});
+  const auto out = run::run_scenario(*s, {});
   REQUIRE(out.explored.findings.size() == 1);
   const auto& d = std::get<core::CollectiveDetail>(out.explored.findings[0].detail);
   REQUIRE(d.ranks.size() == 2);

@@ -8,12 +8,12 @@
 #include <cmath>
 #include <filesystem>
 
-#include "cli/driver.hpp"
-#include "core/byte_codec.hpp"
-#include "core/fsdp_engine.hpp"
-#include "core/training_judge.hpp"
-#include "core/reference.hpp"
-#include "core/trainer.hpp"
+#include "run/scenario.hpp"
+#include "core/base/byte_codec.hpp"
+#include "core/strategies/fsdp_engine.hpp"
+#include "core/check/training_judge.hpp"
+#include "core/train/reference.hpp"
+#include "core/train/trainer.hpp"
 #include "sim/oracle.hpp"
 #include "sim/world.hpp"
 
@@ -185,12 +185,12 @@ TEST_CASE("every catalog scenario meets its expectation and every mutation has o
   std::set<std::string> mutations;
   int buggy = 0, fixed = 0;
   for (const auto& e : std::filesystem::directory_iterator(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/catalog")) {
-    auto s = cli::load_scenario(e.path().string());
+    auto s = run::load_scenario(e.path().string());
     REQUIRE(s.ok());
     REQUIRE_FALSE(s->description.empty());
     for (auto m : s->training->scenario.config.mutations.list()) mutations.insert(std::string(core::to_string(m)));
     (s->expect.findings.empty() ? fixed : buggy)++;
-    const cli::ScenarioOutcome out = cli::run_scenario(*s, {});
+    const run::ScenarioOutcome out = run::run_scenario(*s, {});
     INFO(e.path().string() << ": found " << core::kinds_to_string(out.judged.found) << " " << out.explored.error);
     REQUIRE(out.explored.error.empty());
     REQUIRE(out.judged.met);

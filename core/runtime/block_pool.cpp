@@ -1,0 +1,92 @@
+// Block selection, splitting and merging.
+#include "core/runtime/block_pool.hpp"
+
+#include <utility>
+
+namespace shardcheck::core {
+
+namespace {
+uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
+}  // namespace
+
+PoolBlock* BlockPool::pick(uint64_t size, int stream, const Legal& legal) {
+  PoolBlock* best = nullptr;
+  for (auto& [addr, b] : blocks_) {
+    if (!b.free || b.size < size) continue;
+    if (!legal(b, stream)) continue;
+    if (!best) {
+      best = &b;
+    } else if (reuse_ == PoolReuse::earliest) {
+      if (b.freed_order > best->freed_order) best = &b;
+    } else if (b.size < best->size) {
+      best = &b;  // ties keep the lower address (map order)
+    }
+  }
+  return best;
+}
+
+void BlockPool::split(PoolBlock& b, uint64_t size) {
+  if (b.size - size < kRound) return;
+  PoolBlock rest = b;
+  rest.addr = b.addr + size;
+  rest.size = b.size - size;
+  rest.free = true;
+  b.size = size;
+  blocks_.emplace(rest.addr, std::move(rest));
+}
+
+BlockPool::Allocation BlockPool::allocate(uint64_t bytes, int stream, const Legal& legal) {
+  const uint64_t size = round_up(bytes == 0 ? 1 : bytes, kRound);
+  if (PoolBlock* b = pick(size, stream, legal)) {
+    split(*b, size);
+    b->free = false;
+    b->stream = stream;
+    return {b->addr, true, std::exchange(b->pending, {}), b->free_op};
+  }
+  const uint64_t seg = round_up(size, kSegment);
+  const uint64_t base = new_segment_(seg);
+  segment_bytes_ += seg;
+  PoolBlock b;
+  b.addr = base;
+  b.size = seg;
+  b.segment = segments_++;
+  b.stream = stream;
+  auto [it, ok] = blocks_.emplace(base, std::move(b));
+  split(it->second, size);
+  return {it->first, false, {}, 0};
+}
+
+void BlockPool::release(uint64_t addr, std::vector<uint64_t> pending, uint64_t free_op) {
+  PoolBlock& b = blocks_.at(addr);
+  b.free = true;
+  b.freed_order = ++freed_counter_;
+  b.pending = std::move(pending);
+  b.free_op = free_op;
+  if (b.pending.empty()) merge(addr);
+}
+
+void BlockPool::merge(uint64_t addr) {
+  if (!merge_) return;
+  auto it = blocks_.find(addr);
+  auto mergeable = [](const PoolBlock& a, const PoolBlock& b) {
+    return a.free && b.free && a.pending.empty() && b.pending.empty() && a.segment == b.segment &&
+           a.stream == b.stream && a.addr + a.size == b.addr;
+  };
+  if (it != blocks_.begin()) {
+    auto prev = std::prev(it);
+    if (mergeable(prev->second, it->second)) {
+      prev->second.size += it->second.size;
+      prev->second.freed_order = std::max(prev->second.freed_order, it->second.freed_order);
+      blocks_.erase(it);
+      it = prev;
+    }
+  }
+  auto next = std::next(it);
+  if (next != blocks_.end() && mergeable(it->second, next->second)) {
+    it->second.size += next->second.size;
+    it->second.freed_order = std::max(it->second.freed_order, next->second.freed_order);
+    blocks_.erase(next);
+  }
+}
+
+}  // namespace shardcheck::core

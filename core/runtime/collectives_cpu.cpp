@@ -1,0 +1,92 @@
+// CPU collectives: all_gather, reduce_scatter, all_reduce (sum, avg), broadcast.
+#include "core/runtime/collectives_cpu.hpp"
+
+#include <cstring>
+#include <vector>
+
+namespace shardcheck::core {
+
+namespace {
+
+// Reduces elements [first, first+count) of every input into `dst` (count elements).
+template <class C>
+void reduce_into(std::span<std::byte* const> inputs, DType t, int64_t first, int64_t count,
+                 ReduceOp op, std::byte* dst) {
+  const auto members = static_cast<C>(inputs.size());
+  for (int64_t i = 0; i < count; ++i) {
+    C acc = static_cast<C>(load_element(inputs[0], t, first + i));
+    for (size_t m = 1; m < inputs.size(); ++m) acc += static_cast<C>(load_element(inputs[m], t, first + i));
+    if (op == ReduceOp::avg) acc = acc / members;
+    store_element(dst, t, i, static_cast<double>(acc));
+  }
+}
+
+// f32 without per-element dtype dispatch; the same arithmetic as reduce_into<float>.
+void reduce_f32(std::span<std::byte* const> inputs, int64_t first, int64_t count, ReduceOp op, std::byte* dst) {
+  const float members = static_cast<float>(inputs.size());
+  for (int64_t i = 0; i < count; ++i) {
+    float acc;
+    std::memcpy(&acc, inputs[0] + 4 * (first + i), 4);
+    for (size_t m = 1; m < inputs.size(); ++m) {
+      float v;
+      std::memcpy(&v, inputs[m] + 4 * (first + i), 4);
+      acc += v;
+    }
+    if (op == ReduceOp::avg) acc = acc / members;
+    std::memcpy(dst + 4 * i, &acc, 4);
+  }
+}
+
+void reduce_range(std::span<std::byte* const> inputs, DType t, int64_t first, int64_t count,
+                  ReduceOp op, std::byte* dst) {
+  if (t == DType::f32) return reduce_f32(inputs, first, count, op, dst);
+  // Integer and byte buffers reduce in double too; only their sums are meaningful.
+  if (t == DType::f32 || t == DType::bf16) {
+    reduce_into<float>(inputs, t, first, count, op, dst);
+  } else {
+    reduce_into<double>(inputs, t, first, count, op, dst);
+  }
+}
+
+}  // namespace
+
+void execute_collective_cpu(const CollectiveCall& c, std::span<std::byte* const> inputs,
+                            std::span<std::byte* const> outputs) {
+  const int members = static_cast<int>(inputs.size());
+  if (outputs.size() != inputs.size() || members == 0) throw InternalError("collective: one input and output per member");
+  if (std::string e = check_collective_shape(c, members); !e.empty()) throw InternalError(e);
+  const DType t = c.input.dtype;
+  const int64_t esize = dtype_bytes(t);
+  const int64_t in_n = c.input.numel, out_n = c.output.numel;
+  // An empty collective moves nothing; the copies below would pass memcpy a null pointer
+  // (an empty vector's data()), which is undefined even for zero bytes.
+  if (in_n == 0 && out_n == 0) return;
+  switch (c.kind) {
+    case CollectiveKind::all_gather: {
+      // Copy all inputs first: an in-place all_gather's input lies inside the outputs.
+      std::vector<std::byte> all(static_cast<size_t>(out_n * esize));
+      for (int m = 0; m < members; ++m) std::memcpy(all.data() + m * in_n * esize, inputs[m], in_n * esize);
+      for (int m = 0; m < members; ++m) std::memcpy(outputs[m], all.data(), all.size());
+      return;
+    }
+    case CollectiveKind::reduce_scatter: {
+      std::vector<std::vector<std::byte>> result(members, std::vector<std::byte>(out_n * esize));
+      for (int m = 0; m < members; ++m) reduce_range(inputs, t, m * out_n, out_n, c.reduce, result[m].data());
+      for (int m = 0; m < members; ++m) std::memcpy(outputs[m], result[m].data(), out_n * esize);
+      return;
+    }
+    case CollectiveKind::all_reduce: {
+      std::vector<std::byte> result(out_n * esize);
+      reduce_range(inputs, t, 0, out_n, c.reduce, result.data());
+      for (int m = 0; m < members; ++m) std::memcpy(outputs[m], result.data(), result.size());
+      return;
+    }
+    case CollectiveKind::broadcast: {
+      std::vector<std::byte> src(inputs[c.root], inputs[c.root] + in_n * esize);
+      for (int m = 0; m < members; ++m) std::memcpy(outputs[m], src.data(), src.size());
+      return;
+    }
+  }
+}
+
+}  // namespace shardcheck::core

@@ -1,0 +1,105 @@
+// The non-virtual front of core::Runtime: each operation issues through the backend's hook
+// and hands back the awaitable, so every backend gets the same scheduling points.
+#include "core/runtime/runtime.hpp"
+
+namespace shardcheck::core {
+
+std::string_view to_string(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::all_gather: return "all_gather";
+    case CollectiveKind::reduce_scatter: return "reduce_scatter";
+    case CollectiveKind::all_reduce: return "all_reduce";
+    case CollectiveKind::broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+std::string op_name(const KernelCall& c) { return "kernel '" + c.name + "'"; }
+std::string op_name(const CollectiveCall& c) { return std::string(to_string(c.kind)) + " '" + c.tag + "'"; }
+std::string op_name(const P2PCall& c, bool send) {
+  return std::string(send ? "send '" : "recv '") + c.tag + (send ? "' to " : "' from ") + std::to_string(c.peer);
+}
+
+Issued<BufferId> Runtime::alloc(int64_t bytes, StreamId stream, std::string_view name) {
+  return Issued<BufferId>(this, do_alloc(bytes, stream, name));
+}
+Issued<> Runtime::free(BufferId buffer) {
+  do_free(buffer);
+  return Issued<>(this);
+}
+Issued<> Runtime::record_stream(BufferId buffer, StreamId stream) {
+  do_record_stream(buffer, stream);
+  return Issued<>(this);
+}
+Issued<> Runtime::record(EventId event, StreamId stream) {
+  do_record(event, stream);
+  return Issued<>(this);
+}
+Issued<> Runtime::wait_event(StreamId stream, EventId event) {
+  do_wait_event(stream, event);
+  return Issued<>(this);
+}
+Issued<> Runtime::wait_stream(StreamId waiter, StreamId waited) {
+  do_wait_stream(waiter, waited);
+  return Issued<>(this);
+}
+Issued<> Runtime::sync(StreamId stream) {
+  do_sync(stream);
+  return Issued<>(this);
+}
+Issued<> Runtime::sync_event(EventId event) {
+  do_sync_event(event);
+  return Issued<>(this);
+}
+Issued<> Runtime::sync_device() {
+  do_sync_device();
+  return Issued<>(this);
+}
+Issued<> Runtime::launch(KernelCall call) {
+  do_launch(std::move(call));
+  return Issued<>(this);
+}
+Issued<> Runtime::collective(CollectiveCall call) {
+  do_collective(std::move(call));
+  return Issued<>(this);
+}
+Issued<> Runtime::send(P2PCall call) {
+  do_send(std::move(call));
+  return Issued<>(this);
+}
+Issued<> Runtime::recv(P2PCall call) {
+  do_recv(std::move(call));
+  return Issued<>(this);
+}
+Issued<> Runtime::upload(TensorRef dst, StreamId stream, std::span<const std::byte> data) {
+  do_upload(dst, stream, data);
+  return Issued<>(this);
+}
+Issued<> Runtime::download(TensorRef src, StreamId stream, std::span<std::byte> out) {
+  do_download(src, stream, out);
+  return Issued<>(this);
+}
+
+std::string check_collective_shape(const CollectiveCall& c, int members) {
+  const int64_t in = c.input.numel, out = c.output.numel;
+  const std::string what = std::string(to_string(c.kind)) + " '" + c.tag + "'";
+  if (c.input.dtype != c.output.dtype) return what + ": input and output dtypes differ";
+  switch (c.kind) {
+    case CollectiveKind::all_gather:
+      if (out != in * members) return what + ": output must hold input x group size elements";
+      break;
+    case CollectiveKind::reduce_scatter:
+      if (in != out * members) return what + ": input must hold output x group size elements";
+      break;
+    case CollectiveKind::all_reduce:
+    case CollectiveKind::broadcast:
+      if (in != out) return what + ": input and output must have the same length";
+      break;
+  }
+  if (c.kind == CollectiveKind::broadcast && (c.root < 0 || c.root >= members)) {
+    return what + ": root is not a group rank";
+  }
+  return "";
+}
+
+}  // namespace shardcheck::core

@@ -1,0 +1,78 @@
+// Judging findings against expectations, and reading `expect:` and `schedule:`.
+#include "core/scenario/expectation.hpp"
+
+#include <algorithm>
+
+namespace shardcheck::core {
+
+namespace {
+bool contains(const std::vector<FindingKind>& v, FindingKind k) { return std::find(v.begin(), v.end(), k) != v.end(); }
+}  // namespace
+
+ExpectationResult judge(const Expectation& e, const std::vector<Finding>& findings) {
+  ExpectationResult r;
+  for (int i = 0; i < kFindingKinds; ++i) {
+    const auto k = static_cast<FindingKind>(i);
+    const bool found = std::any_of(findings.begin(), findings.end(), [&](const Finding& f) { return f.kind == k; });
+    if (found) r.found.push_back(k);
+    if (contains(e.findings, k) && !found) r.missing.push_back(k);
+    if (found && !contains(e.findings, k) && !contains(e.allow, k)) r.unexpected.push_back(k);
+  }
+  r.met = r.missing.empty() && r.unexpected.empty();
+  return r;
+}
+
+std::string kinds_to_string(const std::vector<FindingKind>& k) {
+  if (k.empty()) return "clean";
+  std::string s;
+  for (size_t i = 0; i < k.size(); ++i) s += (i ? ", " : "") + std::string(to_string(k[i]));
+  return s;
+}
+
+std::string describe(const Expectation& e) {
+  std::string s = kinds_to_string(e.findings);
+  if (!e.allow.empty()) s += " (allow " + kinds_to_string(e.allow) + ")";
+  return s;
+}
+
+Expectation read_expectation(const YamlReader& y, const YAML::Node& n) {
+  Expectation e;
+  e.loc = y.loc(n);
+  y.map(n, "expect");
+  y.keys(n, {"findings", "allow"}, "expect");
+  y.require(n, "findings", "expect");
+  auto read = [&](const YAML::Node& list, std::vector<FindingKind>& out, const char* what) {
+    y.seq(list, what);
+    for (const auto& item : list) {
+      const std::string name = y.str(item, what);
+      auto k = parse_finding_kind(name);
+      if (!k) {
+        y.fail(item, "unknown finding kind '" + name +
+                         "' (expected stream_race, collective_mismatch, collective_swap, deadlock, grad_norm_miscount, "
+                         "layout_mismatch, uninitialized_read, numerics_divergence or replica_divergence)");
+      }
+      out.push_back(*k);
+    }
+  };
+  read(n["findings"], e.findings, "expect.findings");
+  if (n["allow"]) read(n["allow"], e.allow, "expect.allow");
+  return e;
+}
+
+ScheduleSpec read_schedule(const YamlReader& y, const YAML::Node& n) {
+  ScheduleSpec s;
+  y.map(n, "schedule");
+  y.keys(n, {"policy", "seed", "runs", "depth"}, "schedule");
+  if (n["policy"]) {
+    s.policy = y.str(n["policy"], "schedule.policy");
+    if (s.policy != "in_order" && s.policy != "random" && s.policy != "pct" && s.policy != "delay_comm") {
+      y.fail(n["policy"], "unknown schedule policy '" + s.policy + "' (expected in_order, random, pct or delay_comm)");
+    }
+  }
+  if (n["seed"]) s.seed = static_cast<uint64_t>(y.integer(n["seed"], "schedule.seed", 0, INT64_MAX));
+  if (n["runs"]) s.runs = static_cast<int>(y.integer(n["runs"], "schedule.runs", 1, 100000));
+  if (n["depth"]) s.depth = static_cast<int>(y.integer(n["depth"], "schedule.depth", 1, 64));
+  return s;
+}
+
+}  // namespace shardcheck::core

@@ -1,0 +1,44 @@
+// What a scenario expects (`expect: {findings: [...], allow: [...]}`) and how a run's
+// findings are judged against it: every listed kind found at least once, and nothing else
+// found unless allowed (consequences such as a divergence that follows from a miscount).
+//   ExpectationResult r = judge(scenario.expect, findings);
+//   if (!r.met) print(r.missing, r.unexpected);
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/check/findings.hpp"
+#include "core/scenario/yaml_reader.hpp"
+
+namespace shardcheck::core {
+
+struct Expectation {
+  std::vector<FindingKind> findings;
+  std::vector<FindingKind> allow;
+  SourceLoc loc;
+};
+
+struct ScheduleSpec {
+  std::string policy = "random";  // in_order | random | pct | delay_comm
+  uint64_t seed = 1;
+  int runs = 1;
+  int depth = 3;
+};
+
+struct ExpectationResult {
+  bool met = true;
+  std::vector<FindingKind> missing;     // expected, not found
+  std::vector<FindingKind> unexpected;  // found, neither expected nor allowed
+  std::vector<FindingKind> found;       // distinct kinds found, in kind order
+};
+
+ExpectationResult judge(const Expectation& e, const std::vector<Finding>& findings);
+std::string describe(const Expectation& e);  // "stream_race" / "clean" / "a, b (allow c)"
+std::string kinds_to_string(const std::vector<FindingKind>& k);
+
+// Shared parts of scenario files.
+Expectation read_expectation(const YamlReader& y, const YAML::Node& n);
+ScheduleSpec read_schedule(const YamlReader& y, const YAML::Node& n);
+
+}  // namespace shardcheck::core

@@ -1,0 +1,56 @@
+// Training scenarios (DESIGN.md §5): a mesh, TinyLM, the data source, a strategy, precision,
+// the optimizer, mutations, schedule exploration and what to expect. Checked completely
+// before anything runs; every problem is reported as `file:line:column: message`.
+//   Expected<TrainingScenario> s = load_training_scenario("scenarios/catalog/zero1-race.yaml");
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/scenario/expectation.hpp"
+#include "core/layout/mesh.hpp"
+#include "core/base/status.hpp"
+#include "core/strategies/training_config.hpp"
+
+namespace shardcheck::core {
+
+// Bounds on what a training scenario may ask for, so that a scenario that loads cannot make
+// the run exhaust host memory (README, "Limits"). Model dimensions are bounded by
+// ModelLayout::kMaxDim and kMaxLayers; simulated device memory by sim::Options.
+struct TrainingLimits {
+  static constexpr int kMaxRanks = 64;
+  static constexpr int kMaxSteps = 10000;
+  static constexpr int kMaxMicrobatches = 256;
+  static constexpr int kMaxMicroBatchSize = 1024;
+  static constexpr int64_t kMaxParameters = int64_t{1} << 27;
+  // What one microbatch keeps for its backward pass, in elements: seq * micro_batch_size *
+  // (2 * vocab + 12 * hidden * layers) (logits and their gradient; each block's saved
+  // activations). 2^29 elements are 2 GiB in fp32.
+  static constexpr int64_t kMaxActivationElements = int64_t{1} << 29;
+  // The single-rank reference keeps every step's weights and gradients (8 bytes per parameter
+  // per step): parameters * steps at most 2^28, 2 GiB.
+  static constexpr int64_t kMaxReferenceParameterSteps = int64_t{1} << 28;
+};
+
+// The limits above that depend on several fields at once, for a configuration that may have
+// been changed after loading (e.g. `compare --steps`): "" when within them, else what is
+// exceeded, as a sentence.
+std::string training_limits_exceeded(const TrainingConfig& c, const Mesh& mesh, bool with_reference);
+
+struct TrainingScenario {
+  std::string file;
+  std::string name;
+  std::string description;
+  std::shared_ptr<const Mesh> mesh;
+  TrainingConfig config;
+  std::string allocator = "caching";
+  std::string reuse = "best_fit";
+  ScheduleSpec schedule;
+  std::string reference = "single_rank";  // single_rank | none
+  Expectation expect;
+};
+
+Expected<TrainingScenario> load_training_scenario(const std::string& path);
+Expected<TrainingScenario> parse_training_scenario(const std::string& text, const std::string& path);
+
+}  // namespace shardcheck::core

@@ -1,0 +1,199 @@
+// FsdpEngine's optimizer step: the embedding-group reduction (pipelines), the gradient norm
+// over unique logical elements, clipping on device, Adam or SGD on main-weight shards, and
+// the post-step weight sync in optimizer parameter order.
+#include "core/strategies/fsdp_engine.hpp"
+#include "core/base/rng.hpp"
+
+namespace shardcheck::core {
+
+namespace {
+const Placement kR = Placement::replicate();
+
+bool all_replicate_placements(const Placements& p) {
+  for (const auto& x : p) {
+    if (!x.is_replicate()) return false;
+  }
+  return true;
+}
+}  // namespace
+
+bool FsdpEngine::first_replica(const DBuffer& d) const {
+  const std::vector<int> c = d.mesh.coords();
+  for (size_t i = 0; i < d.placements.size(); ++i) {
+    if (d.placements[i].is_replicate() && c[i] != 0) return false;
+  }
+  return true;
+}
+
+std::optional<TensorRef> FsdpEngine::grad_rows(const Group& g, int t) const {
+  const auto rows = g.main.tensor_rows(t);
+  if (!rows || !g.has_grad) return std::nullopt;
+  if (g.grad.placements == g.main.placements) return g.grad.tensor_rows(t);
+  // Not finalized (a bug elsewhere): read the same logical rows out of the G-shaped buffer.
+  const LocalRange gr = g.grad.local(), mr = g.main.local();
+  if (mr.offset < gr.offset || mr.offset + mr.numel > gr.offset + gr.numel) return std::nullopt;
+  return TensorRef{g.grad.storage, mr.offset - gr.offset + rows->offset, rows->numel, g.grad.dtype};
+}
+
+Task<> FsdpEngine::embedding_allreduce() {
+  if (embedding_ < 0) co_return;
+  const ModelLayout& m = *env_.model;
+  int param = -1;
+  for (const Group& g : groups_) {
+    for (int p : g.params) {
+      const ParamSpec& s = m.params()[p];
+      if (s.role == ParamRole::embedding || (s.role == ParamRole::output && s.shared)) param = p;
+    }
+  }
+  auto [gp, t] = slot(param);
+  Group& g = *gp;
+  const StreamId compute = env_.streams.compute;
+  if (mutated(Mutation::pp_embedding_allreduce_raw_shards)) {
+    // Reduce each rank's own shard of the tensor as it lies in its stage's layout.
+    const TensorRef rows = g.grad.tensor_rows(t).value_or(TensorRef{g.grad.storage, 0, 0, g.grad.dtype});
+    co_await rt().collective({CollectiveKind::all_reduce, embedding_, compute, rows, rows, ReduceOp::sum, 0, "embedding:grad"});
+    co_return;
+  }
+  // Rebuild the full logical gradient, all-reduce it, copy this rank's rows back.
+  const TensorSlot& slot_t = g.layout->tensor(t);
+  const BufferId full = co_await rt().alloc(slot_t.numel * 4, compute, "embedding.full_grad");
+  auto map = std::make_shared<LogicalMap>();
+  map->param_names = names_;
+  map->segments.push_back({0, slot_t.numel, m.params()[param].logical, 0});
+  rt().annotate(full, map);
+  const TensorRef full_ref = TensorRef::f32(full, 0, slot_t.numel);
+  if (all_replicate_placements(g.grad.placements)) {
+    co_await rt().launch(kernels::copy(compute, g.grad.local_ref().slice(slot_t.offset, slot_t.numel), full_ref, "embedding.gather"));
+  } else {
+    DBuffer whole = co_await convert(g, g.grad, Placements(g.grad.placements.size(), kR), compute, "embedding.gather", false);
+    co_await rt().launch(kernels::copy(compute, whole.local_ref().slice(slot_t.offset, slot_t.numel), full_ref, "embedding.gather"));
+    co_await rt().free(whole.storage);
+  }
+  co_await rt().collective({CollectiveKind::all_reduce, embedding_, compute, full_ref, full_ref, ReduceOp::sum, 0, "embedding:grad"});
+  for (const OwnedRows& o : g.grad.owned()) {
+    if (o.tensor != t) continue;
+    co_await rt().launch(kernels::copy(compute, full_ref.slice(o.first_row * slot_t.row, o.rows * slot_t.row),
+                                       g.grad.local_ref().slice(o.local_offset, o.rows * slot_t.row), "embedding.scatter"));
+  }
+  co_await rt().free(full);
+}
+
+Task<> FsdpEngine::norm() {
+  const ModelLayout& m = *env_.model;
+  const StreamId compute = env_.streams.compute;
+  plan_.counted.clear();
+  const BufferId acc = co_await rt().alloc(8, compute, "grad.sumsq");
+  const TensorRef acc_ref{acc, 0, 1, DType::f64};
+  co_await rt().launch(kernels::fill(compute, acc_ref, 0.0));
+  for (const Group& g : groups_) {
+    // Each logical element once: replicated copies count on the first replica only (exact,
+    // unlike dividing by the replication factor), and the tied copy not at all.
+    if (!first_replica(g.main)) continue;
+    for (const OwnedRows& o : g.main.owned()) {
+      const ParamSpec& p = m.params()[g.params[o.tensor]];
+      if (p.shared && !mutated(Mutation::tied_grad_norm_double_count)) continue;
+      const auto rows = grad_rows(g, o.tensor);
+      if (!rows) continue;
+      co_await rt().launch(kernels::sum_squares(compute, *rows, acc_ref, true, g.name + ".sumsq"));
+      const int64_t row = g.layout->tensor(o.tensor).row;
+      plan_.counted.push_back({p.logical, o.first_row * row, o.rows * row});
+    }
+  }
+  co_await rt().collective({CollectiveKind::all_reduce, world_, compute, acc_ref, acc_ref, ReduceOp::sum, 0, "grad_norm"});
+  co_await rt().launch(kernels::clip_coef(compute, acc_ref, TensorRef{coef_, 0, 1, DType::f64}, TensorRef{norm_, 0, 1, DType::f64},
+                                          env_.config->optimizer.clip_grad));
+  co_await rt().free(acc);
+}
+
+Task<> FsdpEngine::optimize(int step) {
+  const OptimizerConfig& o = env_.config->optimizer;
+  const StreamId compute = env_.streams.compute;
+  const std::optional<TensorRef> coef =
+      o.clip_grad > 0 ? std::optional<TensorRef>(TensorRef{coef_, 0, 1, DType::f64}) : std::nullopt;
+  for (const Group& g : groups_) {
+    for (int t = 0; t < g.layout->num_tensors(); ++t) {
+      const auto w = g.main.tensor_rows(t);
+      const auto gr = grad_rows(g, t);
+      if (!w || !gr) continue;
+      const std::string name = g.name + "." + std::to_string(t);
+      if (o.kind == OptimizerConfig::Kind::adam) {
+        kernel::Adam h{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1, coef.has_value()};
+        co_await rt().launch(kernels::adam(compute, *w, *gr, *g.adam_m.tensor_rows(t), *g.adam_v.tensor_rows(t), coef, h, "adam:" + name));
+      } else {
+        kernel::Sgd h{o.lr, o.weight_decay, coef.has_value()};
+        co_await rt().launch(kernels::sgd(compute, *w, *gr, coef, h, "sgd:" + name));
+      }
+    }
+  }
+}
+
+Task<> FsdpEngine::post_step_sync() {
+  const EventId stepped = rt().create_event("optimizer.done");
+  co_await rt().record(stepped, env_.streams.compute);
+  for (const Ctx& c : ctx_) co_await rt().wait_event(c.ag, stepped);
+  // Optimizer parameter order, identical on every rank. The upstream bug iterated a set of
+  // groups, whose order depends on object addresses: a different order per rank.
+  std::vector<size_t> order(groups_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (mutated(Mutation::post_step_sync_set_order)) Rng(mix64(0x5e7 + static_cast<uint64_t>(env_.rank))).shuffle(std::span<size_t>(order));
+  for (size_t i : order) {
+    Group& g = groups_[i];
+    Ctx& c = ctx_[g.ctx];
+    if (mutated(Mutation::stale_model_weight_after_step)) continue;  // compute keeps the old weights
+    if (g.model_shard) co_await rt().launch(kernels::copy(c.ag, g.main.local_ref(), g.model_shard->local_ref(), g.name + ".cast"));
+    const DBuffer& target = g.model_shard ? *g.model_shard : g.main;
+    if (g.model.storage != target.storage) co_await rt().free(g.model.storage);
+    g.model = target;
+    if (mutated(Mutation::post_step_sync_set_order) && g.model.placements != pl_.model) {
+      // Upstream cast and redistributed in the post-step hook, in that per-rank order.
+      g.model = co_await convert(g, g.model, pl_.model, c.ag, "weights", false);
+    }
+  }
+}
+
+Task<> FsdpEngine::step(int step) {
+  co_await embedding_allreduce();
+  co_await norm();
+  co_await optimize(step);
+  co_await post_step_sync();
+  for (Group& g : groups_) {
+    // The optimizer consumed the gradient. Where G equals O, placements cannot tell the next
+    // backward to start over, so the gradient is dropped (at the next step's start, so the
+    // oracles still see it at this step's end).
+    if (g.has_grad && pl_.grad == pl_.main) g.drop_grad = true;
+  }
+}
+
+Task<> FsdpEngine::load_gradients(const std::vector<std::vector<float>>& logical) {
+  const StreamId compute = env_.streams.compute;
+  for (Group& g : groups_) {
+    if (g.has_grad) co_await rt().free(g.grad.storage);
+    g.grad = co_await allocate(g, pl_.main, DType::f32, compute, "main_grad");
+    g.has_grad = true;
+    co_await rt().launch(kernels::fill(compute, g.grad.local_ref(), 0.0));
+    for (const OwnedRows& o : g.grad.owned()) {
+      const int64_t row = g.layout->tensor(o.tensor).row;
+      const std::vector<float>& v = logical.at(env_.model->params()[g.params[o.tensor]].logical);
+      co_await rt().upload(g.grad.local_ref().slice(o.local_offset, o.rows * row), compute,
+                           {reinterpret_cast<const std::byte*>(v.data() + o.first_row * row), static_cast<size_t>(o.rows * row) * 4});
+    }
+  }
+}
+
+RankView FsdpEngine::view() const {
+  RankView v;
+  auto pieces = [&](const Group& g, const DBuffer& d, std::vector<Piece>& out) {
+    for (const OwnedRows& o : owned_rows(*g.layout, d.local())) {
+      const int64_t row = g.layout->tensor(o.tensor).row;
+      out.push_back({env_.model->params()[g.params[o.tensor]].logical, o.first_row * row, o.rows * row, d.storage, o.local_offset, d.dtype});
+    }
+  };
+  for (const Group& g : groups_) {
+    pieces(g, g.main, v.main);
+    pieces(g, g.model, v.model);
+    if (g.has_grad && g.grad.placements == pl_.main) pieces(g, g.grad, v.grads);
+  }
+  return v;
+}
+
+}  // namespace shardcheck::core

@@ -1,0 +1,107 @@
+// compare_on_sim: two trainings on identical data, side by side.
+#include "run/compare.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <thread>
+
+namespace shardcheck::run {
+
+namespace {
+
+std::string describe_element(const core::ModelLayout& m, int logical, int64_t e) {
+  const core::Shape& s = m.logical_shape(logical);
+  if (s.size() == 2) return m.logical_name(logical) + "[" + std::to_string(e / s[1]) + ", " + std::to_string(e % s[1]) + "]";
+  return m.logical_name(logical) + "[" + std::to_string(e) + "]";
+}
+
+// The first (step, parameter, element) whose bits differ.
+std::string first_difference(const core::ModelLayout& m, const std::vector<std::vector<std::vector<float>>>& a,
+                             const std::vector<std::vector<std::vector<float>>>& b) {
+  for (size_t step = 0; step < std::min(a.size(), b.size()); ++step) {
+    if (a[step].empty() || b[step].empty()) return "step " + std::to_string(step) + ": weights incomplete";
+    for (size_t p = 0; p < a[step].size(); ++p) {
+      for (size_t e = 0; e < a[step][p].size(); ++e) {
+        if (std::memcmp(&a[step][p][e], &b[step][p][e], 4) == 0) continue;
+        char buf[160];
+        std::snprintf(buf, sizeof buf, ": %.9g vs %.9g", a[step][p][e], b[step][p][e]);
+        return "after step " + std::to_string(step) + ", " + describe_element(m, static_cast<int>(p), static_cast<int64_t>(e)) + buf;
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against, int steps) {
+  CompareResult r;
+  TrainingState& state = *s.training;
+  if (steps > 0) state.setup.config.steps = steps;
+  r.label = std::string(core::to_string(state.setup.config.strategy));
+  r.against = against;
+  r.exact = state.setup.config.precision.exact;
+  sim::Options o = options_for(s, {}).value();
+  // Against DistOpt, the two trainings are independent simulated worlds that only read the
+  // setup and the reference: they run on two threads, each as deterministic as alone.
+  TrainingRun ours, base;
+  if (against == "distopt") {
+    state.ensure_reference();  // once, before the copy: both runs' oracles read it
+    TrainingState other = state;
+    other.setup.config.strategy = core::Strategy::distopt;
+    other.setup.config.mutations = {};
+    std::exception_ptr failure;
+    std::thread baseline([&] {
+      try {
+        base = run_training(other, o);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    });
+    try {
+      ours = run_training(state, o);
+    } catch (...) {
+      baseline.join();
+      throw;
+    }
+    baseline.join();
+    if (failure) std::rethrow_exception(failure);
+  } else {
+    ours = run_training(state, o);
+  }
+  r.cancelled = ours.result.cancelled;
+  if (!ours.result.error.empty() || r.cancelled) {
+    r.error = ours.result.error;
+    return r;
+  }
+  r.ours = ours.losses;
+  std::vector<std::vector<std::vector<float>>> theirs_w;
+  if (against == "single_rank") {
+    state.reference.reset();  // the step count may have changed
+    const core::ReferenceResult* ref = state.ensure_reference();
+    r.entropy_rate = ref->entropy_rate;
+    for (const auto& st : ref->steps) {
+      r.theirs.push_back(st.loss);
+      theirs_w.push_back(st.main);
+    }
+  } else {
+    r.cancelled = base.result.cancelled;
+    if (!base.result.error.empty() || r.cancelled) {
+      r.error = base.result.error;
+      return r;
+    }
+    r.theirs = base.losses;
+    theirs_w = base.weights;
+  }
+  for (size_t i = 0; i < std::min(r.ours.size(), r.theirs.size()); ++i) {
+    const double d = std::fabs(r.ours[i] - r.theirs[i]);
+    r.max_abs = std::max(r.max_abs, d);
+    r.max_rel = std::max(r.max_rel, d / std::max(std::fabs(r.theirs[i]), 1e-30));
+  }
+  r.first_divergent = first_difference(*state.setup.model, ours.weights, theirs_w);
+  return r;
+}
+
+}  // namespace shardcheck::run

@@ -1,0 +1,27 @@
+// Comparing a training run against a baseline (the single-rank reference or DistOpt) on the
+// simulator: per-step mean losses, their largest differences, and the first weight that
+// differs. Used by `shardcheck compare` and by reports.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "run/scenario.hpp"
+
+namespace shardcheck::run {
+
+struct CompareResult {
+  std::string label;    // the scenario's strategy
+  std::string against;  // single_rank | distopt
+  bool exact = false;
+  std::vector<double> ours, theirs;  // per-step mean loss
+  double max_abs = 0, max_rel = 0;
+  std::string first_divergent;  // empty when every step's weights are bitwise equal
+  double entropy_rate = 0;
+  std::string error;
+  bool cancelled = false;  // a signal stopped a training run: the result holds what ran before it
+};
+
+CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against, int steps);
+
+}  // namespace shardcheck::run
