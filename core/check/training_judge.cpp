@@ -79,20 +79,119 @@ class ElementIndex {
   int64_t size_ = 0;
 };
 
-// For each parameter with elements, the fewest and most times the norm counted one of them.
-std::map<int, std::pair<int, int>> times_counted(const ModelLayout& m, const ElementIndex& index,
-                                                 const std::vector<int>& counted) {
-  std::map<int, std::pair<int, int>> out;  // logical -> (min, max)
+// How often the norm counted the elements of one parameter.
+struct TimesCounted {
+  int fewest = 0, most = 0;
+  int64_t under = 0;  // elements counted zero times
+  int64_t numel = 0;
+  bool right() const { return fewest == 1 && most == 1; }
+  // The count to show for the parameter: a wrong one where there is one.
+  int shown() const { return fewest != 1 ? fewest : most; }
+};
+
+// For each parameter with elements, how many times the norm counted its elements.
+std::map<int, TimesCounted> times_counted(const ModelLayout& m, const ElementIndex& index, const std::vector<int>& counted) {
+  std::map<int, TimesCounted> out;  // logical -> counts
   for (int l = 0; l < m.num_logical(); ++l) {
     const int64_t n = numel(m.logical_shape(l));
     if (n <= 0) continue;
     const size_t first = index.slot(l, 0);
-    const auto [lo, hi] =
-        std::minmax_element(counted.begin() + static_cast<ptrdiff_t>(first),
-                            counted.begin() + static_cast<ptrdiff_t>(first + static_cast<size_t>(n)));
-    out.emplace(l, std::pair{*lo, *hi});
+    TimesCounted t{counted[first], counted[first], 0, n};
+    for (size_t k = first; k < first + static_cast<size_t>(n); ++k) {
+      t.fewest = std::min(t.fewest, counted[k]);
+      t.most = std::max(t.most, counted[k]);
+      t.under += counted[k] == 0;
+    }
+    out.emplace(l, t);
   }
   return out;
+}
+
+// One line of a miscount finding: the parameter and how often it was counted, and where some
+// of its elements were left out, how many.
+std::string miscount_line(const std::string& name, const TimesCounted& t) {
+  std::string line = "  " + name + ": counted " +
+                     (t.fewest == t.most ? std::to_string(t.fewest) : std::to_string(t.fewest) + " to " + std::to_string(t.most)) +
+                     " times";
+  if (t.under > 0) {
+    line += " (under-counted: " + std::to_string(t.under) + " of " + std::to_string(t.numel) + " elements left out of the norm)";
+  }
+  return line;
+}
+
+// A grad_norm_miscount finding: by the parameters counted other than once where there are
+// any (`list` has a line for each), else by the value `rank` reported.
+Finding miscount_finding(int step, int rank, NormDetail d, const std::string& list, bool under) {
+  Finding f;
+  f.kind = FindingKind::grad_norm_miscount;
+  if (d.params.empty()) {
+    f.summary = "step " + std::to_string(step) + ": rank " + std::to_string(rank) + "'s gradient norm is " + num(d.reported) +
+                " but the norm of the unique logical gradient elements is " + num(d.expected) +
+                "; every element is counted once, so the norm was summed from other values";
+    f.explanation = f.summary +
+                    ".\nThe norm must be taken from the gradients the optimizer steps with: after their reduction has "
+                    "finished, from the reduced values, scaled as they are.";
+  } else {
+    f.summary = "step " + std::to_string(step) + ": the gradient norm is " + num(d.reported) +
+                " but the norm of the unique logical gradient elements is " + num(d.expected) + "; " +
+                std::to_string(d.params.size()) + " parameter(s) counted other than once";
+    f.explanation = f.summary + ":" + list +
+                    "\nEach logical element belongs in the norm once: divide out replication and leave out shared copies (the "
+                    "tied output weight on the last pipeline stage), as Megatron's param_is_not_shared does" +
+                    (under ? ", and count every element some rank owns." : ".");
+  }
+  f.key = "norm";
+  f.detail = std::move(d);
+  return f;
+}
+
+struct LogicalNorm {
+  double norm = 0;
+  bool complete = false;  // every logical element has a gradient on some rank
+  bool on_grid = false;   // every one is an exact-mode grid value, so every sum of squares is exact
+};
+
+// Exact mode's final gradients are whole multiples of 2^-k below 2*dp*mb*limit of them: the
+// bound under which exact_grid makes every fp64 sum of their squares exact, in any order. A
+// race or a broken reduction can put other values there, and then sums round.
+bool on_grid(float g, const std::optional<ExactGrid>& grid, int dp, int microbatches) {
+  if (!grid) return false;
+  const double units = std::ldexp(static_cast<double>(g), grid->k);
+  return units == std::nearbyint(units) && std::fabs(units) <= 2.0 * dp * microbatches * grid->limit;
+}
+
+// The norm of the logical gradient: every element of every logical parameter once, the
+// first rank's copy of each, summed in (logical, element) order, independent of which
+// elements the engine says it counted. Incomplete (and then of the elements found) when some
+// element has no gradient on any rank. A template only to take the judge's private type.
+template <class Snapshot>
+LogicalNorm logical_norm(const TrainingSetup& setup, const ElementIndex& index, const std::vector<const Snapshot*>& snaps) {
+  const ModelLayout& m = *setup.model;
+  std::vector<float> grad(index.size());
+  std::vector<char> has_grad(index.size(), 0);
+  for (const Snapshot* s : snaps) {
+    for (const auto& v : s->grads) {
+      for (int64_t i = 0; i < v.piece.count; ++i) {
+        const size_t k = index.slot(v.piece.logical, v.piece.first + i);
+        if (has_grad[k]) continue;
+        grad[k] = v.data[static_cast<size_t>(i)];
+        has_grad[k] = 1;
+      }
+    }
+  }
+  double sumsq = 0;
+  bool complete = true, grid = setup.grid.has_value();
+  for (int l = 0; l < m.num_logical(); ++l) {
+    const int64_t n = numel(m.logical_shape(l));
+    if (n <= 0) continue;
+    for (size_t k = index.slot(l, 0); k < index.slot(l, 0) + static_cast<size_t>(n); ++k) {
+      complete = complete && has_grad[k];
+      if (!has_grad[k]) continue;
+      sumsq += static_cast<double>(grad[k]) * grad[k];
+      grid = grid && on_grid(grad[k], setup.grid, setup.dp, setup.config.microbatches);
+    }
+  }
+  return {std::sqrt(sumsq), complete, grid};
 }
 
 }  // namespace
@@ -315,6 +414,18 @@ void TrainingJudge::check_numerics(std::vector<Finding>& out) const {
   }
 }
 
+// Exact mode, on gradients that are grid values: every sum of their squares is exact in fp64,
+// in any order, so the norm must be equal. Otherwise the sums differ only in fp64 rounding of
+// another order, far below what one miscounted element changes.
+bool TrainingJudge::norm_matches(double reported, double logical, bool on_grid) const {
+  if (setup_.config.precision.exact && bitwise_ && on_grid) return reported == logical;
+  return std::fabs(reported - logical) <= 1e-9 * std::max(std::fabs(logical), 1e-30);
+}
+
+// Judges both what the engine says it counted (each logical element once) and the value it
+// computed (the norm of the logical gradient the ranks hold): a plan that is right but a norm
+// taken from other values, or a plan that claims an element the sum left out, is caught by
+// the value.
 void TrainingJudge::check_norms(std::vector<Finding>& out) const {
   const ModelLayout& m = *setup_.model;
   for (int step = 0; step < steps_completed(); ++step) {
@@ -332,51 +443,25 @@ void TrainingJudge::check_norms(std::vector<Finding>& out) const {
         for (int64_t i = 0; i < e.count; ++i) counted[index.slot(e.logical, e.first + i)]++;
       }
     }
-    // Parameters whose elements are counted other than once (missing ones count as zero).
-    const std::map<int, std::pair<int, int>> per_param = times_counted(m, index, counted);
-    // The norm of the unique logical gradient elements (the first rank's copy of each), summed
-    // in (logical, element) order, the slots' order. Only a finding reports it.
-    const auto unique_norm = [&] {
-      std::vector<float> grad(index.size());
-      std::vector<char> has_grad(index.size(), 0);
-      for (const Snapshot* s : snaps) {
-        for (const Values& v : s->grads) {
-          for (int64_t i = 0; i < v.piece.count; ++i) {
-            const size_t k = index.slot(v.piece.logical, v.piece.first + i);
-            if (has_grad[k]) continue;
-            grad[k] = v.data[i];
-            has_grad[k] = 1;
-          }
-        }
-      }
-      double sumsq = 0;
-      for (size_t k = 0; k < grad.size(); ++k) {
-        if (has_grad[k]) sumsq += static_cast<double>(grad[k]) * grad[k];
-      }
-      return std::sqrt(sumsq);
-    };
-    const double reported = snaps.empty() ? 0.0 : snaps.back()->norm;
     NormDetail d;
-    d.reported = reported;
     std::string list;
-    for (const auto& [l, mm] : per_param) {
-      if (mm.first == 1 && mm.second == 1) continue;
-      const int times = mm.first == mm.second ? mm.first : mm.second;
-      d.params.push_back({m.logical_name(l), times});
-      list += "\n  " + m.logical_name(l) + ": counted " + (mm.first == mm.second ? std::to_string(times) : std::to_string(mm.first) + " to " + std::to_string(mm.second)) + " times";
+    bool under = false;
+    for (const auto& [l, t] : times_counted(m, index, counted)) {
+      if (t.right()) continue;
+      under = under || t.under > 0;
+      d.params.push_back({m.logical_name(l), t.shown()});
+      list += "\n" + miscount_line(m.logical_name(l), t);
     }
-    if (d.params.empty()) continue;
-    d.expected = unique_norm();
-    Finding f;
-    f.kind = FindingKind::grad_norm_miscount;
-    f.summary = "step " + std::to_string(step) + ": the gradient norm is " + num(reported) + " but the norm of the unique logical gradient elements is " +
-                num(d.expected) + "; " + std::to_string(d.params.size()) + " parameter(s) counted other than once";
-    f.explanation = f.summary + ":" + list +
-                    "\nEach logical element belongs in the norm once: divide out replication and leave out shared copies (the "
-                    "tied output weight on the last pipeline stage), as Megatron's param_is_not_shared does.";
-    f.key = "norm";
-    f.detail = d;
-    out.push_back(std::move(f));
+    const LogicalNorm logical = logical_norm(setup_, index, snaps);
+    int rank = -1;  // the first rank whose norm is not the logical gradient's
+    for (size_t r = 0; logical.complete && r < snaps.size() && rank < 0; ++r) {
+      if (!norm_matches(snaps[r]->norm, logical.norm, logical.on_grid)) rank = static_cast<int>(r);
+    }
+    if (d.params.empty() && rank < 0) continue;
+    if (rank < 0) rank = static_cast<int>(snaps.size()) - 1;
+    d.reported = snaps[static_cast<size_t>(rank)]->norm;
+    d.expected = logical.norm;
+    out.push_back(miscount_finding(step, rank, std::move(d), list, under));
     return;
   }
 }

@@ -1,8 +1,10 @@
 // Redistribute: the planner's table (and its refusals), and the executor's results on real
-// values across 4 ranks and a 2x2 HSDP mesh. Inputs are small nonzero integers, so every
-// average is exact and a test cannot pass on zeros.
+// values across 4 ranks and a 2x2 HSDP mesh. Every element's value is a multiple of its own
+// global index + 1 (small nonzero integers, so every average is exact and a test cannot pass
+// on zeros), so an element that lands at another position, or on another rank, fails.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <span>
 
 #include "core/runtime/inorder_runtime.hpp"
 #include "core/layout/redistribute.hpp"
@@ -25,6 +27,16 @@ std::vector<float> floats(InOrderRuntime& rt, const DBuffer& d) {
   std::memcpy(v.data(), bytes.data(), v.size() * 4);
   return v;
 }
+
+// (index + 1) * scale for every element of the rank's local range, whose first element has
+// global index `offset`: each element says where it belongs.
+std::vector<float> indexed(int64_t offset, int64_t numel, double scale) {
+  std::vector<float> v(numel);
+  for (int64_t i = 0; i < numel; ++i) v[i] = static_cast<float>((offset + i + 1) * scale);
+  return v;
+}
+
+std::span<const std::byte> bytes_of(const std::vector<float>& v) { return std::as_bytes(std::span(v)); }
 
 // Built outside the coroutine: GCC 12 rejects a braced temporary holding a string literal
 // inside a co_await expression ("array used as initializer").
@@ -68,6 +80,7 @@ TEST_CASE("unsupported transitions say why", "[core][redistribute]") {
 TEST_CASE("Partial(avg) -> Flat -> Replicate -> Flat across 4 ranks", "[core][redistribute]") {
   auto mesh = std::make_shared<const Mesh>(Mesh::data_parallel(4));
   auto layout = std::make_shared<const GlobalLayout>(GlobalLayout::create({{5, 4}, {2, 6}, {3}}, 4).value());
+  const int64_t size = layout->size(), shard = size / 4;
   InOrderWorld world(4);
   std::vector<DBuffer> flat(4), full(4), again(4);
   world.run([&](Runtime& rt) -> Task<> {
@@ -75,8 +88,9 @@ TEST_CASE("Partial(avg) -> Flat -> Replicate -> Flat across 4 ranks", "[core][re
     StreamId s = rt.stream("compute");
     DBuffer partial{buffer_mesh(rt, mesh, {0}), {PA}, layout, DType::f32, -1, s};
     partial.storage = co_await rt.alloc(partial.local_bytes(), s, "partial");
-    // Rank r contributes 4*(r+1) everywhere: the average is 10 on every element.
-    co_await rt.launch(kernels::fill(s, partial.local_ref(), 4.0 * (r + 1)));
+    // Rank r contributes 4*(r+1)*(i+1) at element i: the average is 10*(i+1).
+    const std::vector<float> contribution = indexed(0, size, 4.0 * (r + 1));
+    co_await rt.upload(partial.local_ref(), s, bytes_of(contribution));
     // Placements built outside co_await expressions: GCC 12 cannot put an initializer_list's
     // backing array into a coroutine frame.
     const Placements flat_p{F}, rep_p{R};
@@ -84,11 +98,14 @@ TEST_CASE("Partial(avg) -> Flat -> Replicate -> Flat across 4 ranks", "[core][re
     full[r] = co_await redistribute(rt, flat[r], rep_p, options(s, "ag"));
     again[r] = co_await redistribute(rt, full[r], flat_p, options(s, "slice"));
   });
+  REQUIRE(size == 48);
   for (int r = 0; r < 4; ++r) {
-    REQUIRE(flat[r].local() == LocalRange{r * layout->size() / 4, layout->size() / 4});
-    REQUIRE(floats(world.rank(r), flat[r]) == std::vector<float>(layout->size() / 4, 10.0f));
-    REQUIRE(floats(world.rank(r), full[r]) == std::vector<float>(layout->size(), 10.0f));
-    REQUIRE(floats(world.rank(r), again[r]) == floats(world.rank(r), flat[r]));
+    INFO("rank " << r);
+    REQUIRE(flat[r].local() == LocalRange{r * shard, shard});
+    REQUIRE(floats(world.rank(r), flat[r]) == indexed(r * shard, shard, 10.0));
+    REQUIRE(floats(world.rank(r), full[r]) == indexed(0, size, 10.0));
+    REQUIRE(again[r].local() == LocalRange{r * shard, shard});
+    REQUIRE(floats(world.rank(r), again[r]) == indexed(r * shard, shard, 10.0));
   }
 }
 
@@ -102,14 +119,19 @@ TEST_CASE("HSDP Partial(avg),Flat -> Replicate,Flat reduces across dp_outer only
     StreamId s = rt.stream("compute");
     DBuffer g{buffer_mesh(rt, mesh, {0, 1}), {PA, F}, layout, DType::f32, -1, s};
     g.storage = co_await rt.alloc(g.local_bytes(), s, "g");
-    co_await rt.launch(kernels::fill(s, g.local_ref(), 2.0 * (r + 1)));
+    // Rank r holds the dp_inner piece g.local() and contributes 2*(r+1)*(i+1) at element i.
+    const std::vector<float> contribution = indexed(g.local().offset, g.local_numel(), 2.0 * (r + 1));
+    co_await rt.upload(g.local_ref(), s, bytes_of(contribution));
     const Placements to{R, F};
     out[r] = co_await redistribute(rt, g, to, options(s, "hsdp", true));
     REQUIRE(out[r].storage == g.storage);  // in place
   });
-  // dp_outer groups are {0, 2} and {1, 3}: averages (2+6)/2 = 4 and (4+8)/2 = 6.
-  REQUIRE(floats(world.rank(0), out[0]) == std::vector<float>(12, 4.0f));
-  REQUIRE(floats(world.rank(2), out[2]) == std::vector<float>(12, 4.0f));
-  REQUIRE(floats(world.rank(1), out[1]) == std::vector<float>(12, 6.0f));
+  // dp_inner splits 24 elements in two pieces of 12; dp_outer groups are {0, 2} (piece 0) and
+  // {1, 3} (piece 1): averages (2+6)/2 * (i+1) = 4*(i+1) and (4+8)/2 * (i+1) = 6*(i+1).
+  REQUIRE(out[0].local() == LocalRange{0, 12});
   REQUIRE(out[1].local() == LocalRange{12, 12});
+  REQUIRE(floats(world.rank(0), out[0]) == indexed(0, 12, 4.0));
+  REQUIRE(floats(world.rank(2), out[2]) == indexed(0, 12, 4.0));
+  REQUIRE(floats(world.rank(1), out[1]) == indexed(12, 12, 6.0));
+  REQUIRE(floats(world.rank(3), out[3]) == indexed(12, 12, 6.0));
 }

@@ -173,7 +173,7 @@ TEST_CASE("a program at the limits loads, and the freed bytes of a rank are not 
   REQUIRE(t.ok());
 }
 
-TEST_CASE("integers are decimal or 0x hexadecimal; a leading zero is not octal", "[core][scenario]") {
+TEST_CASE("integers are decimal or 0x hexadecimal and a leading zero is not octal", "[core][scenario]") {
   auto s = parse_trace_scenario(scenario_with(1, "  - alloc: {buffer: g, bytes: 010}\n  - alloc: {buffer: h, bytes: 0x10}\n"), "n.yaml");
   INFO((s.ok() ? "" : s.error().message()));
   REQUIRE(s.ok());

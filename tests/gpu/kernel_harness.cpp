@@ -124,7 +124,7 @@ Snapshot KernelTwin::download() const {
 }
 
 Snapshot KernelTwin::run(const core::KernelCall& call) {
-  INFO("kernel " << call.name);
+  last_kernel_ = call.name;
   launch_on_device(call);
   Snapshot gpu = download();
   core::execute_cpu(call, *this);
@@ -132,6 +132,7 @@ Snapshot KernelTwin::run(const core::KernelCall& call) {
 }
 
 Snapshot KernelTwin::run_gpu(const core::KernelCall& call) {
+  last_kernel_ = call.name;
   launch_on_device(call);
   return download();
 }
@@ -144,7 +145,7 @@ void KernelTwin::require_bitwise(const Snapshot& gpu) {
     dtypes.push_back(b.dtype);
   }
   const std::string diff = first_difference(gpu, cpu, dtypes);
-  INFO(diff);
+  INFO("kernel " << last_kernel_ << ": " << diff);
   REQUIRE(diff.empty());
 }
 
@@ -165,8 +166,8 @@ void KernelTwin::require_close(const Snapshot& gpu, const std::vector<TensorRef>
       norm2 += cv * cv;
     }
     const double rel = norm2 > 0 ? std::sqrt(diff2 / norm2) : std::sqrt(diff2);
-    INFO("output in buffer " << t.buffer << " (" << core::to_string(t.dtype) << ", " << t.numel
-                             << " elements): relative error " << rel << ", tolerance " << tol);
+    INFO("kernel " << last_kernel_ << ", output in buffer " << t.buffer << " (" << core::to_string(t.dtype)
+                   << ", " << t.numel << " elements): relative error " << rel << ", tolerance " << tol);
     REQUIRE(nan_mismatches == 0);
     REQUIRE(rel <= tol);  // false for a NaN error, too
     // The output is judged; copy the CPU's bytes over it so the rest compares exactly.

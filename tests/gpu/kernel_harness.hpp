@@ -77,6 +77,9 @@ class KernelTwin final : public core::MemoryView, public gpu::DeviceMemory {
 
   int64_t pad_;
   std::vector<Buffer> buffers_;
+  // The last call run, named in every require_* failure: an INFO in run() itself would be
+  // gone by the time the caller asserts.
+  std::string last_kernel_;
   gpu::Blas blas_;
   cudaStream_t stream_ = nullptr;
 };

@@ -14,6 +14,7 @@
 #include "reports/report.hpp"
 #include "tests/reports/sample_report.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/skip.hpp"
 
 using namespace shardcheck;
 
@@ -48,10 +49,7 @@ std::string attribute(const std::string& tag, const std::string& name) {
 
 TEST_CASE("Chromium builds the summary table and every finding picture from the HTML report",
           "[reports][render]") {
-  if (!std::filesystem::exists(kChromium)) {
-    std::cout << "SKIPPED: chromium is not installed" << std::endl;
-    return;
-  }
+  if (!std::filesystem::exists(kChromium)) SC_SKIP("chromium is not installed");
   const reports::Report report = testing::sample_report();
   const std::string dom = dump_dom(reports::to_html(report));
 
@@ -82,10 +80,7 @@ TEST_CASE("Chromium builds the summary table and every finding picture from the 
 }
 
 TEST_CASE("the demo's own report renders with a row per scenario and a picture per finding", "[reports][render]") {
-  if (!std::filesystem::exists(kChromium)) {
-    std::cout << "SKIPPED: chromium is not installed" << std::endl;
-    return;
-  }
+  if (!std::filesystem::exists(kChromium)) SC_SKIP("chromium is not installed");
   char dir[] = "/tmp/shardcheck-demo-XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
   const auto demo = testing::run_command(std::string(SHARDCHECK_BINARY) + " demo --scenarios " + SHARDCHECK_SOURCE_DIR +

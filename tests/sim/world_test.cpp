@@ -4,8 +4,11 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <set>
+#include <variant>
 
+#include "reports/chrome_trace.hpp"
 #include "sim/explore.hpp"
 #include "sim/world.hpp"
 
@@ -196,4 +199,50 @@ TEST_CASE("a replay's Chrome trace has ranks, streams, slices and the race's flo
   REQUIRE(host == 2);
   REQUIRE(streams == 4);
   REQUIRE(rep.log.slices.size() > 20);
+  // The arrow, as written into the trace file: a flow start ("ph": "s") on the first access's
+  // slice and a flow end ("f", bound to the enclosing slice) on the second's, with one id.
+  // Would fail if the writer dropped the arrow, pointed it at another slice or thread, or gave
+  // its ends different ids.
+  const auto* race = std::get_if<core::RaceDetail>(&rep.result.findings[0].detail);
+  REQUIRE(race != nullptr);
+  const auto json = nlohmann::json::parse(reports::chrome_trace(rep.log, rep.result.findings));
+  auto tid_of = [&](int rank, const std::string& stream) {
+    for (const auto& t : rep.log.threads) {
+      if (t.rank == rank && t.name == stream) return t.tid;
+    }
+    FAIL("no thread for stream " << stream << " of rank " << rank);
+    return -1;
+  };
+  // The slice an access ran as: its operation id, at its scheduler step, on its thread.
+  auto slice_at = [&](const core::AccessSite& a) {
+    int found = 0;
+    for (const auto& e : json["traceEvents"]) {
+      found += e["ph"] == "X" && e["pid"] == a.rank && e["tid"] == tid_of(a.rank, a.stream) && e["ts"] == a.step &&
+               e["args"]["op"] == a.op_id;
+    }
+    return found;
+  };
+  std::vector<nlohmann::json> starts, ends;
+  for (const auto& e : json["traceEvents"]) {
+    if (e["ph"] == "s") starts.push_back(e);
+    if (e["ph"] == "f") ends.push_back(e);
+  }
+  REQUIRE(starts.size() == 1);
+  REQUIRE(ends.size() == 1);
+  const nlohmann::json &s = starts[0], &f = ends[0];
+  REQUIRE(s["id"] == f["id"]);
+  REQUIRE(s["pid"] == race->first.rank);
+  REQUIRE(s["tid"] == tid_of(race->first.rank, race->first.stream));
+  REQUIRE(s["ts"] == race->first.step);
+  REQUIRE(f["pid"] == race->second.rank);
+  REQUIRE(f["tid"] == tid_of(race->second.rank, race->second.stream));
+  REQUIRE(f["ts"] == race->second.step);
+  REQUIRE(f["bp"] == "e");
+  // Both ends sit on the slices of the two accesses: the reduce-scatter on 'rs' reading
+  // 'grad', then the next forward on 'compute' writing its block.
+  REQUIRE(race->first.stream == "rs");
+  REQUIRE(race->second.stream == "compute");
+  REQUIRE(race->first.step < race->second.step);
+  REQUIRE(slice_at(race->first) == 1);
+  REQUIRE(slice_at(race->second) == 1);
 }
