@@ -277,6 +277,42 @@ TEST_CASE("SIGTERM stops the demo between scenarios: report marked incomplete, e
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("one signal delivered twice at once (as GNU timeout does) is one interrupt: the report is written",
+          "[cli][interrupt]") {
+  // timeout(1) signals its child, then the child's process group: two SIGTERMs from one sender
+  // within microseconds. Taken as two, the second quit without a report.
+  const std::string dir = fresh_dir("sigterm-twice");
+  Child c({"explore", trace_scenario("reuse-fix-record-stream.yaml"), "--runs", "100000000", "--all",
+           "--report", dir});
+  REQUIRE(c.wait_for_line("exploring up to 100000000 schedules"));
+  c.signal(SIGTERM);
+  // Apart by enough for the first handler to have returned (back to back, the kernel would
+  // often merge the two into one pending signal and hide the bug).
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  c.signal(SIGTERM);
+  REQUIRE(c.wait_exit() == 3);
+  INFO(c.out());
+  REQUIRE_THAT(c.out(), Catch::Contains("interrupted by SIGTERM"));
+  const auto j = read_json(dir + "/report.json");
+  REQUIRE(j["complete"] == false);
+  REQUIRE(j["stopped"] == "interrupted");
+  REQUIRE(temporaries(dir) == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("under GNU timeout the expiry stops the run at a safe point with its report", "[cli][interrupt]") {
+  const std::string dir = fresh_dir("timeout");
+  const auto r = run_command("timeout --preserve-status 1 " + std::string(SHARDCHECK_BINARY) + " explore " +
+                                      trace_scenario("reuse-fix-record-stream.yaml") +
+                                      " --runs 100000000 --all --report " + dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 3);
+  const auto j = read_json(dir + "/report.json");
+  REQUIRE(j["complete"] == false);
+  REQUIRE(j["stopped"] == "interrupted");
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("an internal error stops the command with what was found, marked incomplete, exit 3",
           "[cli][internal]") {
   const std::string dir = fresh_dir("internal");
