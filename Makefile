@@ -3,21 +3,40 @@
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps build demo test golden test-sanitize fuzz bench gpu-check clean
+# A build folder configured from another checkout (a moved or copied tree) makes CMake fail
+# with a cache error; say what to do instead.
+STALE_BUILD = $(shell test -f build/CMakeCache.txt && ! grep -qx 'CMAKE_HOME_DIRECTORY:INTERNAL=$(CURDIR)' build/CMakeCache.txt && echo yes)
+
+.PHONY: all deps base-deps configure build demo test golden install test-sanitize fuzz bench gpu-check clean
 
 all: build
 
+# `make demo` installs what building and the demo need; `make test` adds what only the tests
+# and the GPU backend's MPI launch use (Chromium for the HTML render test, Open MPI).
 deps:
+	@scripts/install-deps test
+
+base-deps:
 	@scripts/install-deps
 
-build: deps
+configure:
+	@if [ "$(STALE_BUILD)" = yes ]; then \
+	  echo "make: build/ was configured from another checkout ($$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' build/CMakeCache.txt)); run 'make clean' first" >&2; exit 2; fi
 	@cmake --preset release >/dev/null
+
+build: base-deps configure
 	@cmake --build --preset release -j $(JOBS)
 
 demo: build
 	./build/cli/shardcheck demo
 
-test: build
+# Installs the shardcheck binary (and the scenarios the demo runs) under PREFIX.
+PREFIX ?= /usr/local
+install: build
+	cmake --install build --prefix $(PREFIX)
+
+test: deps
+	@$(MAKE) --no-print-directory build
 	ctest --test-dir build --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 # Regenerates tests/golden/digests.txt, which `make test` checks: run it only when a change is
@@ -28,7 +47,7 @@ golden: build
 # The test suite under AddressSanitizer and UndefinedBehaviorSanitizer (build-sanitize/, no
 # gpu/): any report fails its test.
 test-sanitize:
-	@scripts/install-deps sanitize
+	@scripts/install-deps test sanitize
 	@cmake --preset sanitize >/dev/null
 	@cmake --build --preset sanitize -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

@@ -3,11 +3,15 @@
 #include "cli/app.hpp"
 
 #include <ostream>
+#include <string>
+
+#include "cli/version.hpp"
 
 namespace shardcheck::cli {
 
 CommandLine::CommandLine() : app_("shardcheck: verification harness for sharded data-parallel training") {
   app_.require_subcommand(1);
+  app_.set_version_flag("--version", std::string("shardcheck ") + kVersion + " (commit " + kCommit + ")");
   actions_["layout"] = add_layout_command(app_);
   actions_["demo"] = add_demo_command(app_);
   actions_["run"] = add_run_command(app_);
@@ -30,6 +34,9 @@ CommandLine::Parsed CommandLine::parse(int argc, const char* const* argv, std::o
   }
   try {
     app_.parse(argc, argv);
+  } catch (const CLI::CallForVersion& e) {
+    p.exit_code = app_.exit(e, out, err);
+    return p;
   } catch (const CLI::CallForHelp& e) {
     p.exit_code = app_.exit(e, out, err);
     return p;

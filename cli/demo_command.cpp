@@ -26,10 +26,18 @@ struct DemoArgs {
   std::string out = "out/demo";
 };
 
-// `scenarios/` under the working directory, else the one in the source tree this was built from.
+// `scenarios/` under the working directory, else the installed copy beside the binary
+// (<prefix>/share/shardcheck/scenarios, from `make install`), else the source tree this was
+// built from.
 std::string scenario_root(const std::string& given) {
   if (!given.empty()) return given;
   if (std::filesystem::is_directory("scenarios/catalog")) return "scenarios";
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::filesystem::path installed = exe.parent_path().parent_path() / "share/shardcheck/scenarios";
+    if (std::filesystem::is_directory(installed / "catalog")) return installed.string();
+  }
   return std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios";
 }
 
