@@ -1,8 +1,12 @@
-// DistOptEngine.
+// DistOptEngine: its layout, set-up, local accumulation, the once-per-step reduce-scatter,
+// what the shared optimizer step (optimizer_step.hpp) needs from it, and the parameter
+// all-gather.
 #include "core/strategies/distopt_engine.hpp"
 
 #include <algorithm>
 #include <numeric>
+
+#include "core/strategies/optimizer_step.hpp"
 
 namespace shardcheck::core {
 
@@ -196,42 +200,47 @@ Task<> DistOptEngine::reduce_gradients() {
   co_await rt().wait_stream(compute, comm_);
 }
 
-Task<> DistOptEngine::norm() {
-  const StreamId compute = env_.streams.compute;
+GradNorm DistOptEngine::norm_spec() {
+  GradNorm n;
+  n.stream = env_.streams.compute;
+  n.reduce_group = world_;
+  n.sumsq = DeviceScalar::scratch("grad.sumsq");
+  n.coef = coef_;
+  n.norm = DeviceScalar::kept(norm_);
+  n.max_norm = env_.config->optimizer.clip_grad;
   plan_.counted.clear();
-  const BufferId acc = co_await rt().alloc(8, compute, "grad.sumsq");
-  const TensorRef acc_ref{acc, 0, 1, DType::f64};
-  co_await rt().launch(kernels::fill(compute, acc_ref, 0.0));
+  // Owned ranges never overlap across ranks, so only the tied copy is left out.
   for (const Owned& o : owned_) {
     const ParamSpec& p = env_.model->params()[o.param];
-    if (p.shared && !env_.config->mutations.has(Mutation::tied_grad_norm_double_count)) continue;
-    co_await rt().launch(kernels::sum_squares(compute, TensorRef::f32(grads_, o.buffer_offset, o.count), acc_ref, true, "distopt.sumsq"));
+    if (!counts_in_norm(p, env_.config->mutations)) continue;
+    n.terms.push_back({TensorRef::f32(grads_, o.buffer_offset, o.count), "distopt.sumsq"});
     plan_.counted.push_back({p.logical, o.first, o.count});
   }
-  co_await rt().collective({CollectiveKind::all_reduce, world_, compute, acc_ref, acc_ref, ReduceOp::sum, 0, "grad_norm"});
-  co_await rt().launch(kernels::clip_coef(compute, acc_ref, TensorRef{coef_, 0, 1, DType::f64}, TensorRef{norm_, 0, 1, DType::f64},
-                                          env_.config->optimizer.clip_grad));
-  co_await rt().free(acc);
+  return n;
 }
 
-Task<> DistOptEngine::update(int step) {
+ParamUpdate DistOptEngine::update_spec(int step) const {
   const OptimizerConfig& o = env_.config->optimizer;
+  const DType pd = env_.config->precision.param;
+  // DistOpt casts each range right after its update (its issue order, which traces hash),
+  // then all-gathers the parameters.
+  ParamUpdate u{env_.streams.compute, o, step, coef_, {}, CastBack::after_each_update};
+  const std::string name = "distopt." + std::string(update_kernel(o.kind));
+  for (const Owned& w : owned_) {
+    u.pieces.push_back({.main = TensorRef::f32(main_[w.bucket], w.shard_offset, w.count),
+                        .grad = TensorRef::f32(grads_, w.buffer_offset, w.count),
+                        .adam_m = TensorRef::f32(m_[w.bucket], w.shard_offset, w.count),
+                        .adam_v = TensorRef::f32(v_[w.bucket], w.shard_offset, w.count),
+                        .name = name,
+                        .model = TensorRef{params_, w.buffer_offset, w.count, pd},
+                        .cast_name = "distopt.cast"});
+  }
+  return u;
+}
+
+Task<> DistOptEngine::gather_params() {
   const StreamId compute = env_.streams.compute;
   const DType pd = env_.config->precision.param;
-  const std::optional<TensorRef> coef = o.clip_grad > 0 ? std::optional<TensorRef>(TensorRef{coef_, 0, 1, DType::f64}) : std::nullopt;
-  for (const Owned& w : owned_) {
-    const TensorRef main = TensorRef::f32(main_[w.bucket], w.shard_offset, w.count);
-    const TensorRef g = TensorRef::f32(grads_, w.buffer_offset, w.count);
-    if (o.kind == OptimizerConfig::Kind::adam) {
-      kernel::Adam h{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1, coef.has_value()};
-      co_await rt().launch(kernels::adam(compute, main, g, TensorRef::f32(m_[w.bucket], w.shard_offset, w.count),
-                                         TensorRef::f32(v_[w.bucket], w.shard_offset, w.count), coef, h, "distopt.adam"));
-    } else {
-      kernel::Sgd h{o.lr, o.weight_decay, coef.has_value()};
-      co_await rt().launch(kernels::sgd(compute, main, g, coef, h, "distopt.sgd"));
-    }
-    co_await rt().launch(kernels::copy(compute, main, TensorRef{params_, w.buffer_offset, w.count, pd}, "distopt.cast"));
-  }
   co_await rt().record(params_ready_, compute);
   co_await rt().wait_event(comm_, params_ready_);
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
@@ -244,8 +253,10 @@ Task<> DistOptEngine::update(int step) {
 
 Task<> DistOptEngine::step(int step) {
   co_await reduce_gradients();
-  co_await norm();
-  co_await update(step);
+  const GradNorm n = norm_spec();
+  const ParamUpdate u = update_spec(step);
+  co_await optimizer_step(rt(), n, u);
+  co_await gather_params();
 }
 
 RankView DistOptEngine::view() const {

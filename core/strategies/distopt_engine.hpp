@@ -10,6 +10,7 @@
 #include <map>
 
 #include "core/strategies/engine_env.hpp"
+#include "core/strategies/optimizer_step.hpp"
 
 namespace shardcheck::core {
 
@@ -60,8 +61,11 @@ class DistOptEngine final : public Engine {
   int64_t shard_start(int b) const { return layout_.buckets[b].offset + env_.dp_rank() * shard_size(b); }
   std::shared_ptr<const LogicalMap> buffer_map() const;
   Task<> reduce_gradients();
-  Task<> norm();
-  Task<> update(int step);
+  // The shared optimizer step's inputs: the norm's terms (recorded in plan_ as well) and the
+  // owned ranges to update and cast back.
+  GradNorm norm_spec();
+  ParamUpdate update_spec(int step) const;
+  Task<> gather_params();  // the updated ranges to every data-parallel rank, on comm
 
   EngineEnv env_;
   DistOptLayout layout_;

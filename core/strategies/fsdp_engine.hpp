@@ -13,6 +13,7 @@
 
 #include "core/layout/dbuffer.hpp"
 #include "core/strategies/engine_env.hpp"
+#include "core/strategies/optimizer_step.hpp"
 
 namespace shardcheck::core {
 
@@ -39,7 +40,7 @@ class FsdpEngine final : public Engine {
   // (placement O) from full logical values (indexed by logical parameter), then computes the
   // norm as a step would; norm_value() holds it afterwards.
   Task<> load_gradients(const std::vector<std::vector<float>>& logical);
-  Task<> compute_norm() { co_await norm(); }
+  Task<> compute_norm();
 
  private:
   // One context holds the streams and microbatch state; virtual pipeline chunks share it
@@ -80,8 +81,10 @@ class FsdpEngine final : public Engine {
   Task<> reset_grad(Group& g, Ctx& c);
   Task<> accumulate(Group& g, Ctx& c);
   Task<> embedding_allreduce();
-  Task<> norm();
-  Task<> optimize(int step);
+  // The shared optimizer step's inputs: the norm's terms (recorded in plan_ as well) and the
+  // pieces to update.
+  GradNorm norm_spec();
+  ParamUpdate update_spec(int step) const;
   Task<> post_step_sync();
   std::optional<TensorRef> grad_rows(const Group& g, int t) const;
   bool first_replica(const DBuffer& d) const;

@@ -1,8 +1,10 @@
-// FsdpEngine's optimizer step: the embedding-group reduction (pipelines), the gradient norm
-// over unique logical elements, clipping on device, Adam or SGD on main-weight shards, and
-// the post-step weight sync in optimizer parameter order.
+// FsdpEngine's optimizer step: the embedding-group reduction (pipelines), what the shared
+// step (optimizer_step.hpp) needs from this engine — the norm over unique logical elements
+// and the main-weight shards to update — and the post-step weight sync in optimizer
+// parameter order.
 #include "core/strategies/fsdp_engine.hpp"
 #include "core/base/rng.hpp"
+#include "core/strategies/optimizer_step.hpp"
 
 namespace shardcheck::core {
 
@@ -78,53 +80,56 @@ Task<> FsdpEngine::embedding_allreduce() {
   co_await rt().free(full);
 }
 
-Task<> FsdpEngine::norm() {
+GradNorm FsdpEngine::norm_spec() {
   const ModelLayout& m = *env_.model;
-  const StreamId compute = env_.streams.compute;
+  GradNorm n;
+  n.stream = env_.streams.compute;
+  n.reduce_group = world_;
+  n.sumsq = DeviceScalar::scratch("grad.sumsq");
+  n.coef = coef_;
+  n.norm = DeviceScalar::kept(norm_);
+  n.max_norm = env_.config->optimizer.clip_grad;
   plan_.counted.clear();
-  const BufferId acc = co_await rt().alloc(8, compute, "grad.sumsq");
-  const TensorRef acc_ref{acc, 0, 1, DType::f64};
-  co_await rt().launch(kernels::fill(compute, acc_ref, 0.0));
   for (const Group& g : groups_) {
     // Each logical element once: replicated copies count on the first replica only (exact,
     // unlike dividing by the replication factor), and the tied copy not at all.
     if (!first_replica(g.main)) continue;
     for (const OwnedRows& o : g.main.owned()) {
       const ParamSpec& p = m.params()[g.params[o.tensor]];
-      if (p.shared && !mutated(Mutation::tied_grad_norm_double_count)) continue;
+      if (!counts_in_norm(p, env_.config->mutations)) continue;
       const auto rows = grad_rows(g, o.tensor);
       if (!rows) continue;
-      co_await rt().launch(kernels::sum_squares(compute, *rows, acc_ref, true, g.name + ".sumsq"));
+      n.terms.push_back({*rows, g.name + ".sumsq"});
       const int64_t row = g.layout->tensor(o.tensor).row;
       plan_.counted.push_back({p.logical, o.first_row * row, o.rows * row});
     }
   }
-  co_await rt().collective({CollectiveKind::all_reduce, world_, compute, acc_ref, acc_ref, ReduceOp::sum, 0, "grad_norm"});
-  co_await rt().launch(kernels::clip_coef(compute, acc_ref, TensorRef{coef_, 0, 1, DType::f64}, TensorRef{norm_, 0, 1, DType::f64},
-                                          env_.config->optimizer.clip_grad));
-  co_await rt().free(acc);
+  return n;
 }
 
-Task<> FsdpEngine::optimize(int step) {
+ParamUpdate FsdpEngine::update_spec(int step) const {
   const OptimizerConfig& o = env_.config->optimizer;
-  const StreamId compute = env_.streams.compute;
-  const std::optional<TensorRef> coef =
-      o.clip_grad > 0 ? std::optional<TensorRef>(TensorRef{coef_, 0, 1, DType::f64}) : std::nullopt;
+  // No cast here: post_step_sync casts each group on its AG stream, between buffer swaps.
+  ParamUpdate u{env_.streams.compute, o, step, coef_, {}, CastBack::none};
   for (const Group& g : groups_) {
     for (int t = 0; t < g.layout->num_tensors(); ++t) {
       const auto w = g.main.tensor_rows(t);
       const auto gr = grad_rows(g, t);
       if (!w || !gr) continue;
-      const std::string name = g.name + "." + std::to_string(t);
+      UpdatePiece piece{.main = *w, .grad = *gr, .name = std::string(update_kernel(o.kind)) + ":" + g.name + "." + std::to_string(t)};
       if (o.kind == OptimizerConfig::Kind::adam) {
-        kernel::Adam h{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1, coef.has_value()};
-        co_await rt().launch(kernels::adam(compute, *w, *gr, *g.adam_m.tensor_rows(t), *g.adam_v.tensor_rows(t), coef, h, "adam:" + name));
-      } else {
-        kernel::Sgd h{o.lr, o.weight_decay, coef.has_value()};
-        co_await rt().launch(kernels::sgd(compute, *w, *gr, coef, h, "sgd:" + name));
+        piece.adam_m = *g.adam_m.tensor_rows(t);
+        piece.adam_v = *g.adam_v.tensor_rows(t);
       }
+      u.pieces.push_back(std::move(piece));
     }
   }
+  return u;
+}
+
+Task<> FsdpEngine::compute_norm() {
+  const GradNorm n = norm_spec();
+  co_await grad_norm(rt(), n);
 }
 
 Task<> FsdpEngine::post_step_sync() {
@@ -153,8 +158,9 @@ Task<> FsdpEngine::post_step_sync() {
 
 Task<> FsdpEngine::step(int step) {
   co_await embedding_allreduce();
-  co_await norm();
-  co_await optimize(step);
+  const GradNorm n = norm_spec();
+  const ParamUpdate u = update_spec(step);
+  co_await optimizer_step(rt(), n, u);
   co_await post_step_sync();
   for (Group& g : groups_) {
     // The optimizer consumed the gradient. Where G equals O, placements cannot tell the next

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/strategies/engine.hpp"
+#include "core/strategies/optimizer_step.hpp"
 #include "core/runtime/inorder_runtime.hpp"
 #include "core/model/markov.hpp"
 #include "core/train/tinylm_exec.hpp"
@@ -82,32 +83,31 @@ class ReferenceEngine final : public Engine {
   Task<> finish_backward() override { co_return; }
 
   Task<> step(int step) override {
-    const TensorRef acc{norm_, 0, 1, DType::f64}, coef{coef_, 0, 1, DType::f64};
-    co_await rt_.launch(kernels::fill(s_.compute, acc, 0.0));
-    for (size_t p = 0; p < m_.params().size(); ++p) {
-      const TensorRef g = slot(static_cast<int>(p), accum_, DType::f32);
-      // The average over data-parallel ranks, as every strategy's reduction computes it.
-      co_await rt_.launch(kernels::divide(s_.compute, g, g, dp_));
-      co_await rt_.launch(kernels::sum_squares(s_.compute, g, acc, true));
-    }
-    const BufferId norm = co_await rt_.alloc(8, s_.compute, "ref.norm_value");
-    co_await rt_.launch(kernels::clip_coef(s_.compute, acc, coef, TensorRef{norm, 0, 1, DType::f64}, c_.optimizer.clip_grad));
-    co_await rt_.download(TensorRef{norm, 0, 1, DType::f64}, s_.compute, {reinterpret_cast<std::byte*>(&last_norm_), 8});
-    co_await rt_.free(norm);
     const OptimizerConfig& o = c_.optimizer;
-    const std::optional<TensorRef> use_coef = o.clip_grad > 0 ? std::optional<TensorRef>(coef) : std::nullopt;
+    // One rank holds every parameter once: nothing to reduce across ranks or leave out.
+    GradNorm n;
+    n.stream = s_.compute;
+    n.sumsq = DeviceScalar::kept(norm_);
+    n.coef = coef_;
+    n.norm = DeviceScalar::scratch("ref.norm_value");
+    n.max_norm = o.clip_grad;
+    // The average over data-parallel ranks, as every strategy's reduction computes it.
+    n.divide_first = dp_;
+    n.norm_host = &last_norm_;
+    ParamUpdate u{s_.compute, o, step, coef_, {}, CastBack::after_all_updates};
     for (size_t p = 0; p < m_.params().size(); ++p) {
       const int pi = static_cast<int>(p);
-      if (o.kind == OptimizerConfig::Kind::adam) {
-        kernel::Adam h{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1, use_coef.has_value()};
-        co_await rt_.launch(kernels::adam(s_.compute, slot(pi, main_, DType::f32), slot(pi, accum_, DType::f32),
-                                          slot(pi, adam_m_, DType::f32), slot(pi, adam_v_, DType::f32), use_coef, h));
-      } else {
-        kernel::Sgd h{o.lr, o.weight_decay, use_coef.has_value()};
-        co_await rt_.launch(kernels::sgd(s_.compute, slot(pi, main_, DType::f32), slot(pi, accum_, DType::f32), use_coef, h));
-      }
+      n.terms.push_back({slot(pi, accum_, DType::f32), "sum_squares"});
+      UpdatePiece piece{.main = slot(pi, main_, DType::f32),
+                        .grad = slot(pi, accum_, DType::f32),
+                        .adam_m = slot(pi, adam_m_, DType::f32),
+                        .adam_v = slot(pi, adam_v_, DType::f32),
+                        .name = std::string(update_kernel(o.kind))};
+      // With fp32 parameters the model weights are the main weights: nothing to cast.
+      if (model_ != main_) piece.model = slot(pi, model_, c_.precision.param);
+      u.pieces.push_back(std::move(piece));
     }
-    if (model_ != main_) co_await cast();
+    co_await optimizer_step(rt_, n, u);
   }
 
   TensorRef norm_value() override { return TensorRef{norm_, 0, 1, DType::f64}; }
