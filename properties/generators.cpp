@@ -1,10 +1,12 @@
 // The generators. Every pick is an integer range (RapidCheck shrinks those toward the low
 // end), mapped through a table whose first entry is the simplest choice; dependent limits
 // (layers >= pp*vpp, microbatches a multiple of pp under vpp, world size <= 16) are applied
-// after the picks, so every shrink of a pick is still a valid case.
+// after the picks, so every shrink of a pick is still a valid case. Cases past RapidCheck's
+// nominal size (runs of more than 100 cases) grow beyond that space: see grow().
 #include "properties/generators.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace shardcheck::properties {
@@ -29,6 +31,21 @@ T pick(const std::vector<std::pair<int, T>>& table) {
 }
 
 int pick_int(int lo, int hi) { return *rc::gen::inRange(lo, hi + 1); }  // [lo, hi]
+
+// How far past RapidCheck's nominal size (100, where every pick above reaches its full range)
+// this case's size lies: 0 up to 100, 1 at kMaxSize. Only runs of more than 100 cases go past
+// 100 (suite.cpp), so the bounded suites keep the small space. Read after every other pick, so
+// that the small space's cases are drawn exactly as before.
+double growth() {
+  const int size = *rc::gen::withSize([](int s) { return rc::gen::just(s); });
+  return std::clamp(static_cast<double>(size - rc::kNominalSize) / (kMaxSize - rc::kNominalSize), 0.0, 1.0);
+}
+
+// An extra amount in [0, round(max_extra * g)], shrinking to 0; no pick at all when that is 0.
+int extra(int max_extra, double g) {
+  const int hi = static_cast<int>(std::lround(max_extra * g));
+  return hi > 0 ? pick_int(0, hi) : 0;
+}
 
 core::Precision precision(bool exact_only) {
   // exact fp32, exact with bf16 model weights (still bitwise), mixed bf16, plain fp32.
@@ -74,6 +91,47 @@ void schedule(TrainingCase& c, const CaseSpace& space) {
   c.reuse_earliest = pick<bool>({{1, false}, {1, true}});
 }
 
+// Past the nominal size, up to: vocab 256, hidden 64, seq 16, layers 8, microbatches 8 of up
+// to 4 sequences, dp 16 and worlds of 32 ranks. Each increase is its own pick and shrinks to
+// none, so a failure of a grown case still shrinks to the small space where it can.
+void grow(TrainingCase& c, double g) {
+  core::ModelConfig& m = c.config.model;
+  core::TrainingConfig& t = c.config;
+  m.vocab += extra(192, g);
+  m.hidden += extra(48, g);
+  m.seq += extra(8, g);
+  m.layers = std::max<int64_t>(m.layers, std::min<int64_t>(8, m.layers + extra(4, g)));
+  t.microbatches += extra(4, g);
+  if (c.vpp > 1) t.microbatches = std::max(c.pp, t.microbatches / c.pp * c.pp);
+  t.micro_batch_size += extra(2, g);
+  const int max_dp = std::min(16, 32 / c.pp);
+  if (extra(1, g) == 1) {  // twice the data-parallel ranks, where the world allows it
+    if (c.two_dimensional() && c.dp_outer * c.dp_inner * 2 <= max_dp) {
+      c.dp_inner *= 2;
+    } else if (!c.two_dimensional() && c.dp * 2 <= max_dp) {
+      c.dp *= 2;
+    }
+  }
+}
+
+void grow(LayoutCase& c, double g) {
+  // More tensors with up to 64 rows, 3-D ones among them, and up to twice the ranks. The new
+  // rows (the product of the dims after the first) stay products of 2s and 3s up to 16, so
+  // the chunk, the lcm of all rows, stays within what the small space already reaches: a
+  // layout's size is a multiple of chunk * ranks, and the simulator holds every element.
+  static const int kRowDims[] = {1, 2, 3, 4};
+  const int more = extra(8, g);
+  const int rows_max = 16 + static_cast<int>(std::lround(48 * g));
+  for (int i = 0; i < more; ++i) {
+    core::Shape s{pick_int(1, rows_max)};
+    const int dims = pick_int(1, 3);
+    for (int d = 1; d < dims; ++d) s.push_back(kRowDims[pick_int(0, 3)]);
+    c.ids.push_back(static_cast<int>(c.shapes.size()));
+    c.shapes.push_back(s);
+  }
+  if (extra(1, g) == 1 && c.ranks * 2 <= 16) c.ranks *= 2;  // a 2-D mesh keeps its outer size
+}
+
 }  // namespace
 
 rc::Gen<TrainingCase> gen_training_case(CaseSpace space) {
@@ -101,6 +159,7 @@ rc::Gen<TrainingCase> gen_training_case(CaseSpace space) {
     t.unified_comm = pick<bool>({{3, false}, {1, true}});
     t.data_seed = static_cast<uint64_t>(pick_int(1, 1000));
     schedule(c, space);
+    if (const double g = growth(); g > 0) grow(c, g);
     return c;
   });
 }
@@ -127,6 +186,7 @@ rc::Gen<LayoutCase> gen_layout_case() {
       c.shapes.push_back(s);
       c.ids.push_back(i);
     }
+    if (const double g = growth(); g > 0) grow(c, g);
     return c;
   });
 }

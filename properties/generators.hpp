@@ -17,6 +17,13 @@
 
 namespace shardcheck::properties {
 
+// RapidCheck's size runs from 0 to its nominal 100, over which every pick ramps to its full
+// range (the space described above). Runs of more than 100 cases go on to kMaxSize, and the
+// cases past 100 grow past that space, to TinyLM up to V256 H64 L8 S16 with 8 microbatches of
+// 4 sequences on up to 16 dp ranks (worlds of 32), and layouts of up to 16 tensors of up
+// to 64 rows (3-D ones among them) over up to 16 ranks.
+constexpr int kMaxSize = 200;
+
 // Which training cases a property draws from.
 struct CaseSpace {
   bool exact_only = false;   // precision {exact: true} (fp32 or bf16 params)

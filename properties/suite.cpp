@@ -157,7 +157,9 @@ PropertyResult drive(const Property& p, const SuiteOptions& o, rc::Gen<Case> gen
   rc::detail::TestParams params;
   params.seed = core::mix64(o.seed ^ core::fnv1a(p.name));
   params.maxSuccess = o.cases;
-  params.maxSize = 100;
+  // Up to 100 cases: sizes ramp to the nominal 100 and the cases stay in the small space.
+  // Longer runs spend their extra cases on sizes past it, where the generators grow.
+  params.maxSize = o.cases > rc::kNominalSize ? kMaxSize : rc::kNominalSize;
   params.maxDiscardRatio = 10;
   rc::detail::TestMetadata meta;
   meta.id = meta.description = p.name;

@@ -54,7 +54,7 @@ TEST_CASE("compare --report draws the loss curves", "[cli][report]") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("--version names the version and the commit it was built from", "[cli][version]") {
+TEST_CASE("the version flag names the version and the commit it was built from", "[cli][version]") {
   const auto r = run_shardcheck("--version");
   REQUIRE(r.exit_code == 0);
   REQUIRE_THAT(r.out, Catch::StartsWith("shardcheck 0.1.0 (commit "));

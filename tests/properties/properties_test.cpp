@@ -4,9 +4,11 @@
 // seed and nothing else; the memory formula matches a hand count; every seed bug is caught
 // by the property meant for it; and `shardcheck props` keeps its options and exit codes.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <filesystem>
 
 #include "run/scenario.hpp"
+#include "core/scenario/training_scenario.hpp"
 #include "core/base/atomic_file.hpp"
 #include "properties/harness.hpp"
 #include "properties/memory.hpp"
@@ -204,6 +206,76 @@ TEST_CASE("the same seed generates the same cases", "[properties]") {
   REQUIRE(a.size() == 40);
   REQUIRE(a == draw(5));
   REQUIRE(a != draw(6));
+}
+
+// Runs of up to 100 cases (this file's, and `props` by default) stay in the small space;
+// longer runs (CI's) grow past it: larger TinyLM models, more microbatches, dp up to 16 and
+// longer shape lists, each still a valid case. Would fail if the growth leaked into bounded
+// runs (slowing `make test`) or never happened.
+TEST_CASE("long runs grow past the small space, bounded runs do not", "[properties]") {
+  struct Seen {
+    int64_t vocab = 0, hidden = 0, seq = 0, layers = 0;
+    int microbatches = 0, dp = 0, world = 0;
+    size_t tensors = 0;
+    int64_t dim0 = 0;
+  };
+  auto draw = [](int cases) {
+    Seen seen;
+    properties::Property t;
+    t.name = "record_training";
+    t.check_training = [&seen](const properties::TrainingCase& c) {
+      const core::ModelConfig& m = c.config.model;
+      seen.vocab = std::max(seen.vocab, m.vocab);
+      seen.hidden = std::max(seen.hidden, m.hidden);
+      seen.seq = std::max(seen.seq, m.seq);
+      seen.layers = std::max(seen.layers, m.layers);
+      seen.microbatches = std::max(seen.microbatches, c.config.microbatches);
+      seen.dp = std::max(seen.dp, c.dp_total());
+      seen.world = std::max(seen.world, c.world_size());
+      // Still a case the suite can run: layers cover the stages, vpp needs whole rounds.
+      REQUIRE(m.layers >= c.pp * c.vpp);
+      if (c.vpp > 1) REQUIRE(c.config.microbatches % c.pp == 0);
+      REQUIRE(core::training_limits_exceeded(c.config, *c.mesh(), true).empty());
+      return properties::Verdict::pass();
+    };
+    properties::Property l;
+    l.name = "record_layout";
+    l.check_layout = [&seen](const properties::LayoutCase& c) {
+      seen.tensors = std::max(seen.tensors, c.shapes.size());
+      for (const auto& s : c.shapes) seen.dim0 = std::max(seen.dim0, s[0]);
+      REQUIRE(c.ranks % c.outer == 0);
+      return properties::Verdict::pass();
+    };
+    properties::SuiteOptions o = options(cases, "grow");
+    REQUIRE(properties::check_property(t, o).status == PropertyResult::Status::passed);
+    REQUIRE(properties::check_property(l, o).status == PropertyResult::Status::passed);
+    return seen;
+  };
+  const Seen bounded = draw(100);
+  CHECK(bounded.vocab <= 64);
+  CHECK(bounded.hidden <= 16);
+  CHECK(bounded.seq <= 8);
+  CHECK(bounded.layers <= 6);
+  CHECK(bounded.microbatches <= 4);
+  CHECK(bounded.dp <= 8);
+  CHECK(bounded.world <= 16);
+  CHECK(bounded.tensors <= 8);
+  CHECK(bounded.dim0 <= 16);
+  const Seen grown = draw(400);
+  CHECK(grown.vocab > 64);
+  CHECK(grown.hidden > 16);
+  CHECK(grown.seq > 8);
+  CHECK(grown.layers > 6);
+  CHECK(grown.microbatches > 4);
+  CHECK(grown.dp > 8);
+  CHECK(grown.world > 16);
+  CHECK(grown.tensors > 8);
+  CHECK(grown.dim0 > 16);
+  CHECK(grown.vocab <= 256);
+  CHECK(grown.hidden <= 64);
+  CHECK(grown.layers <= 8);
+  CHECK(grown.dp <= 16);
+  CHECK(grown.world <= 32);
 }
 
 // Each seed bug, forced on, is caught by the property aimed at it, on a small budget (the
