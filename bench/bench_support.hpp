@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "run/scenario.hpp"
+#include "run/training_run.hpp"
 
 namespace shardcheck::bench {
 

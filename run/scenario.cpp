@@ -13,7 +13,6 @@
 #include "core/scenario/trace_program.hpp"
 #include "core/scenario/trace_scenario.hpp"
 #include "core/scenario/yaml_reader.hpp"
-#include "sim/oracle.hpp"
 
 namespace shardcheck::run {
 
@@ -48,39 +47,6 @@ LoadedScenario from_trace(core::TraceScenario t) {
   s.factory = sim::plain([raw](core::Runtime& rt) { return core::run_trace_program(rt, *raw); });
   s.keep = owned;
   return s;
-}
-
-// Runs every rank's training loop with an oracle watching; the oracle's findings join the
-// run's after it ends.
-sim::Factory training_factory(std::shared_ptr<TrainingState> state, std::shared_ptr<TrainingRun> capture) {
-  return [state, capture](sim::World& w) {
-    const core::ReferenceResult* ref = state->ensure_reference();
-    auto oracle = std::make_shared<sim::TrainingOracle>(w, state->setup, ref);
-    auto results = std::make_shared<std::vector<core::RankResult>>(w.ranks());
-    sim::RunSetup rs;
-    rs.program = [state, oracle, results](core::Runtime& rt) {
-      return core::train_rank(rt, state->setup, oracle.get(), &(*results)[rt.rank()]);
-    };
-    rs.after = [oracle, results, capture, state](sim::World& world, sim::RunResult& r) {
-      for (auto& f : oracle->judge()) {
-        f.seed = world.options().seed;
-        core::add_finding(r.findings, std::move(f));
-      }
-      if (!capture) return;
-      const int steps = oracle->steps_completed();
-      for (int step = 0; step < steps; ++step) {
-        double sum = 0;
-        int n = 0;
-        for (const auto& rr : *results) {
-          if (step >= static_cast<int>(rr.losses.size())) continue;
-          for (float l : rr.losses[step]) sum += l, ++n;
-        }
-        capture->losses.push_back(n ? sum / n : 0.0);
-        capture->weights.push_back(oracle->logical_main(step));
-      }
-    };
-    return rs;
-  };
 }
 
 LoadedScenario from_training(core::TrainingScenario t) {
@@ -168,22 +134,8 @@ core::Expected<LoadedScenario> load_scenario(const std::string& path) {
   auto setup = core::make_training_setup(s.training->scenario.config, s.training->scenario.mesh);
   if (!setup) return core::Error(path + ":1:1: " + setup.error().message());
   s.training->setup = std::move(setup).value();
-  s.factory = training_factory(s.training, nullptr);
+  s.factory = training_factory(s.training);
   return s;
-}
-
-const core::ReferenceResult* TrainingState::ensure_reference() {
-  if (scenario.reference == "none") return nullptr;
-  if (!reference) reference = core::run_reference(setup.config, setup.dp);
-  return &*reference;
-}
-
-TrainingRun run_training(TrainingState& state, const sim::Options& options) {
-  auto capture = std::make_shared<TrainingRun>();
-  std::shared_ptr<TrainingState> alias(std::shared_ptr<TrainingState>{}, &state);  // non-owning
-  sim::World w(options);
-  capture->result = sim::run_once(w, training_factory(alias, capture));
-  return std::move(*capture);
 }
 
 core::Expected<sim::Options> options_for(const LoadedScenario& s, const ScheduleOverrides& o) {

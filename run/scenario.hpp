@@ -11,10 +11,8 @@
 #include <string>
 
 #include "core/scenario/expectation.hpp"
-#include "core/train/reference.hpp"
-#include "core/train/trainer.hpp"
-#include "core/scenario/training_scenario.hpp"
 #include "core/base/status.hpp"
+#include "run/training_run.hpp"
 #include "sim/explore.hpp"
 
 namespace shardcheck::run {
@@ -29,25 +27,8 @@ struct LoadedScenario {
   sim::Options options;  // ranks, allocator, policy and seed from the file
   sim::Factory factory;  // builds each run's program (and its oracles)
   std::shared_ptr<const void> keep;  // owns what `factory` refers to
-  std::shared_ptr<struct TrainingState> training;  // set for training scenarios
+  std::shared_ptr<TrainingState> training;  // set for training scenarios
 };
-
-// A training scenario's shared state: its setup and the single-rank reference (computed
-// once, on first use, for every schedule explored).
-struct TrainingState {
-  core::TrainingScenario scenario;
-  core::TrainingSetup setup;
-  std::optional<core::ReferenceResult> reference;
-  const core::ReferenceResult* ensure_reference();
-};
-
-// One simulated training run with the data `compare` prints.
-struct TrainingRun {
-  sim::RunResult result;
-  std::vector<double> losses;                              // per step: mean over microbatches and dp ranks
-  std::vector<std::vector<std::vector<float>>> weights;    // per step, per logical parameter
-};
-TrainingRun run_training(TrainingState& state, const sim::Options& options);
 
 // Loads and validates a scenario; the error message is `file:line:column: message`.
 core::Expected<LoadedScenario> load_scenario(const std::string& path);
