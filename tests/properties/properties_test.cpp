@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
-#include "run/scenario.hpp"
+#include "run/scenario_run.hpp"
 #include "core/base/atomic_file.hpp"
 #include "properties/harness.hpp"
 #include "properties/memory.hpp"
