@@ -1,13 +1,11 @@
 // Running a loaded scenario: exploring its schedules (with the SHARDCHECK_TEST_FAULT hook),
-// judging the findings, and rerunning the same seeds to check that every run repeats; and
-// printing findings with their reproducers.
+// judging the findings, and rerunning the same seeds to check that every run repeats.
 #include "run/scenario_run.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <ostream>
 
 namespace shardcheck::run {
 
@@ -106,33 +104,6 @@ DeterminismCheck check_determinism(const LoadedScenario& s, const ScheduleOverri
   c.mismatch = compare_whole(a, b);
   c.matched = c.mismatch.empty();
   return c;
-}
-
-void print_findings(std::ostream& out, const LoadedScenario& s, const std::vector<core::Finding>& findings,
-                    const std::string& policy_flag) {
-  for (const auto& f : findings) {
-    out << "[" << core::to_string(f.kind) << "] " << f.explanation << "\n";
-    if (f.occurrences > 1) out << "  (seen " << f.occurrences << " times: on several ranks, steps or schedules)\n";
-    out << "  reproduce: shardcheck replay " << s.file << " --seed " << f.seed << policy_flag << "\n\n";
-  }
-}
-
-void print_verdict(std::ostream& out, const LoadedScenario& s, const core::ExpectationResult& r) {
-  out << (r.met ? "ok      " : "FAILED  ") << s.name << ": expected " << core::describe(s.expect) << ", found "
-      << core::kinds_to_string(r.found);
-  if (!r.missing.empty()) out << "; missing " << core::kinds_to_string(r.missing);
-  if (!r.unexpected.empty()) out << "; unexpected " << core::kinds_to_string(r.unexpected);
-  out << "\n";
-}
-
-void print_determinism(std::ostream& out, const LoadedScenario& s, const DeterminismCheck& d) {
-  if (d.matched) {
-    out << "determinism: " << d.runs << " schedule" << (d.runs == 1 ? "" : "s")
-        << " rerun with the same seeds, every trace digest repeated\n";
-    return;
-  }
-  out << "NONDETERMINISTIC  " << s.name << " (" << s.file << "): " << d.mismatch << "\n"
-      << "  the same seed must give the same run: this is an internal error of shardcheck, not a finding in the scenario\n";
 }
 
 }  // namespace shardcheck::run

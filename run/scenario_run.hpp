@@ -1,11 +1,9 @@
 // Running a loaded scenario on the simulator: exploring its schedules, judging the findings
-// against its expectation, the determinism check that reruns what was explored, and printing
-// findings with their reproducers.
+// against its expectation, and the determinism check that reruns what was explored.
 //   auto s = load_scenario("scenarios/trace/reuse-race.yaml");
 //   ScenarioOutcome o = run_scenario(*s, {});
 #pragma once
 
-#include <iosfwd>
 #include <optional>
 #include <string>
 
@@ -43,13 +41,5 @@ DeterminismCheck check_determinism(const LoadedScenario& s, const ScheduleOverri
 //   nondeterminism  the determinism rerun starts one seed late, as a run that did not repeat.
 enum class TestFault { none, internal_error, nondeterminism };
 TestFault test_fault();
-
-// Prints each finding once: summary, explanation, and `shardcheck replay FILE --seed S`.
-void print_findings(std::ostream& out, const LoadedScenario& s, const std::vector<core::Finding>& findings,
-                    const std::string& policy_flag);
-void print_verdict(std::ostream& out, const LoadedScenario& s, const core::ExpectationResult& r);
-// "determinism: 20 schedules rerun with the same seeds, every trace digest repeated", or the
-// mismatch, said to be shardcheck's fault rather than the scenario's.
-void print_determinism(std::ostream& out, const LoadedScenario& s, const DeterminismCheck& d);
 
 }  // namespace shardcheck::run
