@@ -122,7 +122,8 @@ struct RunRecord final : run::TrainingRecorder {
 // training oracle take its snapshot.
 class CaseObserver final : public core::Observer {
  public:
-  CaseObserver(sim::World& w, RunRecord& rec, core::TrainingJudge& oracle) : world_(w), rec_(rec), oracle_(oracle) {}
+  CaseObserver(sim::World& w, RunRecord& rec, core::TrainingJudge& oracle)
+      : world_(w), rec_(rec), oracle_(oracle) {}
 
   core::Task<> on_initialized(core::Runtime& rt, const core::RankView& view) override {
     co_await oracle_.on_initialized(rt, view);
@@ -149,7 +150,8 @@ class CaseObserver final : public core::Observer {
   core::TrainingJudge& oracle_;
 };
 
-void collect(const core::TrainingSetup& setup, const run::JudgedTraining& training, RunRecord& rec, TrainingOutcome& out) {
+void collect(const core::TrainingSetup& setup, const run::JudgedTraining& training, RunRecord& rec,
+             TrainingOutcome& out) {
   const core::ModelLayout& m = *setup.model;
   out.steps_completed = training.judge()->steps_completed();
   out.weights = training.weights(out.steps_completed);
@@ -231,9 +233,10 @@ TrainingOutcome run_training_case(const TrainingCase& c, const RunNeeds& needs) 
     if (needs.oracle && !ref) ref = &own.emplace(reference_for(c));
     bool recorded = false;
     std::shared_ptr<const core::TrainingSetup> shared(std::shared_ptr<void>{}, &setup);  // non-owning
-    const sim::Factory factory = run::training_factory(
-        shared, [ref] { return ref; },
-        [&setup, &out, &recorded](sim::World& w) { return std::make_shared<RunRecord>(w, setup, out, recorded); });
+    const sim::Factory factory =
+        run::training_factory(shared, [ref] { return ref; }, [&setup, &out, &recorded](sim::World& w) {
+          return std::make_shared<RunRecord>(w, setup, out, recorded);
+        });
     sim::ExploreOptions eo;
     eo.base = c.sim_options();
     eo.runs = 1;

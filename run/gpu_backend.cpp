@@ -54,7 +54,10 @@ void gather_training(int rank, std::vector<core::RankResult>& ranks, core::Train
 GpuTrainingRun run_training_gpu(TrainingState& state, const gpu::GpuOptions& options, bool judge) {
   GpuTrainingRun out;
   std::unique_ptr<core::TrainingJudge> judgement;
-  if (judge) judgement = std::make_unique<core::DownloadingJudge>(state.setup, state.ensure_reference(), /*bitwise*/ false);
+  if (judge) {
+    const core::ReferenceResult* ref = state.ensure_reference();
+    judgement = std::make_unique<core::DownloadingJudge>(state.setup, ref, /*bitwise*/ false);
+  }
   JudgedTraining training(state.setup, std::move(judgement), options.ranks);
   gpu::GpuWorld world(options);
   out.result = world.run([&](core::Runtime& rt) { return training.train(rt); });

@@ -32,7 +32,8 @@ const core::ReferenceResult* TrainingState::ensure_reference() {
   return &*reference;
 }
 
-JudgedTraining::JudgedTraining(const core::TrainingSetup& setup, std::unique_ptr<core::TrainingJudge> judge, int ranks)
+JudgedTraining::JudgedTraining(const core::TrainingSetup& setup, std::unique_ptr<core::TrainingJudge> judge,
+                               int ranks)
     : setup_(setup), judge_(std::move(judge)), ranks_(static_cast<size_t>(ranks)) {}
 
 core::Task<> JudgedTraining::train(core::Runtime& rt, core::Observer* observer) {
@@ -54,7 +55,8 @@ std::vector<std::vector<std::vector<float>>> JudgedTraining::weights(int steps) 
 }
 
 sim::Factory training_factory(std::shared_ptr<const core::TrainingSetup> setup,
-                              std::function<const core::ReferenceResult*()> reference, RecorderFactory recorder) {
+                              std::function<const core::ReferenceResult*()> reference,
+                              RecorderFactory recorder) {
   return [setup, reference, recorder](sim::World& w) {
     const core::ReferenceResult* ref = reference();
     auto oracle = std::make_unique<sim::TrainingOracle>(w, *setup, ref);

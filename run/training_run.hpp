@@ -79,7 +79,8 @@ using RecorderFactory = std::function<std::shared_ptr<TrainingRecorder>(sim::Wor
 // it watching, and its findings merged into the run's with the run's seed. `setup` may alias
 // whatever owns it, and is kept alive by the factory.
 sim::Factory training_factory(std::shared_ptr<const core::TrainingSetup> setup,
-                              std::function<const core::ReferenceResult*()> reference, RecorderFactory recorder = {});
+                              std::function<const core::ReferenceResult*()> reference,
+                              RecorderFactory recorder = {});
 // A training scenario's: judged against its reference, computed on first use.
 sim::Factory training_factory(std::shared_ptr<TrainingState> state, RecorderFactory recorder = {});
 
