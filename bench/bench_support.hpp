@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "run/scenario.hpp"
+#include "run/scenario_run.hpp"
+#include "run/training_run.hpp"
 
 namespace shardcheck::bench {
 

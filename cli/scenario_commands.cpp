@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/findings_text.hpp"
 #include "run/scenario.hpp"
 #include "run/gpu_runs.hpp"
 #include "run/interrupt.hpp"

@@ -1,4 +1,5 @@
-// One training case on the simulator, with the recorders the properties need. The recorders
+// One training case on the simulator, through the training-run factory `shardcheck run` uses
+// (run/training_run.hpp), with the recorders the properties need plugged into it. The recorders
 // only watch: the recording Runtime forwards every call unchanged (each call is still one
 // scheduling point) and the observer reads through the world's global view, so the run — its
 // schedule and trace digest included — is the one `shardcheck run` makes of the saved file.
@@ -8,8 +9,8 @@
 
 #include "core/kernels/kernels.hpp"
 #include "core/train/trainer.hpp"
+#include "run/training_run.hpp"
 #include "sim/explore.hpp"
-#include "sim/oracle.hpp"
 
 namespace shardcheck::properties {
 
@@ -94,26 +95,38 @@ struct GradPiece {
   std::vector<float> values;
 };
 
-// Everything one simulated run records, built per World (PCT's step measurement runs the
-// program once more in a world of its own, whose records are dropped).
-struct RunRecord {
+class CaseObserver;
+
+// Everything one simulated run records beyond the oracle, built per World (PCT's step
+// measurement runs the program once more in a world of its own, whose records are dropped).
+struct RunRecord final : run::TrainingRecorder {
+  RunRecord(sim::World& w, const core::TrainingSetup& setup, TrainingOutcome& out, bool& recorded);
+
+  core::Runtime& runtime(core::Runtime& rt) override { return *runtimes[rt.rank()]; }
+  core::Observer* observer(core::TrainingJudge& oracle) override;
+  void after(const run::JudgedTraining& training, sim::World& world, sim::RunResult& r) override;
+
+  sim::World& world;
+  const core::TrainingSetup& setup;
+  TrainingOutcome& out;
+  bool& recorded;
   std::vector<std::unique_ptr<RecordingRuntime>> runtimes;
   std::vector<CollectiveLog> collectives;
   std::map<std::string, std::vector<int>> groups;  // "name [members]" -> members
-  std::vector<core::RankResult> results;
   std::vector<std::vector<int64_t>> resting_bytes;              // per rank, per step
   std::map<std::pair<int, int>, std::vector<GradPiece>> grads;  // (step, rank)
-  std::unique_ptr<sim::TrainingOracle> oracle;
+  std::unique_ptr<CaseObserver> case_observer;
 };
 
 // Reads the rank's live bytes and finalized gradients at each step end, then lets the
 // training oracle take its snapshot.
 class CaseObserver final : public core::Observer {
  public:
-  CaseObserver(sim::World& w, RunRecord& rec) : world_(w), rec_(rec) {}
+  CaseObserver(sim::World& w, RunRecord& rec, core::TrainingJudge& oracle)
+      : world_(w), rec_(rec), oracle_(oracle) {}
 
   core::Task<> on_initialized(core::Runtime& rt, const core::RankView& view) override {
-    if (rec_.oracle) co_await rec_.oracle->on_initialized(rt, view);
+    co_await oracle_.on_initialized(rt, view);
   }
 
   core::Task<> on_step_end(core::Runtime& rt, int step, const core::RankView& view, double norm,
@@ -128,19 +141,21 @@ class CaseObserver final : public core::Observer {
         g.values[i] = static_cast<float>(core::load_element(bytes.data(), p.dtype, p.offset + i));
       out.push_back(std::move(g));
     }
-    if (rec_.oracle) co_await rec_.oracle->on_step_end(rt, step, view, norm, plan);
+    co_await oracle_.on_step_end(rt, step, view, norm, plan);
   }
 
  private:
   sim::World& world_;
   RunRecord& rec_;
+  core::TrainingJudge& oracle_;
 };
 
-void collect(const core::TrainingSetup& setup, RunRecord& rec, TrainingOutcome& out) {
+void collect(const core::TrainingSetup& setup, const run::JudgedTraining& training, RunRecord& rec,
+             TrainingOutcome& out) {
   const core::ModelLayout& m = *setup.model;
-  out.steps_completed = rec.oracle->steps_completed();
+  out.steps_completed = training.judge()->steps_completed();
+  out.weights = training.weights(out.steps_completed);
   for (int step = 0; step < out.steps_completed; ++step) {
-    out.weights.push_back(rec.oracle->logical_main(step));
     std::vector<std::vector<float>> g(m.num_logical());
     std::vector<std::vector<bool>> seen(m.num_logical());
     for (int l = 0; l < m.num_logical(); ++l) {
@@ -160,7 +175,7 @@ void collect(const core::TrainingSetup& setup, RunRecord& rec, TrainingOutcome& 
     out.grads.push_back(std::move(g));
     out.grad_seen.push_back(std::move(seen));
   }
-  for (const core::RankResult& r : rec.results) out.norms.push_back(r.norms);
+  for (const core::RankResult& r : training.ranks()) out.norms.push_back(r.norms);
   out.resting_bytes = rec.resting_bytes;
   for (const auto& [group, members] : rec.groups) {
     for (int m : members) out.collectives[group][m];  // a member that issued nothing has an empty list
@@ -169,6 +184,24 @@ void collect(const core::TrainingSetup& setup, RunRecord& rec, TrainingOutcome& 
     for (const auto& [group, fp] : rec.collectives[rank])
       out.collectives[group][static_cast<int>(rank)].push_back(fp);
   }
+}
+
+RunRecord::RunRecord(sim::World& w, const core::TrainingSetup& s, TrainingOutcome& o, bool& r)
+    : world(w), setup(s), out(o), recorded(r), collectives(w.ranks()), resting_bytes(w.ranks()) {
+  for (int rank = 0; rank < w.ranks(); ++rank)
+    runtimes.push_back(std::make_unique<RecordingRuntime>(w.runtime(rank), collectives[rank], groups));
+}
+
+core::Observer* RunRecord::observer(core::TrainingJudge& oracle) {
+  case_observer = std::make_unique<CaseObserver>(world, *this, oracle);
+  return case_observer.get();
+}
+
+// Read while the world still exists: the records and the oracle were built against it.
+void RunRecord::after(const run::JudgedTraining& training, sim::World&, sim::RunResult& r) {
+  collect(setup, training, *this, out);
+  out.completed = r.completed && out.steps_completed == setup.config.steps;
+  recorded = true;
 }
 
 }  // namespace
@@ -199,32 +232,11 @@ TrainingOutcome run_training_case(const TrainingCase& c, const RunNeeds& needs) 
     const core::ReferenceResult* ref = needs.reference;
     if (needs.oracle && !ref) ref = &own.emplace(reference_for(c));
     bool recorded = false;
-    sim::Factory factory = [&setup, ref, &out, &recorded](sim::World& w) {
-      auto rec = std::make_shared<RunRecord>();
-      rec->collectives.resize(w.ranks());
-      rec->results.resize(w.ranks());
-      rec->resting_bytes.resize(w.ranks());
-      for (int r = 0; r < w.ranks(); ++r)
-        rec->runtimes.push_back(
-            std::make_unique<RecordingRuntime>(w.runtime(r), rec->collectives[r], rec->groups));
-      rec->oracle = std::make_unique<sim::TrainingOracle>(w, setup, ref);
-      auto observer = std::make_shared<CaseObserver>(w, *rec);
-      sim::RunSetup rs;
-      rs.program = [rec, observer, &setup](core::Runtime& rt) {
-        return core::train_rank(*rec->runtimes[rt.rank()], setup, observer.get(), &rec->results[rt.rank()]);
-      };
-      // Read while the world still exists: the records and the oracle were built against it.
-      rs.after = [rec, &setup, &out, &recorded](sim::World& world, sim::RunResult& r) {
-        for (auto& f : rec->oracle->judge()) {
-          f.seed = world.options().seed;
-          core::add_finding(r.findings, std::move(f));
-        }
-        collect(setup, *rec, out);
-        out.completed = r.completed && out.steps_completed == setup.config.steps;
-        recorded = true;
-      };
-      return rs;
-    };
+    std::shared_ptr<const core::TrainingSetup> shared(std::shared_ptr<void>{}, &setup);  // non-owning
+    const sim::Factory factory =
+        run::training_factory(shared, [ref] { return ref; }, [&setup, &out, &recorded](sim::World& w) {
+          return std::make_shared<RunRecord>(w, setup, out, recorded);
+        });
     sim::ExploreOptions eo;
     eo.base = c.sim_options();
     eo.runs = 1;

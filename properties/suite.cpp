@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <ostream>
 
-#include "run/scenario.hpp"
+#include "run/scenario_run.hpp"
 #include "core/base/atomic_file.hpp"
 #include "core/base/rng.hpp"
 

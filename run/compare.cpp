@@ -7,6 +7,8 @@
 #include <exception>
 #include <thread>
 
+#include "run/training_run.hpp"
+
 namespace shardcheck::run {
 
 namespace {

@@ -48,21 +48,26 @@ void gather_training(int rank, std::vector<core::RankResult>& ranks, core::Train
 
 }  // namespace
 
+// The shared training run (run/training_run.hpp) on the GPU's world. The judge downloads what
+// it captures and holds the weights to the tolerance, not bitwise: the GPU's kernels are not the
+// reference's. Its findings carry no seed: a GPU run has no schedule to replay.
 GpuTrainingRun run_training_gpu(TrainingState& state, const gpu::GpuOptions& options, bool judge) {
   GpuTrainingRun out;
-  const core::ReferenceResult* ref = judge ? state.ensure_reference() : nullptr;
-  core::DownloadingJudge judgement(state.setup, ref, /*bitwise*/ false);
-  std::vector<core::RankResult> ranks(static_cast<size_t>(options.ranks));
+  std::unique_ptr<core::TrainingJudge> judgement;
+  if (judge) {
+    const core::ReferenceResult* ref = state.ensure_reference();
+    judgement = std::make_unique<core::DownloadingJudge>(state.setup, ref, /*bitwise*/ false);
+  }
+  JudgedTraining training(state.setup, std::move(judgement), options.ranks);
   gpu::GpuWorld world(options);
-  out.result = world.run([&](core::Runtime& rt) {
-    return core::train_rank(rt, state.setup, judge ? &judgement : nullptr, &ranks[rt.rank()]);
-  });
+  out.result = world.run([&](core::Runtime& rt) { return training.train(rt); });
   stop_launch_on_failure(options, out.result);
-  if (options.process_rank >= 0) gather_training(options.process_rank, ranks, judge ? &judgement : nullptr);
+  if (options.process_rank >= 0) gather_training(options.process_rank, training.ranks(), training.judge());
+  const std::vector<core::RankResult>& ranks = training.ranks();
   const int steps = static_cast<int>(ranks.empty() ? 0 : ranks[0].norms.size());
-  out.losses = core::mean_losses(ranks, steps);
-  for (int step = 0; judge && step < steps; ++step) out.weights.push_back(judgement.logical_main(step));
-  if (judge && out.result.completed) out.findings = judgement.judge();
+  out.losses = training.losses(steps);
+  out.weights = training.weights(steps);
+  if (out.result.completed) training.add_findings(out.findings, /*seed*/ 0);
   if (steps > 0) out.seconds_per_step = out.result.seconds / steps;
   return out;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "run/scenario.hpp"
+#include "run/training_run.hpp"
 #include "gpu/runtime.hpp"
 
 namespace shardcheck::run {

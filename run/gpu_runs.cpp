@@ -9,6 +9,8 @@
 #include <variant>
 
 #include "run/exit_code.hpp"
+#include "run/scenario_run.hpp"
+#include "run/training_run.hpp"
 #ifdef SHARDCHECK_HAVE_GPU
 #include "run/gpu_backend.hpp"
 #include "gpu/mpi.hpp"

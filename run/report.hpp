@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "run/scenario.hpp"
+#include "run/scenario_run.hpp"
 #include "reports/report_model.hpp"
 
 namespace shardcheck::run {

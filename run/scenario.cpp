@@ -1,19 +1,13 @@
-// Scenario loading (by `kind:`), option mapping and result printing.
+// Scenario loading: the file's `kind:` picks the loader, and the loaded scenario carries its
+// program factory (a trace program, or the training-run factory) and simulator options.
 #include "run/scenario.hpp"
 
 #include <yaml-cpp/yaml.h>
 
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
-#include <ostream>
-
-#include "run/interrupt.hpp"
 #include "core/scenario/trace_program.hpp"
 #include "core/scenario/trace_scenario.hpp"
 #include "core/scenario/yaml_reader.hpp"
-#include "sim/oracle.hpp"
+#include "run/interrupt.hpp"
 
 namespace shardcheck::run {
 
@@ -50,39 +44,6 @@ LoadedScenario from_trace(core::TraceScenario t) {
   return s;
 }
 
-// Runs every rank's training loop with an oracle watching; the oracle's findings join the
-// run's after it ends.
-sim::Factory training_factory(std::shared_ptr<TrainingState> state, std::shared_ptr<TrainingRun> capture) {
-  return [state, capture](sim::World& w) {
-    const core::ReferenceResult* ref = state->ensure_reference();
-    auto oracle = std::make_shared<sim::TrainingOracle>(w, state->setup, ref);
-    auto results = std::make_shared<std::vector<core::RankResult>>(w.ranks());
-    sim::RunSetup rs;
-    rs.program = [state, oracle, results](core::Runtime& rt) {
-      return core::train_rank(rt, state->setup, oracle.get(), &(*results)[rt.rank()]);
-    };
-    rs.after = [oracle, results, capture, state](sim::World& world, sim::RunResult& r) {
-      for (auto& f : oracle->judge()) {
-        f.seed = world.options().seed;
-        core::add_finding(r.findings, std::move(f));
-      }
-      if (!capture) return;
-      const int steps = oracle->steps_completed();
-      for (int step = 0; step < steps; ++step) {
-        double sum = 0;
-        int n = 0;
-        for (const auto& rr : *results) {
-          if (step >= static_cast<int>(rr.losses.size())) continue;
-          for (float l : rr.losses[step]) sum += l, ++n;
-        }
-        capture->losses.push_back(n ? sum / n : 0.0);
-        capture->weights.push_back(oracle->logical_main(step));
-      }
-    };
-    return rs;
-  };
-}
-
 LoadedScenario from_training(core::TrainingScenario t) {
   auto state = std::make_shared<TrainingState>();
   state->scenario = std::move(t);
@@ -102,56 +63,6 @@ LoadedScenario from_training(core::TrainingScenario t) {
   return s;
 }
 
-sim::ExploreOptions explore_options(const LoadedScenario& s, const ScheduleOverrides& o) {
-  sim::ExploreOptions e;
-  e.base = options_for(s, o).value();
-  e.runs = o.runs.value_or(s.schedule.runs);
-  e.stop_at_first = o.stop_at_first;
-  e.stop_at_error = true;  // after an internal error nothing that follows can be trusted
-  return e;
-}
-
-// The scenario's factory, or under SHARDCHECK_TEST_FAULT=internal_error one whose second
-// schedule throws.
-sim::Factory factory_with_fault(const LoadedScenario& s, uint64_t first_seed) {
-  if (test_fault() != TestFault::internal_error) return s.factory;
-  return [factory = s.factory, first_seed](sim::World& w) {
-    if (w.options().seed == first_seed + 1)
-      throw core::InternalError("a test fault (SHARDCHECK_TEST_FAULT=internal_error) in the second schedule");
-    return factory(w);
-  };
-}
-
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-std::string describe(const core::Finding& f) {
-  return std::string(core::to_string(f.kind)) + " '" + f.summary + "' (seed " + std::to_string(f.seed) + ", seen " +
-         std::to_string(f.occurrences) + " times)";
-}
-
-// What two whole explorations of the same seeds must share beyond their per-run digests.
-std::string compare_whole(const sim::ExploreResult& a, const sim::ExploreResult& b) {
-  if (a.runs_done != b.runs_done)
-    return std::to_string(a.runs_done) + " schedules ran, then " + std::to_string(b.runs_done) + " on the rerun";
-  if (a.error != b.error) return "internal error '" + a.error + "', then '" + b.error + "' on the rerun";
-  if (a.steps != b.steps || a.ops != b.ops)
-    return std::to_string(a.steps) + " scheduler steps and " + std::to_string(a.ops) + " operations, then " +
-           std::to_string(b.steps) + " and " + std::to_string(b.ops) + " on the rerun";
-  if (a.findings.size() != b.findings.size())
-    return std::to_string(a.findings.size()) + " findings, then " + std::to_string(b.findings.size()) + " on the rerun";
-  for (size_t i = 0; i < a.findings.size(); ++i) {
-    const core::Finding &x = a.findings[i], &y = b.findings[i];
-    if (x.kind != y.kind || x.key != y.key || x.summary != y.summary || x.explanation != y.explanation ||
-        x.seed != y.seed || x.occurrences != y.occurrences)
-      return "finding " + std::to_string(i + 1) + ": " + describe(x) + ", then " + describe(y) + " on the rerun";
-  }
-  return "";
-}
-
 }  // namespace
 
 core::Expected<LoadedScenario> load_scenario(const std::string& path) {
@@ -168,22 +79,8 @@ core::Expected<LoadedScenario> load_scenario(const std::string& path) {
   auto setup = core::make_training_setup(s.training->scenario.config, s.training->scenario.mesh);
   if (!setup) return core::Error(path + ":1:1: " + setup.error().message());
   s.training->setup = std::move(setup).value();
-  s.factory = training_factory(s.training, nullptr);
+  s.factory = training_factory(s.training);
   return s;
-}
-
-const core::ReferenceResult* TrainingState::ensure_reference() {
-  if (scenario.reference == "none") return nullptr;
-  if (!reference) reference = core::run_reference(setup.config, setup.dp);
-  return &*reference;
-}
-
-TrainingRun run_training(TrainingState& state, const sim::Options& options) {
-  auto capture = std::make_shared<TrainingRun>();
-  std::shared_ptr<TrainingState> alias(std::shared_ptr<TrainingState>{}, &state);  // non-owning
-  sim::World w(options);
-  capture->result = sim::run_once(w, training_factory(alias, capture));
-  return std::move(*capture);
 }
 
 core::Expected<sim::Options> options_for(const LoadedScenario& s, const ScheduleOverrides& o) {
@@ -196,76 +93,6 @@ core::Expected<sim::Options> options_for(const LoadedScenario& s, const Schedule
   opt.pct_depth = s.schedule.depth;
   opt.cancel = &interrupt_flag();
   return opt;
-}
-
-TestFault test_fault() {
-  static const TestFault fault = [] {
-    const char* v = std::getenv("SHARDCHECK_TEST_FAULT");
-    const std::string value = v ? v : "";
-    if (value == "internal_error") return TestFault::internal_error;
-    if (value == "nondeterminism") return TestFault::nondeterminism;
-    return TestFault::none;
-  }();
-  return fault;
-}
-
-ScenarioOutcome run_scenario(const LoadedScenario& s, const ScheduleOverrides& o) {
-  ScenarioOutcome out;
-  const sim::ExploreOptions e = explore_options(s, o);
-  const auto t0 = std::chrono::steady_clock::now();
-  out.explored = sim::explore(factory_with_fault(s, e.base.seed), e);
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  out.judged = core::judge(s.expect, out.explored.findings);
-  return out;
-}
-
-DeterminismCheck check_determinism(const LoadedScenario& s, const ScheduleOverrides& o, const ScenarioOutcome& first) {
-  const sim::ExploreResult& a = first.explored;
-  sim::ExploreOptions e = explore_options(s, o);
-  e.runs = a.runs_done;
-  if (test_fault() == TestFault::nondeterminism) e.base.seed += 1;
-  const sim::ExploreResult b = e.runs > 0 ? sim::explore(factory_with_fault(s, e.base.seed), e) : sim::ExploreResult{};
-  DeterminismCheck c;
-  const uint64_t seed0 = options_for(s, o).value().seed;
-  const size_t n = std::min(a.digests.size(), b.digests.size());
-  c.runs = static_cast<int>(n);
-  for (size_t i = 0; i < n && c.matched; ++i) {
-    if (a.digests[i] == b.digests[i]) continue;
-    c.matched = false;
-    c.mismatch = "run " + std::to_string(i + 1) + " (seed " + std::to_string(seed0 + i) + "): trace digest " +
-                 hex(a.digests[i]) + ", then " + hex(b.digests[i]) + " on the rerun";
-  }
-  if (!c.matched || b.cancelled) return c;  // a rerun cut short: the schedules it finished matched
-  c.mismatch = compare_whole(a, b);
-  c.matched = c.mismatch.empty();
-  return c;
-}
-
-void print_findings(std::ostream& out, const LoadedScenario& s, const std::vector<core::Finding>& findings,
-                    const std::string& policy_flag) {
-  for (const auto& f : findings) {
-    out << "[" << core::to_string(f.kind) << "] " << f.explanation << "\n";
-    if (f.occurrences > 1) out << "  (seen " << f.occurrences << " times: on several ranks, steps or schedules)\n";
-    out << "  reproduce: shardcheck replay " << s.file << " --seed " << f.seed << policy_flag << "\n\n";
-  }
-}
-
-void print_verdict(std::ostream& out, const LoadedScenario& s, const core::ExpectationResult& r) {
-  out << (r.met ? "ok      " : "FAILED  ") << s.name << ": expected " << core::describe(s.expect) << ", found "
-      << core::kinds_to_string(r.found);
-  if (!r.missing.empty()) out << "; missing " << core::kinds_to_string(r.missing);
-  if (!r.unexpected.empty()) out << "; unexpected " << core::kinds_to_string(r.unexpected);
-  out << "\n";
-}
-
-void print_determinism(std::ostream& out, const LoadedScenario& s, const DeterminismCheck& d) {
-  if (d.matched) {
-    out << "determinism: " << d.runs << " schedule" << (d.runs == 1 ? "" : "s")
-        << " rerun with the same seeds, every trace digest repeated\n";
-    return;
-  }
-  out << "NONDETERMINISTIC  " << s.name << " (" << s.file << "): " << d.mismatch << "\n"
-      << "  the same seed must give the same run: this is an internal error of shardcheck, not a finding in the scenario\n";
 }
 
 }  // namespace shardcheck::run

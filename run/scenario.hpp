@@ -1,20 +1,17 @@
-// The bridge from scenario files to simulated runs, shared by every subcommand: load a file
-// of any kind, turn it into a program and simulator options, run or explore it, and print
-// findings with their reproducers.
+// Loading a scenario file of any kind (by its `kind:`) into what every subcommand runs: its
+// program factory, its simulator options, its expectation and, for training, its state.
 //   auto s = load_scenario("scenarios/trace/reuse-race.yaml");
-//   ScenarioOutcome o = run_scenario(*s, {});
+//   sim::Options first = options_for(*s, {}).value();
 #pragma once
 
-#include <iosfwd>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 
-#include "core/scenario/expectation.hpp"
-#include "core/train/reference.hpp"
-#include "core/train/trainer.hpp"
-#include "core/scenario/training_scenario.hpp"
 #include "core/base/status.hpp"
+#include "core/scenario/expectation.hpp"
+#include "run/training_run.hpp"
 #include "sim/explore.hpp"
 
 namespace shardcheck::run {
@@ -29,25 +26,8 @@ struct LoadedScenario {
   sim::Options options;  // ranks, allocator, policy and seed from the file
   sim::Factory factory;  // builds each run's program (and its oracles)
   std::shared_ptr<const void> keep;  // owns what `factory` refers to
-  std::shared_ptr<struct TrainingState> training;  // set for training scenarios
+  std::shared_ptr<TrainingState> training;  // set for training scenarios
 };
-
-// A training scenario's shared state: its setup and the single-rank reference (computed
-// once, on first use, for every schedule explored).
-struct TrainingState {
-  core::TrainingScenario scenario;
-  core::TrainingSetup setup;
-  std::optional<core::ReferenceResult> reference;
-  const core::ReferenceResult* ensure_reference();
-};
-
-// One simulated training run with the data `compare` prints.
-struct TrainingRun {
-  sim::RunResult result;
-  std::vector<double> losses;                              // per step: mean over microbatches and dp ranks
-  std::vector<std::vector<std::vector<float>>> weights;    // per step, per logical parameter
-};
-TrainingRun run_training(TrainingState& state, const sim::Options& options);
 
 // Loads and validates a scenario; the error message is `file:line:column: message`.
 core::Expected<LoadedScenario> load_scenario(const std::string& path);
@@ -60,44 +40,8 @@ struct ScheduleOverrides {
   bool stop_at_first = false;
 };
 
-// The determinism check (`--check-determinism`, and always in the demo): every schedule a
-// scenario explored, run again with the same seed, must give the same trace digest, and the
-// whole exploration the same findings. A difference means shardcheck itself is at fault.
-struct DeterminismCheck {
-  int runs = 0;          // schedules rerun and compared
-  bool matched = true;
-  std::string mismatch;  // the first difference (run, seed, both digests); empty when matched
-};
-
-struct ScenarioOutcome {
-  sim::ExploreResult explored;
-  core::ExpectationResult judged;
-  double seconds = 0;
-  std::optional<DeterminismCheck> determinism;  // set when the check ran
-};
-
 // The simulator options of a scenario's first schedule. They carry the interrupt flag
 // (run/interrupt.hpp), so every run stops early once a signal has arrived.
 core::Expected<sim::Options> options_for(const LoadedScenario& s, const ScheduleOverrides& o);
-// Explores a scenario's schedules; exploration ends at the first internal error.
-ScenarioOutcome run_scenario(const LoadedScenario& s, const ScheduleOverrides& o);
-// Reruns what `first` explored (not after a cancelled exploration: there is nothing whole to
-// compare). A rerun cut short by a signal compares the schedules it finished.
-DeterminismCheck check_determinism(const LoadedScenario& s, const ScheduleOverrides& o, const ScenarioOutcome& first);
-
-// A test hook, read once from the environment variable SHARDCHECK_TEST_FAULT and checked
-// nowhere else, so tests can drive paths a correct build never takes:
-//   internal_error  the second schedule of every scenario throws, as a bug in shardcheck would;
-//   nondeterminism  the determinism rerun starts one seed late, as a run that did not repeat.
-enum class TestFault { none, internal_error, nondeterminism };
-TestFault test_fault();
-
-// Prints each finding once: summary, explanation, and `shardcheck replay FILE --seed S`.
-void print_findings(std::ostream& out, const LoadedScenario& s, const std::vector<core::Finding>& findings,
-                    const std::string& policy_flag);
-void print_verdict(std::ostream& out, const LoadedScenario& s, const core::ExpectationResult& r);
-// "determinism: 20 schedules rerun with the same seeds, every trace digest repeated", or the
-// mismatch, said to be shardcheck's fault rather than the scenario's.
-void print_determinism(std::ostream& out, const LoadedScenario& s, const DeterminismCheck& d);
 
 }  // namespace shardcheck::run

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "bench/gpu/support.hpp"
-#include "run/scenario.hpp"
+#include "run/training_run.hpp"
 #include "core/base/atomic_file.hpp"
 #include "core/base/rng.hpp"
 #include "core/train/trainer.hpp"

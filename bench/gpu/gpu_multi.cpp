@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "bench/gpu/support.hpp"
-#include "run/scenario.hpp"
+#include "run/training_run.hpp"
 #include "core/base/atomic_file.hpp"
 #include "gpu/check.hpp"
 #include "gpu/nccl_check.hpp"

@@ -1,7 +1,7 @@
 // The checker never crashes or lies: --check-determinism reruns every schedule and compares
 // trace digests; SIGINT and SIGTERM stop a command at a safe point with a report marked
 // incomplete (exit 128 + the signal); an internal error does the same with exit 3. The faults
-// a correct build never has come from the SHARDCHECK_TEST_FAULT hook (run/scenario.hpp).
+// a correct build never has come from the SHARDCHECK_TEST_FAULT hook (run/scenario_run.hpp).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "run/scenario.hpp"
+#include "run/scenario_run.hpp"
 #include "core/base/rng.hpp"
 #include "reports/chrome_trace.hpp"
 #include "reports/format.hpp"

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "run/scenario.hpp"
 #include "core/scenario/training_scenario.hpp"
+#include "run/scenario_run.hpp"
 #include "core/base/atomic_file.hpp"
 #include "properties/harness.hpp"
 #include "properties/memory.hpp"

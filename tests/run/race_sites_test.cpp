@@ -4,7 +4,7 @@
 #include <optional>
 #include <variant>
 
-#include "run/scenario.hpp"
+#include "run/scenario_run.hpp"
 #include "run/gpu_runs.hpp"
 
 using namespace shardcheck;

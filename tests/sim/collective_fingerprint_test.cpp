@@ -5,7 +5,7 @@
 // meet in one collective, and the run is reported as the hang it is on NCCL.
 #include <catch2/catch.hpp>
 
-#include "run/scenario.hpp"
+#include "run/scenario_run.hpp"
 #include "sim/world.hpp"
 
 using namespace shardcheck;

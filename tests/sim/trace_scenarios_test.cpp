@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
-#include "run/scenario.hpp"
+#include "run/scenario_run.hpp"
 
 using namespace shardcheck;
 

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "run/scenario.hpp"
+#include "run/scenario_run.hpp"
 #include "core/base/byte_codec.hpp"
 #include "core/strategies/fsdp_engine.hpp"
 #include "core/check/training_judge.hpp"
