@@ -167,7 +167,7 @@ class World {
   std::byte* host_pointer(int rank, const core::TensorRef& t);
   void check_defined(int rank, uint32_t op, const core::TensorRef& t);
 
-  // --- findings (report.cpp, detect_deadlock.cpp) ---
+  // --- findings (report.cpp, detect_layout.cpp, detect_deadlock.cpp) ---
   void report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c);
   void compare_instance(int group, const Instance& inst, int64_t k);
   bool check_layouts(int group, const Instance& inst, int64_t k);  // true: a layout_mismatch
