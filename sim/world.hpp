@@ -167,9 +167,13 @@ class World {
   std::byte* host_pointer(int rank, const core::TensorRef& t);
   void check_defined(int rank, uint32_t op, const core::TensorRef& t);
 
-  // --- findings (report.cpp, detect_layout.cpp, detect_deadlock.cpp) ---
+  // --- findings (report.cpp, detect_collective.cpp, detect_layout.cpp, detect_deadlock.cpp) ---
   void report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c);
+  // The k-th call's identity on its group, as compared across members (detect_collective.cpp).
+  static std::string fingerprint(const core::CollectiveCall& c, const std::vector<int>& members, const std::string& group);
   void compare_instance(int group, const Instance& inst, int64_t k);
+  // The k-th transfer on a channel from `from` to `to`, once both halves are issued.
+  void compare_p2p(int from, int to, Channel& ch, int64_t k);
   bool check_layouts(int group, const Instance& inst, int64_t k);  // true: a layout_mismatch
   void annotate(int rank, core::BufferId b, std::shared_ptr<const core::LogicalMap> map);
   void report_deadlock();
