@@ -167,7 +167,7 @@ class World {
   std::byte* host_pointer(int rank, const core::TensorRef& t);
   void check_defined(int rank, uint32_t op, const core::TensorRef& t);
 
-  // --- findings (report.cpp, detect_collective.cpp, detect_layout.cpp, detect_deadlock.cpp) ---
+  // --- findings (detect_race.cpp, detect_collective.cpp, detect_layout.cpp, detect_deadlock.cpp) ---
   void report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c);
   // The k-th call's identity on its group, as compared across members (detect_collective.cpp).
   static std::string fingerprint(const core::CollectiveCall& c, const std::vector<int>& members, const std::string& group);

@@ -1,9 +1,7 @@
-// Turning detector hits into findings a user can act on: both racing accesses with their
-// streams, operations, buffers and block lifetimes, the ordering that is missing, and the
-// fixes that would add it; and the per-rank view of a mismatched or swapped collective.
+// Reports stream_race. For every access, touch_range (execute.cpp) asks the shadow which earlier
+// accesses of the same bytes, in any lifetime of the block (allocator reuse), the stream's clock does
+// not cover; each becomes a finding here: both accesses, the missing edge and the fixes.
 #include <algorithm>
-#include <optional>
-#include <set>
 
 #include "sim/world_state.hpp"
 
