@@ -1,7 +1,7 @@
 // Executing stream operations: real bytes move and real arithmetic happens (kernels through
-// core's CPU reference, collectives in fixed rank order), while the detectors watch every
-// access: happens-before through vector clocks for races, and MemorySanitizer-style
-// definedness for reads of never-written bytes.
+// core's CPU reference, collectives in fixed rank order), and every access is recorded in the
+// rank's shadow, which the detectors read: its conflicts are races (detect_race.cpp) and its
+// definedness finds reads of never-written bytes (detect_uninit.cpp).
 #include <algorithm>
 #include <cstring>
 
@@ -76,81 +76,13 @@ void World::touch(int rank, int stream, uint32_t op, const core::TensorRef& t, A
   touch_range(rank, stream, op, ranks_[rank]->buffers[t.buffer], a, a + static_cast<uint64_t>(t.bytes()), kind);
 }
 
-Shadow::Ranges World::undefined_rel(int rank, const core::TensorRef& t) {
-  Shadow::Ranges out;
-  if (!options_.detectors || t.numel == 0) return out;
-  const uint64_t a = address(rank, t);
-  ranks_[rank]->shadow.undefined(a, a + static_cast<uint64_t>(t.bytes()), ranks_[rank]->buffers[t.buffer], out);
-  for (auto& [x, y] : out) {
-    x -= a;
-    y -= a;
-  }
-  return out;
-}
-
-void World::set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel) {
-  if (!options_.detectors) return;
-  const uint64_t a = address(rank, t);
-  for (const auto& [x, y] : rel) ranks_[rank]->shadow.set_defined(a + x, a + y, false);
-}
-
-void World::check_defined(int rank, uint32_t op, const core::TensorRef& t) {
-  const Shadow::Ranges undef = undefined_rel(rank, t);
-  if (undef.empty()) return;
-  uint64_t bytes = 0;
-  for (const auto& [x, y] : undef) bytes += y - x;
-  const Lifetime& l = lifetimes_[ranks_[rank]->buffers[t.buffer]];
-  const std::string& opname = names_[op_info_[op].name];
-  const std::string& bname = names_[l.name];
-  core::Finding f;
-  f.kind = core::FindingKind::uninitialized_read;
-  f.summary = "rank " + std::to_string(rank) + ": " + opname + " reads " + std::to_string(bytes) +
-              " never-written bytes of '" + bname + "' (first at byte " +
-              std::to_string(t.byte_offset() + static_cast<int64_t>(undef.front().first)) + ")";
-  f.explanation = f.summary +
-                  ".\nThose bytes were not written in this lifetime of the buffer (a fresh allocation, or a "
-                  "layout gap or padding that nothing initializes); whatever they hold flows into the result.\n"
-                  "Fix: write the range before reading it, or read only the tensors' own elements.";
-  f.key = "uninit|" + opname + "|" + bname;
-  core::ElementDetail d;
-  d.tensor = bname;
-  d.element = t.byte_offset() + static_cast<int64_t>(undef.front().first);
-  d.rank = rank;
-  d.note = opname;
-  f.detail = d;
-  f.seed = options_.seed;
-  core::add_finding(findings_, std::move(f));
-}
-
 void World::execute_kernel(int rank, int stream, Op& op) {
   const core::KernelCall& k = op.kernel;
-  const bool elementwise = core::is_elementwise(k.params);
-  // Elementwise kernels propagate undefined elements; all others consume their inputs.
-  if (options_.detectors && !elementwise) {
-    for (const auto& in : k.reads) check_defined(rank, op.id, in);
-  }
-  // Element i of an output is defined only when element i of every input is; the inputs are
-  // looked at before the outputs overwrite them (in-place kernels).
-  std::vector<std::pair<int64_t, int64_t>> elems;
-  if (options_.detectors && elementwise) {
-    for (const auto& in : k.reads) {
-      const int64_t es = core::dtype_bytes(in.dtype);
-      for (const auto& [x, y] : undefined_rel(rank, in)) {
-        elems.emplace_back(static_cast<int64_t>(x) / es, (static_cast<int64_t>(y) + es - 1) / es);
-      }
-    }
-  }
+  // The inputs' definedness is looked at before the outputs overwrite them (in-place kernels).
+  const auto elems = check_kernel_inputs(rank, op.id, k);
   for (const auto& in : k.reads) touch(rank, stream, op.id, in, Access::read);
   for (const auto& out : k.writes) touch(rank, stream, op.id, out, Access::write);
-  for (const auto& out : k.writes) {
-    if (elems.empty()) break;
-    const int64_t es = core::dtype_bytes(out.dtype);
-    Shadow::Ranges rel;
-    for (const auto& [x, y] : elems) {
-      rel.emplace_back(static_cast<uint64_t>(x * es), static_cast<uint64_t>(std::min(y, out.numel) * es));
-    }
-    set_undefined_rel(rank, out, rel);
-  }
+  set_kernel_outputs_undefined(rank, k, elems);
   WorldMemory mem([&](const core::TensorRef& t) { return host_pointer(rank, t); });
   core::execute_cpu(k, mem);
 }
@@ -176,29 +108,11 @@ void World::execute_collective(int rank, int stream) {
     out[m] = host_pointer(g.members[m], ops[m]->coll.output);
   }
   const auto& c = ops[0]->coll;
-  const uint64_t in_bytes = static_cast<uint64_t>(c.input.bytes()), out_bytes = static_cast<uint64_t>(c.output.bytes());
   // Outputs are touched before the data moves: a lifetime they begin is poisoned first.
   for (size_t m = 0; m < n; ++m) touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll.output, Access::write);
   core::execute_collective_cpu(c, in, out);
   for (size_t m = 0; m < n; ++m) {
-    Shadow::Ranges rel;
-    for (size_t src = 0; src < n; ++src) {
-      for (const auto& [x, y] : undef[src]) {
-        switch (c.kind) {
-          case core::CollectiveKind::all_gather: rel.emplace_back(src * in_bytes + x, src * in_bytes + y); break;
-          case core::CollectiveKind::reduce_scatter: {
-            const uint64_t lo = std::max<uint64_t>(x, m * out_bytes), hi = std::min<uint64_t>(y, (m + 1) * out_bytes);
-            if (lo < hi) rel.emplace_back(lo - m * out_bytes, hi - m * out_bytes);
-            break;
-          }
-          case core::CollectiveKind::all_reduce: rel.emplace_back(x, y); break;
-          case core::CollectiveKind::broadcast:
-            if (static_cast<int>(src) == c.root) rel.emplace_back(x, y);
-            break;
-        }
-      }
-    }
-    set_undefined_rel(g.members[m], ops[m]->coll.output, rel);
+    set_undefined_rel(g.members[m], ops[m]->coll.output, collective_undefined_rel(c, undef, m));
   }
   // A completed collective orders every member's earlier work before every member's later work.
   VectorClock joined = ranks_[g.members[0]]->streams[inst.members[0].stream].clock;

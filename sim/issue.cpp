@@ -1,7 +1,7 @@
 // The issue side of the simulator: what happens at host time when a rank's program calls
 // its Runtime. Allocation and free act here (as a caching allocator does); stream work is
-// queued; collectives and p2p calls are matched to their peers' calls in order, which is
-// where order mismatches and swaps are found, independent of the schedule.
+// queued; collectives and p2p calls are matched to their peers' calls in order, and each
+// match, once complete, is compared in detect_collective.cpp, independent of the schedule.
 #include <algorithm>
 #include <cstring>
 
@@ -15,18 +15,6 @@ using core::InternalError;
 
 namespace {
 std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
-
-std::string fingerprint(const core::CollectiveCall& c, const std::vector<int>& members, const std::string& group) {
-  std::string f = std::string(core::to_string(c.kind)) + " " + std::string(core::to_string(c.input.dtype)) + " " +
-                  std::to_string(c.input.numel) + "->" + std::to_string(c.output.numel);
-  if (c.kind == core::CollectiveKind::all_reduce || c.kind == core::CollectiveKind::reduce_scatter) {
-    f += " " + std::string(core::to_string(c.reduce));
-  }
-  if (c.kind == core::CollectiveKind::broadcast) f += " root " + std::to_string(c.root);
-  f += " on " + group + " [";
-  for (size_t i = 0; i < members.size(); ++i) f += (i ? "," : "") + std::to_string(members[i]);
-  return f + "]";
-}
 }  // namespace
 
 // ---------------------------------------------------------------- SimRuntime
@@ -347,13 +335,7 @@ void World::p2p(int rank, core::P2PCall call, bool send) {
   const int stream = call.stream;
   const int from = send ? rank : call.peer, to = send ? call.peer : rank;
   op.p2p = std::move(call);
-  if (pair.first.issued && pair.second.issued && options_.detectors) {
-    Instance inst;  // reuse the collective comparison: two members, sender first
-    inst.members.resize(2);
-    inst.members[0] = {true, pair.first.stream, pair.first.position, "p2p " + std::to_string(pair.first.bytes) + " bytes " + std::to_string(from) + "->" + std::to_string(to), pair.first.tag, pair.first.op, {}};
-    inst.members[1] = {true, pair.second.stream, pair.second.position, "p2p " + std::to_string(pair.second.bytes) + " bytes " + std::to_string(from) + "->" + std::to_string(to), pair.second.tag, pair.second.op, {}};
-    compare_instance(-1, inst, k);
-  }
+  if (pair.first.issued && pair.second.issued) compare_p2p(from, to, ch, k);
   push(rank, stream, std::move(op));
 }
 

@@ -2,8 +2,9 @@
 // streams, events, a caching or stream-ordered allocator over real bytes, and collectives
 // that compute real results. One OS thread runs everything; at each step the scheduler picks,
 // from the seed, which host program or stream head advances. Detectors watch every access
-// (stream_race, uninitialized_read), every collective (collective_mismatch, collective_swap)
-// and the stuck state (deadlock).
+// (stream_race, uninitialized_read), every collective (collective_mismatch, collective_swap,
+// layout_mismatch) and the stuck state (deadlock); each family lives in sim/detect_<family>.cpp,
+// over the shared machinery of world.cpp (scheduling), issue.cpp, execute.cpp and shadow.cpp.
 //   sim::World world(options);
 //   RunResult r = world.run([&](core::Runtime& rt) -> core::Task<> { ... });
 //   r.findings, r.trace_digest, world.read(rank, buffer)
@@ -125,6 +126,7 @@ class World {
   core::BufferId alloc(int rank, int64_t bytes, int stream, std::string_view name);
   void free(int rank, core::BufferId b);
   void record_stream(int rank, core::BufferId b, int stream);
+  void annotate(int rank, core::BufferId b, std::shared_ptr<const core::LogicalMap> map);
   uint32_t record(int rank, int stream, std::string_view what);
   void wait(int rank, int stream, uint32_t record, std::string_view what);
   void host_wait(int rank, std::vector<uint32_t> records);
@@ -151,7 +153,7 @@ class World {
   void step_host(int rank);
   void step_stream(int rank, int stream);
 
-  // --- execution and detectors (execute.cpp) ---
+  // --- execution (execute.cpp): operations run, and every access is recorded in the shadow ---
   void begin(int rank, int stream, Op& op);
   void finish(int rank, int stream, Op& op);
   void execute_kernel(int rank, int stream, Op& op);
@@ -161,20 +163,39 @@ class World {
   void execute_free(int rank, int stream, Op& op);
   void touch(int rank, int stream, uint32_t op, const core::TensorRef& t, Access kind);
   void touch_range(int rank, int stream, uint32_t op, uint32_t lifetime, uint64_t a, uint64_t b, Access kind);
-  Shadow::Ranges undefined_rel(int rank, const core::TensorRef& t);
-  void set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel);
   uint64_t address(int rank, const core::TensorRef& t);
   std::byte* host_pointer(int rank, const core::TensorRef& t);
-  void check_defined(int rank, uint32_t op, const core::TensorRef& t);
 
-  // --- findings (report.cpp, deadlock.cpp) ---
+  // --- detectors: one detect_<family>.cpp per finding family, each opening with how ---
+  // stream_race (detect_race.cpp): a conflict touch_range found, as a finding.
   void report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c);
+  core::AccessSite site(int rank, const AccessRec& a, Access kind, uint64_t begin, uint64_t end);
+  // uninitialized_read (detect_uninit.cpp): definedness, in bytes relative to a tensor's start.
+  Shadow::Ranges undefined_rel(int rank, const core::TensorRef& t);
+  void set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel);
+  void check_defined(int rank, uint32_t op, const core::TensorRef& t);
+  using ElementRanges = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end) in elements
+  // Reports the undefined inputs of a kernel that consumes them; for an elementwise kernel,
+  // returns instead the undefined elements that its outputs inherit.
+  ElementRanges check_kernel_inputs(int rank, uint32_t op, const core::KernelCall& k);
+  void set_kernel_outputs_undefined(int rank, const core::KernelCall& k, const ElementRanges& elems);
+  // Member m's undefined output bytes, from every member's undefined input bytes.
+  static Shadow::Ranges collective_undefined_rel(const core::CollectiveCall& c,
+                                                 const std::vector<Shadow::Ranges>& undef, size_t m);
+  // collective_mismatch, collective_swap (detect_collective.cpp): calls compared at issue.
+  // The k-th call's identity on its group, as compared across members.
+  static std::string fingerprint(const core::CollectiveCall& c, const std::vector<int>& members,
+                                 const std::string& group);
   void compare_instance(int group, const Instance& inst, int64_t k);
+  // The k-th transfer on a channel from `from` to `to`, once both halves are issued.
+  void compare_p2p(int from, int to, Channel& ch, int64_t k);
+  // layout_mismatch (detect_layout.cpp), asked by compare_instance for reductions.
   bool check_layouts(int group, const Instance& inst, int64_t k);  // true: a layout_mismatch
-  void annotate(int rank, core::BufferId b, std::shared_ptr<const core::LogicalMap> map);
+  // deadlock (detect_deadlock.cpp): the wait-for graph, when nothing can run but work remains.
   void report_deadlock();
   std::string describe_head(int rank, int stream);
-  core::AccessSite site(int rank, const AccessRec& a, Access kind, uint64_t begin, uint64_t end);
+
+  // --- shared (world.cpp) ---
   uint32_t intern(std::string s);
   int participant(int rank, int stream) const { return rank * (1 + Options::kMaxStreamsPerRank) + 1 + stream; }
   int host_participant(int rank) const { return rank * (1 + Options::kMaxStreamsPerRank); }

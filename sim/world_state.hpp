@@ -1,5 +1,6 @@
 // Internal state of sim::World: queued operations, streams, hosts, records (events),
-// process groups with their collective instances, and p2p channels. Private to sim/.
+// process groups with their collective instances, and p2p channels. Private to sim/: the
+// scheduler, the issue side, the executors and the detectors (detect_*.cpp) share it.
 #pragma once
 
 #include "sim/world.hpp"
@@ -70,15 +71,15 @@ struct World::Instance {
     bool issued = false;
     int stream = 0;
     uint64_t position = 0;  // its index in the member's stream
-    std::string fingerprint;
+    std::string fingerprint;  // compared across members (detect_collective.cpp)
     std::string tag;
     uint32_t op = 0;
-    core::TensorRef input;  // for the layout check of reductions
+    core::TensorRef input;  // for the layout check of reductions (detect_layout.cpp)
   };
   std::vector<Member> members;
   core::CollectiveKind kind = core::CollectiveKind::all_reduce;
   int issued = 0;
-  bool mismatch = false;
+  bool mismatch = false;  // the fingerprints differ: it never runs (set in detect_collective.cpp)
   // Whether every member could run it, as of scheduler scan `ready_scan` (nothing changes
   // during a scan, and the answer is the same for every member that asks).
   uint64_t ready_scan = 0;

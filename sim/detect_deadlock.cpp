@@ -1,6 +1,6 @@
-// When nothing can run but work remains: build the wait-for graph (hosts waiting on syncs,
-// streams waiting on events, collectives and p2p calls waiting for peers) with Boost.Graph
-// and report its cycle, or the chain that ends at something that will never come.
+// Reports deadlock. When nothing can run but work remains, it builds the wait-for graph (hosts
+// waiting on syncs, streams waiting on events, collectives and p2p calls waiting for peers)
+// with Boost.Graph and reports its cycle, or the chain that ends at something that never comes.
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/depth_first_search.hpp>
 #include <map>
