@@ -20,9 +20,11 @@ core::Task<> step_program(core::Runtime& rt, int iterations) {
   const core::EventId done = rt.create_event("grad_ready");
   for (int i = 0; i < iterations; ++i) {
     const core::BufferId act = co_await rt.alloc(n * 4, compute, "act");
-    co_await rt.launch(core::kernels::scale(compute, core::TensorRef::f32(weights, 0, n), core::TensorRef::f32(act, 0, n), 1.5, "forward"));
+    co_await rt.launch(core::kernels::scale(compute, core::TensorRef::f32(weights, 0, n),
+                                            core::TensorRef::f32(act, 0, n), 1.5, "forward"));
     const core::BufferId grad = co_await rt.alloc(n * 4, comm, "grad");
-    co_await rt.launch(core::kernels::add(compute, core::TensorRef::f32(act, 0, n), core::TensorRef::f32(weights, 0, n),
+    co_await rt.launch(core::kernels::add(compute, core::TensorRef::f32(act, 0, n),
+                                          core::TensorRef::f32(weights, 0, n),
                                           core::TensorRef::f32(grad, 0, n), "backward"));
     co_await rt.record(done, compute);
     co_await rt.wait_event(comm, done);

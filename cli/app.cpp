@@ -22,7 +22,8 @@ CommandLine::CommandLine() : app_("shardcheck: verification harness for sharded 
   actions_["props"] = add_props_command(app_);
 }
 
-CommandLine::Parsed CommandLine::parse(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+CommandLine::Parsed CommandLine::parse(int argc, const char* const* argv, std::ostream& out,
+                                       std::ostream& err) {
   Parsed p;
   // CLI11 would only say "a subcommand is required"; name the unknown word instead.
   if (argc > 1 && argv[1][0] != '-' && actions_.count(argv[1]) == 0) {

@@ -8,10 +8,10 @@
 
 #include "cli/commands.hpp"
 #include "run/compare.hpp"
-#include "run/scenario.hpp"
 #include "run/gpu_runs.hpp"
 #include "run/interrupt.hpp"
 #include "run/report.hpp"
+#include "run/scenario.hpp"
 
 namespace shardcheck::cli {
 
@@ -54,7 +54,8 @@ bool write_compare_report(const CompareArgs& a, const LoadedScenario& s, const C
     sr.complete = false;
     sr.error = r.error;
     if (r.cancelled) {
-      mark_incomplete(report, reports::Report::kInterrupted, interrupt_reason() + ", before the comparison finished");
+      mark_incomplete(report, reports::Report::kInterrupted,
+                      interrupt_reason() + ", before the comparison finished");
     } else {
       mark_incomplete(report, reports::Report::kInternalError, "internal error: " + r.error);
     }
@@ -95,7 +96,8 @@ int run_compare(const CompareArgs& a) {
   }
   const bool on_gpu = a.gpu.backend != "sim";
   if (a.against != "single_rank" && a.against != "distopt" && !(on_gpu && a.against == "sim")) {
-    std::cerr << "shardcheck compare: --against is single_rank or distopt" << (on_gpu ? " or sim" : "") << " (not '" << a.against << "')\n";
+    std::cerr << "shardcheck compare: --against is single_rank or distopt" << (on_gpu ? " or sim" : "")
+              << " (not '" << a.against << "')\n";
     return kBadInput;
   }
   if (on_gpu) return compare_on_gpu(*s, a.gpu, a.against, a.steps);
@@ -110,8 +112,8 @@ int run_compare(const CompareArgs& a) {
     if (!a.report.empty() && !write_compare_report(a, *s, r)) return kInternalError;
     return r.error.empty() ? interrupt_exit_code() : kInternalError;
   }
-  std::cout << "compare " << r.label << " (" << s->name << ") against " << r.against << ": " << r.ours.size() << " steps"
-            << (r.exact ? ", exact mode" : "") << "\n\n";
+  std::cout << "compare " << r.label << " (" << s->name << ") against " << r.against << ": " << r.ours.size()
+            << " steps" << (r.exact ? ", exact mode" : "") << "\n\n";
   print_table(r);
   std::printf("\nmax |delta loss| = %.3g (relative %.3g)\n", r.max_abs, r.max_rel);
   if (r.first_divergent.empty()) {
@@ -119,7 +121,8 @@ int run_compare(const CompareArgs& a) {
   } else {
     std::cout << "weights: first difference " << r.first_divergent << "\n";
   }
-  if (r.entropy_rate > 0) std::printf("achievable loss (the data's entropy rate): %.4f nats\n", r.entropy_rate);
+  if (r.entropy_rate > 0)
+    std::printf("achievable loss (the data's entropy rate): %.4f nats\n", r.entropy_rate);
   if (!a.report.empty() && !write_compare_report(a, *s, r)) return kInternalError;
   return r.exact && !r.first_divergent.empty() ? kExpectationFailed : kOk;
 }
@@ -128,7 +131,8 @@ int run_compare(const CompareArgs& a) {
 
 Action add_compare_command(CLI::App& app) {
   auto a = std::make_shared<CompareArgs>();
-  CLI::App* cmd = app.add_subcommand("compare", "Train a scenario and compare losses and weights against a baseline");
+  CLI::App* cmd =
+      app.add_subcommand("compare", "Train a scenario and compare losses and weights against a baseline");
   cmd->add_option("file", a->file, "Training scenario file")->required();
   cmd->add_option("--against", a->against, "single_rank (the reference trainer) or distopt");
   cmd->add_option("--steps", a->steps, "Steps to train (default: the file's)")->check(CLI::Range(1, 10000));

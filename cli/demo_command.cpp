@@ -12,10 +12,10 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
-#include "run/scenario.hpp"
+#include "reports/format.hpp"
 #include "run/interrupt.hpp"
 #include "run/report.hpp"
-#include "reports/format.hpp"
+#include "run/scenario.hpp"
 
 namespace shardcheck::cli {
 
@@ -62,11 +62,12 @@ void progress(bool tty, size_t i, size_t n, const std::string& name, const std::
 }
 
 void print_table(const reports::Report& r) {
-  std::printf("\n%-38s %-44s %-40s %9s %-16s %8s\n", "scenario", "expected", "found", "schedules", "trace digest", "time");
+  std::printf("\n%-38s %-44s %-40s %9s %-16s %8s\n", "scenario", "expected", "found", "schedules",
+              "trace digest", "time");
   for (const auto& s : r.scenarios) {
     std::printf("%-38s %-44s %-40s %9d %-16s %7.3fs%s\n", s.name.c_str(), s.expected.c_str(),
-                core::kinds_to_string(s.found).c_str(), s.schedules, reports::digest_text(s.trace_digest).c_str(), s.seconds,
-                s.met ? "" : "  FAILED");
+                core::kinds_to_string(s.found).c_str(), s.schedules,
+                reports::digest_text(s.trace_digest).c_str(), s.seconds, s.met ? "" : "  FAILED");
   }
 }
 
@@ -89,9 +90,9 @@ std::vector<LoadedScenario> load_demo(const std::vector<std::string>& files, boo
 struct DemoTally {
   size_t ran = 0;
   int failed = 0;
-  int digests = 0;               // trace digests that repeated on the determinism rerun
+  int digests = 0;  // trace digests that repeated on the determinism rerun
   std::vector<std::string> nondeterministic;
-  std::string internal_error;    // the first: "scenario: what"
+  std::string internal_error;  // the first: "scenario: what"
 };
 
 void print_ending(const DemoTally& t, size_t total) {
@@ -105,7 +106,8 @@ void print_ending(const DemoTally& t, size_t total) {
     std::cout << "\n";
   }
   if (!t.internal_error.empty()) {
-    std::cout << "stopped after " << t.ran << " of " << total << " scenarios by an internal error in " << t.internal_error << "\n";
+    std::cout << "stopped after " << t.ran << " of " << total << " scenarios by an internal error in "
+              << t.internal_error << "\n";
   } else if (interrupted() && t.ran < total) {
     std::cout << interrupt_reason() << ": " << t.ran << " of " << total << " scenarios ran\n";
   }
@@ -125,7 +127,8 @@ int run_demo(const DemoArgs& a) {
   InterruptScope interrupts;
   const bool tty = ::isatty(STDOUT_FILENO);
   std::cout << "shardcheck demo: " << loaded.size() << " scenarios from " << root
-            << " (seed bugs, their fixes, and trace programs), each schedule run twice to check determinism" << std::endl;
+            << " (seed bugs, their fixes, and trace programs), each schedule run twice to check determinism"
+            << std::endl;
   reports::Report report;
   report.title = "shardcheck demo";
   report.command = "shardcheck demo";
@@ -144,7 +147,10 @@ int run_demo(const DemoArgs& a) {
     if (c.nondeterministic()) t.nondeterministic.push_back(loaded[i].name);
     if (!c.error.empty() && t.internal_error.empty()) t.internal_error = loaded[i].name + ": " + c.error;
     progress(tty, i, loaded.size(), loaded[i].name,
-             c.stopped ? "stopped" : c.nondeterministic() ? "NONDETERMINISTIC" : res.met ? "ok" : "FAILED");
+             c.stopped              ? "stopped"
+             : c.nondeterministic() ? "NONDETERMINISTIC"
+             : res.met              ? "ok"
+                                    : "FAILED");
   }
   print_table(report);
   print_ending(t, loaded.size());
@@ -152,17 +158,20 @@ int run_demo(const DemoArgs& a) {
     mark_incomplete(report, reports::Report::kInternalError, "internal error in " + t.internal_error);
   } else if (interrupted()) {
     mark_incomplete(report, reports::Report::kInterrupted,
-                    interrupt_reason() + ", after " + std::to_string(t.ran) + " of " + std::to_string(loaded.size()) + " scenarios");
+                    interrupt_reason() + ", after " + std::to_string(t.ran) + " of " +
+                        std::to_string(loaded.size()) + " scenarios");
   }
   if (!write_report_to(report, a.out)) return kInternalError;
-  return exit_code(!t.internal_error.empty(), !t.nondeterministic.empty(), t.failed ? kExpectationFailed : kOk);
+  return exit_code(!t.internal_error.empty(), !t.nondeterministic.empty(),
+                   t.failed ? kExpectationFailed : kOk);
 }
 
 }  // namespace
 
 Action add_demo_command(CLI::App& app) {
   auto a = std::make_shared<DemoArgs>();
-  CLI::App* cmd = app.add_subcommand("demo", "Run the seed-bug catalog and the trace scenarios, with a report");
+  CLI::App* cmd =
+      app.add_subcommand("demo", "Run the seed-bug catalog and the trace scenarios, with a report");
   cmd->add_option("--scenarios", a->scenarios, "Folder holding catalog/ and trace/ (default: ./scenarios)");
   cmd->add_option("--out", a->out, "Report folder (default: out/demo)");
   return [a] { return run_demo(*a); };

@@ -5,18 +5,19 @@
 
 namespace shardcheck::cli {
 
-void print_findings(std::ostream& out, const run::LoadedScenario& s, const std::vector<core::Finding>& findings,
-                    const std::string& policy_flag) {
+void print_findings(std::ostream& out, const run::LoadedScenario& s,
+                    const std::vector<core::Finding>& findings, const std::string& policy_flag) {
   for (const auto& f : findings) {
     out << "[" << core::to_string(f.kind) << "] " << f.explanation << "\n";
-    if (f.occurrences > 1) out << "  (seen " << f.occurrences << " times: on several ranks, steps or schedules)\n";
+    if (f.occurrences > 1)
+      out << "  (seen " << f.occurrences << " times: on several ranks, steps or schedules)\n";
     out << "  reproduce: shardcheck replay " << s.file << " --seed " << f.seed << policy_flag << "\n\n";
   }
 }
 
 void print_verdict(std::ostream& out, const run::LoadedScenario& s, const core::ExpectationResult& r) {
-  out << (r.met ? "ok      " : "FAILED  ") << s.name << ": expected " << core::describe(s.expect) << ", found "
-      << core::kinds_to_string(r.found);
+  out << (r.met ? "ok      " : "FAILED  ") << s.name << ": expected " << core::describe(s.expect)
+      << ", found " << core::kinds_to_string(r.found);
   if (!r.missing.empty()) out << "; missing " << core::kinds_to_string(r.missing);
   if (!r.unexpected.empty()) out << "; unexpected " << core::kinds_to_string(r.unexpected);
   out << "\n";
@@ -29,7 +30,8 @@ void print_determinism(std::ostream& out, const run::LoadedScenario& s, const ru
     return;
   }
   out << "NONDETERMINISTIC  " << s.name << " (" << s.file << "): " << d.mismatch << "\n"
-      << "  the same seed must give the same run: this is an internal error of shardcheck, not a finding in the scenario\n";
+      << "  the same seed must give the same run: this is an internal error of shardcheck, not a finding in "
+         "the scenario\n";
 }
 
 }  // namespace shardcheck::cli

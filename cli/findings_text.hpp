@@ -15,8 +15,8 @@
 namespace shardcheck::cli {
 
 // Prints each finding once: summary, explanation, and `shardcheck replay FILE --seed S`.
-void print_findings(std::ostream& out, const run::LoadedScenario& s, const std::vector<core::Finding>& findings,
-                    const std::string& policy_flag);
+void print_findings(std::ostream& out, const run::LoadedScenario& s,
+                    const std::vector<core::Finding>& findings, const std::string& policy_flag);
 void print_verdict(std::ostream& out, const run::LoadedScenario& s, const core::ExpectationResult& r);
 // "determinism: 20 schedules rerun with the same seeds, every trace digest repeated", or the
 // mismatch, said to be shardcheck's fault rather than the scenario's.

@@ -46,8 +46,8 @@ void print_json(const core::GlobalLayout& l) {
 }
 
 void print_text(const core::GlobalLayout& l) {
-  std::cout << "layout of " << l.num_tensors() << " tensors over " << l.ranks() << " ranks: size "
-            << l.size() << " elements, chunk " << l.chunk() << "\n\n";
+  std::cout << "layout of " << l.num_tensors() << " tensors over " << l.ranks() << " ranks: size " << l.size()
+            << " elements, chunk " << l.chunk() << "\n\n";
   std::printf("%-7s %-14s %10s %10s %8s\n", "tensor", "shape", "offset", "numel", "row");
   for (int i = 0; i < l.num_tensors(); ++i) {
     const auto& t = l.tensor(i);
@@ -69,7 +69,8 @@ void print_text(const core::GlobalLayout& l) {
   }
   std::cout << "\nunused:";
   for (const auto& u : l.unused()) std::cout << " [" << u.begin << ", " << u.end << ")";
-  std::cout << "\ngap elements: " << l.gap_elements() << ", padding elements: " << l.padding_elements() << "\n";
+  std::cout << "\ngap elements: " << l.gap_elements() << ", padding elements: " << l.padding_elements()
+            << "\n";
 }
 
 }  // namespace
@@ -77,13 +78,14 @@ void print_text(const core::GlobalLayout& l) {
 Action add_layout_command(CLI::App& app) {
   auto args = std::make_shared<LayoutArgs>();
   CLI::App* cmd = app.add_subcommand("layout", "Show the global layout of a parameter group's flat buffer");
-  cmd->add_option("--shapes", args->shapes, "Tensor shapes, comma-separated, dims joined by x (5x4,2x6,3)")->required();
+  cmd->add_option("--shapes", args->shapes, "Tensor shapes, comma-separated, dims joined by x (5x4,2x6,3)")
+      ->required();
   cmd->add_option("--ranks", args->ranks, "Number of ranks D sharing the buffer")->required();
   cmd->add_flag("--json", args->json, "Print JSON instead of tables");
   return [args]() -> int {
     if (args->ranks < 1 || args->ranks > core::GlobalLayout::kMaxRanks) {
-      std::cerr << "shardcheck layout: --ranks must be at least 1 and at most " << core::GlobalLayout::kMaxRanks << " (got "
-                << args->ranks << ")\n";
+      std::cerr << "shardcheck layout: --ranks must be at least 1 and at most "
+                << core::GlobalLayout::kMaxRanks << " (got " << args->ranks << ")\n";
       return kBadInput;
     }
     auto shapes = core::parse_shapes(args->shapes);

@@ -6,8 +6,8 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
-#include "run/scenario.hpp"
 #include "core/strategies/training_config.hpp"
+#include "run/scenario.hpp"
 
 namespace shardcheck::cli {
 
@@ -23,11 +23,14 @@ std::string first_sentence(const std::string& text) {
 
 int run_list(const std::string& given) {
   std::string root = given;
-  if (root.empty()) root = std::filesystem::is_directory("scenarios") ? "scenarios" : std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios";
+  if (root.empty())
+    root = std::filesystem::is_directory("scenarios") ? "scenarios"
+                                                      : std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios";
   std::cout << "mutations (seed bugs; switch on with `mutations: [name]` in a training scenario):\n";
   for (int i = 0; i < core::kMutations; ++i) {
     const auto m = static_cast<core::Mutation>(i);
-    std::printf("  %-36s %-13s %s\n", std::string(core::to_string(m)).c_str(), core::mutation_upstream(m), core::mutation_summary(m));
+    std::printf("  %-36s %-13s %s\n", std::string(core::to_string(m)).c_str(), core::mutation_upstream(m),
+                core::mutation_summary(m));
   }
   for (const char* sub : {"catalog", "trace", "training"}) {
     std::vector<std::string> files;
@@ -41,11 +44,12 @@ int run_list(const std::string& given) {
     for (const auto& f : files) {
       auto s = load_scenario(f);
       if (!s) {
-        std::printf("  %-44s (does not load: %s)\n", std::filesystem::path(f).filename().c_str(), s.error().message().c_str());
+        std::printf("  %-44s (does not load: %s)\n", std::filesystem::path(f).filename().c_str(),
+                    s.error().message().c_str());
         continue;
       }
-      std::printf("  %-44s %-9s expects %-28s %s\n", std::filesystem::path(f).filename().c_str(), s->kind.c_str(),
-                  core::describe(s->expect).c_str(), first_sentence(s->description).c_str());
+      std::printf("  %-44s %-9s expects %-28s %s\n", std::filesystem::path(f).filename().c_str(),
+                  s->kind.c_str(), core::describe(s->expect).c_str(), first_sentence(s->description).c_str());
     }
   }
   return kOk;

@@ -3,12 +3,12 @@
 
 #include "cli/commands.hpp"
 #include "cli/findings_text.hpp"
-#include "run/scenario.hpp"
+#include "core/base/atomic_file.hpp"
+#include "reports/chrome_trace.hpp"
 #include "run/gpu_runs.hpp"
 #include "run/interrupt.hpp"
 #include "run/report.hpp"
-#include "core/base/atomic_file.hpp"
-#include "reports/chrome_trace.hpp"
+#include "run/scenario.hpp"
 
 namespace shardcheck::cli {
 
@@ -21,9 +21,13 @@ struct ScheduleArgs {
 };
 
 void add_schedule_options(CLI::App* cmd, ScheduleArgs& a, bool with_runs) {
-  cmd->add_option("--policy", a.policy, "Schedule policy: in_order, random, pct or delay_comm (default: the file's)");
-  cmd->add_option("--seed", a.seed, "First schedule seed (default: the file's)")->check(CLI::NonNegativeNumber);
-  if (with_runs) cmd->add_option("--runs", a.runs, "Schedules to explore (default: the file's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--policy", a.policy,
+                  "Schedule policy: in_order, random, pct or delay_comm (default: the file's)");
+  cmd->add_option("--seed", a.seed, "First schedule seed (default: the file's)")
+      ->check(CLI::NonNegativeNumber);
+  if (with_runs)
+    cmd->add_option("--runs", a.runs, "Schedules to explore (default: the file's)")
+        ->check(CLI::PositiveNumber);
 }
 
 ScheduleOverrides overrides(const ScheduleArgs& a) {
@@ -37,7 +41,8 @@ ScheduleOverrides overrides(const ScheduleArgs& a) {
 std::string policy_flag(const ScheduleArgs& a) { return a.policy.empty() ? "" : " --policy " + a.policy; }
 
 // Loads every file first: bad input anywhere stops everything before anything runs.
-bool load_all(const std::vector<std::string>& files, const ScheduleArgs& a, std::vector<LoadedScenario>& out) {
+bool load_all(const std::vector<std::string>& files, const ScheduleArgs& a,
+              std::vector<LoadedScenario>& out) {
   bool ok = true;
   for (const auto& f : files) {
     auto s = load_scenario(f);
@@ -64,8 +69,8 @@ struct RunArgs {
   GpuArgs gpu;
 };
 
-std::string command_line(const std::string& verb, const std::vector<std::string>& files, const ScheduleArgs& a,
-                         const std::string& extra) {
+std::string command_line(const std::string& verb, const std::vector<std::string>& files,
+                         const ScheduleArgs& a, const std::string& extra) {
   std::string c = "shardcheck " + verb;
   for (const auto& f : files) c += " " + f;
   if (!a.policy.empty()) c += " --policy " + a.policy;
@@ -105,14 +110,16 @@ struct Tally {
 // The closing lines of `run`: stopped early, and the determinism check's sum.
 void print_ending(const Tally& t, size_t total) {
   if (!t.internal_error.empty()) {
-    std::cout << "stopped after " << t.ran << " of " << total << " scenarios by an internal error in " << t.internal_error << "\n";
+    std::cout << "stopped after " << t.ran << " of " << total << " scenarios by an internal error in "
+              << t.internal_error << "\n";
   } else if (interrupted() && t.ran < total) {
     std::cout << interrupt_reason() << ": " << t.ran << " of " << total << " scenarios ran\n";
   }
   if (t.determinism_checked == 0) return;
   if (t.nondeterministic == 0) {
-    std::cout << "determinism: all " << t.digests_matched << " trace digests of " << t.determinism_checked << " scenario"
-              << (t.determinism_checked == 1 ? "" : "s") << " matched on a rerun with the same seeds\n";
+    std::cout << "determinism: all " << t.digests_matched << " trace digests of " << t.determinism_checked
+              << " scenario" << (t.determinism_checked == 1 ? "" : "s")
+              << " matched on a rerun with the same seeds\n";
   } else {
     std::cout << "determinism: " << t.nondeterministic << " of " << t.determinism_checked
               << " scenarios did not repeat (NONDETERMINISTIC above): shardcheck is at fault\n";
@@ -145,7 +152,9 @@ int run_files(const RunArgs& a) {
   if (!load_all(a.files, a.schedule, scenarios)) return kBadInput;
   if (a.gpu.backend != "sim") {
     if (a.check_determinism) {
-      std::cerr << "shardcheck: --check-determinism reruns simulated schedules; it does not apply to --backend " << a.gpu.backend << "\n";
+      std::cerr
+          << "shardcheck: --check-determinism reruns simulated schedules; it does not apply to --backend "
+          << a.gpu.backend << "\n";
       return kBadInput;
     }
     return run_on_gpu(scenarios, a.gpu, a.schedule.runs > 0 ? a.schedule.runs : 1);
@@ -163,10 +172,13 @@ int run_files(const RunArgs& a) {
     print_run(s, c, policy_flag(a.schedule));
     t.add(s, c);
   }
-  std::cout << "\n" << t.ran << " scenario" << (t.ran == 1 ? "" : "s") << ": " << t.ran - t.failed
+  std::cout << "\n"
+            << t.ran << " scenario" << (t.ran == 1 ? "" : "s") << ": " << t.ran - t.failed
             << " met expectations, " << t.failed << " did not\n";
   print_ending(t, scenarios.size());
-  const int code = finish(report, t, ", after " + std::to_string(t.ran) + " of " + std::to_string(scenarios.size()) + " scenarios");
+  const int code =
+      finish(report, t,
+             ", after " + std::to_string(t.ran) + " of " + std::to_string(scenarios.size()) + " scenarios");
   if (!a.report.empty() && !write_report_to(report, a.report)) return kInternalError;
   return code;
 }
@@ -182,11 +194,12 @@ struct ExploreArgs {
 void print_explored(const LoadedScenario& s, const CheckedRun& c, const sim::Options& opt) {
   const sim::ExploreResult& e = c.outcome.explored;
   std::cout << "explored " << e.runs_done << " schedule" << (e.runs_done == 1 ? "" : "s") << " of " << s.name
-            << " (policy " << sim::to_string(opt.policy) << ", seeds " << opt.seed << ".." << opt.seed + e.runs_done - 1
-            << ") in " << c.outcome.seconds << " s" << (c.stopped ? "; " + interrupt_reason() : "") << "\n";
+            << " (policy " << sim::to_string(opt.policy) << ", seeds " << opt.seed << ".."
+            << opt.seed + e.runs_done - 1 << ") in " << c.outcome.seconds << " s"
+            << (c.stopped ? "; " + interrupt_reason() : "") << "\n";
   if (e.first_hit >= 0) {
-    std::cout << "first finding after " << e.first_hit + 1 << " schedule" << (e.first_hit == 0 ? "" : "s") << " (seed "
-              << opt.seed + e.first_hit << ")\n\n";
+    std::cout << "first finding after " << e.first_hit + 1 << " schedule" << (e.first_hit == 0 ? "" : "s")
+              << " (seed " << opt.seed + e.first_hit << ")\n\n";
   } else {
     std::cout << "no findings\n\n";
   }
@@ -201,8 +214,9 @@ int explore_file(const ExploreArgs& a) {
   const sim::Options opt = options_for(s, o).value();
   InterruptScope interrupts;
   const int runs = o.runs.value_or(s.schedule.runs);
-  std::cout << "exploring up to " << runs << " schedule" << (runs == 1 ? "" : "s") << " of " << s.name << " from seed "
-            << opt.seed << (a.all ? "" : ", until the first finding") << std::endl;  // tells a watcher it has begun
+  std::cout << "exploring up to " << runs << " schedule" << (runs == 1 ? "" : "s") << " of " << s.name
+            << " from seed " << opt.seed << (a.all ? "" : ", until the first finding")
+            << std::endl;  // tells a watcher it has begun
   const std::optional<ResultOptions> ro = report_options(a.report);
   CheckedRun c = run_checked(s, o, a.check_determinism, ro);
   print_explored(s, c, opt);
@@ -213,11 +227,13 @@ int explore_file(const ExploreArgs& a) {
   Tally t;
   t.add(s, c);
   reports::Report report;
-  report.command = command_line("explore", {a.file}, a.schedule,
-                                std::string(a.all ? " --all" : "") + (a.check_determinism ? " --check-determinism" : "") +
-                                    (a.report.empty() ? "" : " --report " + a.report));
+  report.command =
+      command_line("explore", {a.file}, a.schedule,
+                   std::string(a.all ? " --all" : "") + (a.check_determinism ? " --check-determinism" : "") +
+                       (a.report.empty() ? "" : " --report " + a.report));
   if (c.result) report.scenarios.push_back(std::move(*c.result));
-  const int code = finish(report, t, ", after " + std::to_string(c.outcome.explored.runs_done) + " schedules");
+  const int code =
+      finish(report, t, ", after " + std::to_string(c.outcome.explored.runs_done) + " schedules");
   if (!a.report.empty() && !write_report_to(report, a.report)) return kInternalError;
   return code;
 }
@@ -234,9 +250,9 @@ int replay_file(const ReplayArgs& a) {
   const LoadedScenario& s = scenarios.front();
   const sim::Options opt = options_for(s, overrides(a.schedule)).value();
   sim::Replay r = sim::replay(s.factory, opt);
-  std::cout << "replayed " << s.name << " with seed " << opt.seed << " (policy " << sim::to_string(opt.policy) << "): "
-            << r.result.steps << " steps, " << r.result.ops_executed << " stream operations, trace digest " << std::hex
-            << r.result.trace_digest << std::dec << "\n\n";
+  std::cout << "replayed " << s.name << " with seed " << opt.seed << " (policy " << sim::to_string(opt.policy)
+            << "): " << r.result.steps << " steps, " << r.result.ops_executed
+            << " stream operations, trace digest " << std::hex << r.result.trace_digest << std::dec << "\n\n";
   print_findings(std::cout, s, r.result.findings, policy_flag(a.schedule));
   if (!a.trace.empty()) {
     r.log.title = s.name + " seed " + std::to_string(opt.seed);
@@ -262,9 +278,11 @@ Action add_run_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Run scenarios on the simulator and check their expectations");
   cmd->add_option("files", a->files, "Scenario files")->required();
   add_schedule_options(cmd, a->schedule, true);
-  cmd->add_option("--report", a->report, "Write a report (Markdown, HTML, JSON, Chrome traces) to this folder");
-  cmd->add_flag("--check-determinism", a->check_determinism,
-                "Rerun every schedule with its seed and require the same trace digest and findings (exit 3 if not)");
+  cmd->add_option("--report", a->report,
+                  "Write a report (Markdown, HTML, JSON, Chrome traces) to this folder");
+  cmd->add_flag(
+      "--check-determinism", a->check_determinism,
+      "Rerun every schedule with its seed and require the same trace digest and findings (exit 3 if not)");
   add_gpu_options(cmd, a->gpu);
   return [a] { return run_files(*a); };
 }
@@ -276,14 +294,17 @@ Action add_explore_command(CLI::App& app) {
   add_schedule_options(cmd, a->schedule, true);
   cmd->add_flag("--all", a->all, "Keep exploring after the first finding");
   cmd->add_flag("--check-determinism", a->check_determinism,
-                "Rerun every schedule explored with its seed and require the same trace digest and findings (exit 3 if not)");
-  cmd->add_option("--report", a->report, "Write a report (Markdown, HTML, JSON, Chrome traces) to this folder");
+                "Rerun every schedule explored with its seed and require the same trace digest and findings "
+                "(exit 3 if not)");
+  cmd->add_option("--report", a->report,
+                  "Write a report (Markdown, HTML, JSON, Chrome traces) to this folder");
   return [a] { return explore_file(*a); };
 }
 
 Action add_replay_command(CLI::App& app) {
   auto a = std::make_shared<ReplayArgs>();
-  CLI::App* cmd = app.add_subcommand("replay", "Replay one schedule of a scenario, optionally writing a Chrome trace");
+  CLI::App* cmd =
+      app.add_subcommand("replay", "Replay one schedule of a scenario, optionally writing a Chrome trace");
   cmd->add_option("file", a->file, "Scenario file")->required();
   add_schedule_options(cmd, a->schedule, false);
   cmd->add_option("--trace", a->trace, "Write the schedule as a Chrome trace (JSON) to this file");

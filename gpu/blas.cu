@@ -97,7 +97,8 @@ struct Blas::Plans {
   std::map<Key, std::unique_ptr<Plan>> plans;
 };
 
-Blas::Blas(size_t initial_scratch_bytes) : plans_(std::make_unique<Plans>()), initial_scratch_bytes_(initial_scratch_bytes) {
+Blas::Blas(size_t initial_scratch_bytes)
+    : plans_(std::make_unique<Plans>()), initial_scratch_bytes_(initial_scratch_bytes) {
   cublasLtHandle_t handle = nullptr;
   SC_CUBLAS_CHECK(cublasLtCreate(&handle));
   handle_ = handle;
@@ -192,22 +193,32 @@ void Blas::gemm(const Operand& a, const Operand& b, const Operand& c, const core
 // with nothing enqueued, when cuBLASLt's heuristic offers no algorithm.
 bool Blas::matmul(const void* a, DType ta, const void* b, DType tb, void* c, DType tc,
                   const core::kernel::Gemm& g, cudaStream_t stream) {
-  const Plans::Key key{g.m, g.n, g.k, g.trans_a, g.trans_b, static_cast<int>(ta), static_cast<int>(tb), static_cast<int>(tc),
-                       alignment_of(a), alignment_of(b), alignment_of(c)};
+  const Plans::Key key{g.m,
+                       g.n,
+                       g.k,
+                       g.trans_a,
+                       g.trans_b,
+                       static_cast<int>(ta),
+                       static_cast<int>(tb),
+                       static_cast<int>(tc),
+                       alignment_of(a),
+                       alignment_of(b),
+                       alignment_of(c)};
   std::unique_ptr<Plan>& slot = plans_->plans[key];
   if (!slot) slot = make_plan(a, ta, b, tb, c, tc, g);
   const Plan& plan = *slot;
   if (!plan.found) return false;
   const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
-  SC_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc.d, &alpha, b, plan.first.d, a, plan.second.d, &beta, c, plan.out.d, c,
-                                 plan.out.d, &plan.algo, resources(stream).workspace, kWorkspaceBytes, stream));
+  SC_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc.d, &alpha, b, plan.first.d, a, plan.second.d, &beta, c,
+                                 plan.out.d, c, plan.out.d, &plan.algo, resources(stream).workspace,
+                                 kWorkspaceBytes, stream));
   return true;
 }
 
 // The descriptors for D = C in place (see the file comment for the transposition), and the
 // heuristic's first algorithm for these operands' alignment; found = false when it has none.
-std::unique_ptr<Blas::Plan> Blas::make_plan(const void* a, DType ta, const void* b, DType tb, void* c, DType tc,
-                                      const core::kernel::Gemm& g) {
+std::unique_ptr<Blas::Plan> Blas::make_plan(const void* a, DType ta, const void* b, DType tb, void* c,
+                                            DType tc, const core::kernel::Gemm& g) {
   auto plan = std::make_unique<Plan>();
   // f32 operands: pedantic fp32 (no TF32, no reduced-precision internals). bf16 operands:
   // fp32 accumulation of exact bf16 products.
@@ -215,8 +226,10 @@ std::unique_ptr<Blas::Plan> Blas::make_plan(const void* a, DType ta, const void*
   SC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc.d, compute, CUDA_R_32F));
   const cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   // our B
   const cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // our A
-  SC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
-  SC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+  SC_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+  SC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                                 sizeof(op_second)));
   // Stored shapes, column-major: B is K x N row-major (N x K col-major), or N x K with trans_b;
   // A is M x K row-major (K x M col-major), or K x M with trans_a; C is N x M col-major.
   make_layout(plan->first, tb, g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k);
@@ -225,7 +238,8 @@ std::unique_ptr<Blas::Plan> Blas::make_plan(const void* a, DType ta, const void*
   Preference pref;
   SC_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.d));
   const size_t ws = kWorkspaceBytes;
-  SC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  SC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                       sizeof(ws)));
   set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, b);
   set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, a);
   set_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c);
@@ -233,8 +247,9 @@ std::unique_ptr<Blas::Plan> Blas::make_plan(const void* a, DType ta, const void*
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   // NOT_SUPPORTED is the heuristic's "nothing fits" (as is found == 0); other errors throw.
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc.d, plan->first.d, plan->second.d, plan->out.d,
-                                                               plan->out.d, pref.d, 1, &result, &found);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc.d, plan->first.d, plan->second.d, plan->out.d,
+                                     plan->out.d, pref.d, 1, &result, &found);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) return plan;
   cublas_check(status, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
   plan->algo = result.algo;

@@ -59,8 +59,8 @@ class Blas {
   bool matmul(const void* a, core::DType ta, const void* b, core::DType tb, void* c, core::DType tc,
               const core::kernel::Gemm& g, cudaStream_t stream);
   struct Plan;
-  std::unique_ptr<Plan> make_plan(const void* a, core::DType ta, const void* b, core::DType tb, void* c, core::DType tc,
-                                         const core::kernel::Gemm& g);
+  std::unique_ptr<Plan> make_plan(const void* a, core::DType ta, const void* b, core::DType tb, void* c,
+                                  core::DType tc, const core::kernel::Gemm& g);
 
   struct Plans;  // cuBLASLt descriptors and the heuristic's algorithm, per distinct call (blas.cu)
   cublasLtContext* handle_ = nullptr;

@@ -4,8 +4,8 @@
 namespace shardcheck::gpu {
 
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
-  throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
-                  cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+  throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + call +
+                  " failed: " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
 }
 
 int device_count() {

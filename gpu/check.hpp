@@ -35,4 +35,5 @@ int device_count();
 }  // namespace shardcheck::gpu
 
 #define SC_CUDA_CHECK(call) ::shardcheck::gpu::cuda_check((call), #call, __FILE__, __LINE__)
-#define SC_CUDA_CHECK_LAST() ::shardcheck::gpu::cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+#define SC_CUDA_CHECK_LAST() \
+  ::shardcheck::gpu::cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)

@@ -77,7 +77,8 @@ __global__ void layernorm_columns_kernel(Operand dy, Operand x, Operand mean, Op
       return __fmul_rn(__fsub_rn(dev::loadf(x, n * hidden + j), dev::loadf(mean, n)), dev::loadf(rstd, n));
     };
     int64_t n = 0;
-    for (; n + dev::kSerialBatch <= rows; n += dev::kSerialBatch) {  // every load first, then the sums in order
+    for (; n + dev::kSerialBatch <= rows;
+         n += dev::kSerialBatch) {  // every load first, then the sums in order
       float xv[dev::kSerialBatch], mv[dev::kSerialBatch], rv[dev::kSerialBatch], d[dev::kSerialBatch];
 #pragma unroll
       for (int b = 0; b < dev::kSerialBatch; ++b) {
@@ -116,7 +117,8 @@ __global__ void layernorm_rows_kernel(Operand dy, Operand x, Operand gamma, Oper
     auto xhat_at = [&](int64_t j) { return __fmul_rn(__fsub_rn(dev::loadf(x, base + j), mu), rs); };
     auto g_at = [&](int64_t j) { return __fmul_rn(dev::loadf(dy, base + j), dev::loadf(gamma, j)); };
     int64_t j = 0;
-    for (; j + dev::kSerialBatch <= hidden; j += dev::kSerialBatch) {  // every load first, then the sums in order
+    for (; j + dev::kSerialBatch <= hidden;
+         j += dev::kSerialBatch) {  // every load first, then the sums in order
       float xv[dev::kSerialBatch], dv[dev::kSerialBatch], gv[dev::kSerialBatch];
 #pragma unroll
       for (int b = 0; b < dev::kSerialBatch; ++b) {
@@ -170,8 +172,8 @@ void launch_layernorm_backward(Operand dy, Operand x, Operand gamma, Operand mea
   check_rows(rows);
   // Columns first: they read dy and x of every row, which the row kernel may overwrite.
   // One thread per column and few columns: small blocks spread them over more SMs.
-  layernorm_columns_kernel<<<dev::grid_for(hidden, kColumnBlock), kColumnBlock, 0, stream>>>(dy, x, mean, rstd, dgamma,
-                                                                              dbeta, rows, hidden);
+  layernorm_columns_kernel<<<dev::grid_for(hidden, kColumnBlock), kColumnBlock, 0, stream>>>(
+      dy, x, mean, rstd, dgamma, dbeta, rows, hidden);
   SC_CUDA_CHECK_LAST();
   if (rows == 0) return;
   layernorm_rows_kernel<<<static_cast<unsigned>(rows), row_block(hidden), 0, stream>>>(dy, x, gamma, mean,

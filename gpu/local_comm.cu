@@ -7,7 +7,9 @@ namespace shardcheck::gpu {
 
 namespace {
 
-__device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+__device__ __forceinline__ float bf16_to_f32(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
 
 // Round to nearest even, NaN kept quiet: the same bits as core::to_bf16.
 __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
@@ -26,7 +28,9 @@ struct Elem<float, float> {
 };
 template <>
 struct Elem<uint16_t, float> {
-  __device__ static float load(const void* p, int64_t i) { return bf16_to_f32(static_cast<const uint16_t*>(p)[i]); }
+  __device__ static float load(const void* p, int64_t i) {
+    return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  }
   __device__ static void store(void* p, int64_t i, float v) { static_cast<uint16_t*>(p)[i] = f32_to_bf16(v); }
 };
 template <>
@@ -48,7 +52,8 @@ __device__ Acc reduce_at(const LocalCollective& c, int64_t index) {
 template <class T, class Acc>
 __global__ void reduce_kernel(const LocalCollective c) {
   const int64_t total = c.kind == LocalCollective::reduce_scatter ? c.out_numel * c.members : c.out_numel;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total; idx += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
     const Acc v = reduce_at<T, Acc>(c, idx);
     if (c.kind == LocalCollective::reduce_scatter) {
       Elem<T, Acc>::store(c.out[idx / c.out_numel], idx % c.out_numel, v);
@@ -61,14 +66,16 @@ __global__ void reduce_kernel(const LocalCollective c) {
 template <class W>
 __global__ void copy_kernel(const LocalCollective c) {
   if (c.kind == LocalCollective::broadcast) {
-    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < c.out_numel; i += int64_t{gridDim.x} * blockDim.x) {
+    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < c.out_numel;
+         i += int64_t{gridDim.x} * blockDim.x) {
       const W v = static_cast<const W*>(c.in[c.root])[i];
       for (int m = 0; m < c.members; ++m) static_cast<W*>(c.out[m])[i] = v;
     }
     return;
   }
   // all_gather: output position idx comes from member idx / in_numel.
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < c.out_numel; idx += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < c.out_numel;
+       idx += int64_t{gridDim.x} * blockDim.x) {
     const W v = static_cast<const W*>(c.in[idx / c.in_numel])[idx % c.in_numel];
     for (int m = 0; m < c.members; ++m) static_cast<W*>(c.out[m])[idx] = v;
   }
@@ -94,20 +101,36 @@ void launch_local_collective(const LocalCollective& c, cudaStream_t stream) {
   const unsigned grid = grid_for(n);
   if (reduction) {
     switch (c.type) {
-      case LocalCollective::f32: reduce_kernel<float, float><<<grid, 256, 0, stream>>>(c); break;
-      case LocalCollective::bf16: reduce_kernel<uint16_t, float><<<grid, 256, 0, stream>>>(c); break;
-      case LocalCollective::f64: reduce_kernel<double, double><<<grid, 256, 0, stream>>>(c); break;
-      default: throw CudaError("device-local reductions take f32, bf16 or f64");
+      case LocalCollective::f32:
+        reduce_kernel<float, float><<<grid, 256, 0, stream>>>(c);
+        break;
+      case LocalCollective::bf16:
+        reduce_kernel<uint16_t, float><<<grid, 256, 0, stream>>>(c);
+        break;
+      case LocalCollective::f64:
+        reduce_kernel<double, double><<<grid, 256, 0, stream>>>(c);
+        break;
+      default:
+        throw CudaError("device-local reductions take f32, bf16 or f64");
     }
   } else {
     switch (c.type) {
-      case LocalCollective::bf16: copy_kernel<uint16_t><<<grid, 256, 0, stream>>>(c); break;
-      case LocalCollective::bytes1: copy_kernel<uint8_t><<<grid, 256, 0, stream>>>(c); break;
+      case LocalCollective::bf16:
+        copy_kernel<uint16_t><<<grid, 256, 0, stream>>>(c);
+        break;
+      case LocalCollective::bytes1:
+        copy_kernel<uint8_t><<<grid, 256, 0, stream>>>(c);
+        break;
       case LocalCollective::f32:
-      case LocalCollective::bytes4: copy_kernel<uint32_t><<<grid, 256, 0, stream>>>(c); break;
+      case LocalCollective::bytes4:
+        copy_kernel<uint32_t><<<grid, 256, 0, stream>>>(c);
+        break;
       case LocalCollective::f64:
-      case LocalCollective::bytes8: copy_kernel<uint64_t><<<grid, 256, 0, stream>>>(c); break;
-      default: throw CudaError("unknown collective element type");
+      case LocalCollective::bytes8:
+        copy_kernel<uint64_t><<<grid, 256, 0, stream>>>(c);
+        break;
+      default:
+        throw CudaError("unknown collective element type");
     }
   }
   SC_CUDA_CHECK_LAST();

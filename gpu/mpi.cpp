@@ -55,7 +55,8 @@ const MpiProcess& mpi_process() {
     check(MPI_Comm_rank(MPI_COMM_WORLD, &m.rank), "MPI_Comm_rank");
     check(MPI_Comm_size(MPI_COMM_WORLD, &m.size), "MPI_Comm_size");
     MPI_Comm host;
-    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m.rank, MPI_INFO_NULL, &host), "MPI_Comm_split_type");
+    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m.rank, MPI_INFO_NULL, &host),
+          "MPI_Comm_split_type");
     check(MPI_Comm_rank(host, &m.local_rank), "MPI_Comm_rank");
     MPI_Comm_free(&host);
 #else
@@ -68,7 +69,8 @@ const MpiProcess& mpi_process() {
 
 #ifdef SHARDCHECK_HAVE_MPI
 void mpi_send(int to, int tag, std::span<const std::byte> bytes) {
-  check(MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, to, tag, MPI_COMM_WORLD), "MPI_Send");
+  check(MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, to, tag, MPI_COMM_WORLD),
+        "MPI_Send");
 }
 
 std::vector<std::byte> mpi_recv(int from, int tag) {
@@ -92,10 +94,13 @@ std::vector<std::vector<std::byte>> mpi_gather(std::span<const std::byte> bytes)
     total += sizes[i];
   }
   std::vector<std::byte> all(static_cast<size_t>(p.rank == 0 ? total : 0));
-  check(MPI_Gatherv(bytes.data(), n, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Gatherv");
+  check(MPI_Gatherv(bytes.data(), n, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, 0,
+                    MPI_COMM_WORLD),
+        "MPI_Gatherv");
   std::vector<std::vector<std::byte>> out;
   if (p.rank != 0) return out;
-  for (int i = 0; i < p.size; ++i) out.emplace_back(all.begin() + offsets[i], all.begin() + offsets[i] + sizes[i]);
+  for (int i = 0; i < p.size; ++i)
+    out.emplace_back(all.begin() + offsets[i], all.begin() + offsets[i] + sizes[i]);
   return out;
 }
 
@@ -112,7 +117,9 @@ void mpi_abort(int code) {
 #else
 void mpi_send(int, int, std::span<const std::byte>) { throw std::logic_error("built without MPI"); }
 std::vector<std::byte> mpi_recv(int, int) { throw std::logic_error("built without MPI"); }
-std::vector<std::vector<std::byte>> mpi_gather(std::span<const std::byte> bytes) { return {{bytes.begin(), bytes.end()}}; }
+std::vector<std::vector<std::byte>> mpi_gather(std::span<const std::byte> bytes) {
+  return {{bytes.begin(), bytes.end()}};
+}
 long long mpi_sum(long long value) { return value; }
 void mpi_abort(int code) { std::_Exit(code); }
 #endif

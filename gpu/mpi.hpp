@@ -16,7 +16,7 @@ namespace shardcheck::gpu {
 struct MpiProcess {
   bool launched = false;  // started by an MPI launcher with more than one process
   int rank = 0, size = 1;
-  int local_rank = 0;     // among the processes on this host: which GPU to take
+  int local_rank = 0;  // among the processes on this host: which GPU to take
 };
 
 bool mpi_built();

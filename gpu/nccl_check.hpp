@@ -13,18 +13,25 @@ namespace shardcheck::gpu {
 
 inline void nccl_check(ncclResult_t r, const char* call, const char* file, int line) {
   if (r != ncclSuccess) {
-    throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " + ncclGetErrorString(r));
+    throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + call +
+                    " failed: " + ncclGetErrorString(r));
   }
 }
 
 inline ncclDataType_t nccl_type(core::DType t) {
   switch (t) {
-    case core::DType::f32: return ncclFloat32;
-    case core::DType::bf16: return ncclBfloat16;
-    case core::DType::f64: return ncclFloat64;
-    case core::DType::i32: return ncclInt32;
-    case core::DType::i64: return ncclInt64;
-    case core::DType::u8: return ncclUint8;
+    case core::DType::f32:
+      return ncclFloat32;
+    case core::DType::bf16:
+      return ncclBfloat16;
+    case core::DType::f64:
+      return ncclFloat64;
+    case core::DType::i32:
+      return ncclInt32;
+    case core::DType::i64:
+      return ncclInt64;
+    case core::DType::u8:
+      return ncclUint8;
   }
   return ncclUint8;
 }

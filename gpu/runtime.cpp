@@ -24,7 +24,8 @@ class RankMemory final : public DeviceMemory {
     }
     const Buffer& b = r_.buffers[t.buffer];
     if (t.byte_offset() < 0 || t.byte_offset() + t.bytes() > b.bytes) {
-      throw InternalError("GPU rank " + std::to_string(r_.rank) + ": access past the end of '" + b.name + "'");
+      throw InternalError("GPU rank " + std::to_string(r_.rank) + ": access past the end of '" + b.name +
+                          "'");
     }
     return static_cast<std::byte*>(b.ptr) + t.byte_offset();
   }
@@ -65,9 +66,13 @@ class GpuRuntime final : public core::Runtime {
     r_.groups.push_back(w_.group_index(r_.rank, name, members));
     return static_cast<core::GroupId>(r_.groups.size() - 1);
   }
-  std::span<const int> group_members(core::GroupId g) const override { return w_.groups.at(r_.groups.at(g)).members; }
+  std::span<const int> group_members(core::GroupId g) const override {
+    return w_.groups.at(r_.groups.at(g)).members;
+  }
 
-  bool host_may_continue() override { return r_.waits.empty() && r_.rendezvous_group < 0 && r_.rendezvous_pair < 0; }
+  bool host_may_continue() override {
+    return r_.waits.empty() && r_.rendezvous_group < 0 && r_.rendezvous_pair < 0;
+  }
   void park(std::coroutine_handle<> h) override {
     r_.parked = h;
     r_.status = RankState::Status::parked;
@@ -119,9 +124,12 @@ class GpuRuntime final : public core::Runtime {
   }
   void do_record_stream(core::BufferId id, core::StreamId s) override {
     Buffer& b = live(id, "record_stream");
-    if (s != b.stream && std::find(b.recorded.begin(), b.recorded.end(), s) == b.recorded.end()) b.recorded.push_back(s);
+    if (s != b.stream && std::find(b.recorded.begin(), b.recorded.end(), s) == b.recorded.end())
+      b.recorded.push_back(s);
   }
-  void do_record(core::EventId e, core::StreamId s) override { SC_CUDA_CHECK(cudaEventRecord(r_.events.at(e), cuda(s))); }
+  void do_record(core::EventId e, core::StreamId s) override {
+    SC_CUDA_CHECK(cudaEventRecord(r_.events.at(e), cuda(s)));
+  }
   void do_wait_event(core::StreamId s, core::EventId e) override {
     SC_CUDA_CHECK(cudaStreamWaitEvent(cuda(s), r_.events.at(e), 0));
   }
@@ -204,9 +212,11 @@ class GpuRuntime final : public core::Runtime {
 void GpuRuntime::do_collective(core::CollectiveCall call) {
   const int gi = r_.groups.at(call.group);
   Group& g = w_.groups[gi];
-  if (std::string e = core::check_collective_shape(call, static_cast<int>(g.members.size())); !e.empty()) throw InternalError(e);
+  if (std::string e = core::check_collective_shape(call, static_cast<int>(g.members.size())); !e.empty())
+    throw InternalError(e);
   if (w_.options.record_collectives) {
-    r_.collectives.push_back({call.kind, call.input.dtype, call.reduce, call.input.numel, call.output.numel, static_cast<int>(g.members.size()), g.name});
+    r_.collectives.push_back({call.kind, call.input.dtype, call.reduce, call.input.numel, call.output.numel,
+                              static_cast<int>(g.members.size()), g.name});
   }
   if (w_.options.skip_communication) return;
   const cudaStream_t s = cuda(call.stream);
@@ -221,10 +231,18 @@ void GpuRuntime::do_collective(core::CollectiveCall call) {
     void* in = mem.ptr(call.input);
     void* out = mem.ptr(call.output);
     switch (call.kind) {
-      case core::CollectiveKind::all_gather: SC_NCCL_CHECK(ncclAllGather(in, out, call.input.numel, t, comm, s)); break;
-      case core::CollectiveKind::reduce_scatter: SC_NCCL_CHECK(ncclReduceScatter(in, out, call.output.numel, t, op, comm, s)); break;
-      case core::CollectiveKind::all_reduce: SC_NCCL_CHECK(ncclAllReduce(in, out, call.output.numel, t, op, comm, s)); break;
-      case core::CollectiveKind::broadcast: SC_NCCL_CHECK(ncclBroadcast(in, out, call.output.numel, t, call.root, comm, s)); break;
+      case core::CollectiveKind::all_gather:
+        SC_NCCL_CHECK(ncclAllGather(in, out, call.input.numel, t, comm, s));
+        break;
+      case core::CollectiveKind::reduce_scatter:
+        SC_NCCL_CHECK(ncclReduceScatter(in, out, call.output.numel, t, op, comm, s));
+        break;
+      case core::CollectiveKind::all_reduce:
+        SC_NCCL_CHECK(ncclAllReduce(in, out, call.output.numel, t, op, comm, s));
+        break;
+      case core::CollectiveKind::broadcast:
+        SC_NCCL_CHECK(ncclBroadcast(in, out, call.output.numel, t, call.root, comm, s));
+        break;
     }
     return;
   }
@@ -240,14 +258,18 @@ void GpuRuntime::do_collective(core::CollectiveCall call) {
 }
 
 void GpuRuntime::p2p(core::P2PCall call, bool send) {
-  if (call.peer < 0 || call.peer >= world_size() || call.peer == r_.rank) throw InternalError("p2p with an invalid peer");
+  if (call.peer < 0 || call.peer >= world_size() || call.peer == r_.rank)
+    throw InternalError("p2p with an invalid peer");
   if (w_.options.skip_communication) return;
   const cudaStream_t s = cuda(call.stream);
   amplify(call.stream, false, [&] { return core::op_name(call, send); });
-  const auto key = send ? std::tuple{r_.rank, call.peer, call.channel} : std::tuple{call.peer, r_.rank, call.channel};
+  const auto key =
+      send ? std::tuple{r_.rank, call.peer, call.channel} : std::tuple{call.peer, r_.rank, call.channel};
   if (w_.options.comm == CommMode::nccl) {
     RankMemory mem(r_);
-    const int gi = w_.group_index(r_.rank, "p2p:" + call.channel, send ? std::vector<int>{r_.rank, call.peer} : std::vector<int>{call.peer, r_.rank});
+    const int gi =
+        w_.group_index(r_.rank, "p2p:" + call.channel,
+                       send ? std::vector<int>{r_.rank, call.peer} : std::vector<int>{call.peer, r_.rank});
     Group& g = w_.groups[gi];
     const int mi = send ? 0 : 1;
     if (send) {
@@ -267,7 +289,9 @@ void GpuRuntime::p2p(core::P2PCall call, bool send) {
   RankMemory mem(r_);
   const size_t bytes = static_cast<size_t>(call.buffer.bytes());
   if (send && !t.recv) {  // eager: stage the data in this stream's order and go on
-    if (!r_.staging) r_.staging = std::make_unique<DeviceAllocator>(AllocMode::caching, core::PoolReuse::best_fit, w_.options.device_bytes_per_rank);
+    if (!r_.staging)
+      r_.staging = std::make_unique<DeviceAllocator>(AllocMode::caching, core::PoolReuse::best_fit,
+                                                     w_.options.device_bytes_per_rank);
     t.staging = r_.staging->allocate(std::max<int64_t>(call.buffer.bytes(), 1), call.stream, s);
     SC_CUDA_CHECK(cudaMemcpyAsync(t.staging, mem.ptr(call.buffer), bytes, cudaMemcpyDeviceToDevice, s));
     SC_CUDA_CHECK(cudaEventRecord(a.ready, s));
@@ -299,6 +323,8 @@ void GpuRuntime::p2p(core::P2PCall call, bool send) {
   }
 }
 
-std::unique_ptr<core::Runtime> make_runtime(GpuWorld::Impl& w, RankState& r) { return std::make_unique<GpuRuntime>(w, r); }
+std::unique_ptr<core::Runtime> make_runtime(GpuWorld::Impl& w, RankState& r) {
+  return std::make_unique<GpuRuntime>(w, r);
+}
 
 }  // namespace shardcheck::gpu

@@ -9,7 +9,8 @@
 // device-local mode until every member has issued a collective); the driver resumes it when
 // the CUDA events it waits on complete.
 //   GpuWorld world({.ranks = 4});
-//   GpuRunResult r = world.run([&](core::Runtime& rt) { return core::train_rank(rt, setup, &judge, &out[rt.rank()]); });
+//   GpuRunResult r = world.run([&](core::Runtime& rt) { return core::train_rank(rt, setup, &judge,
+//   &out[rt.rank()]); });
 #pragma once
 
 #include <functional>
@@ -99,8 +100,8 @@ struct GpuRunResult {
   bool completed = false;
   std::string error;
   bool program_fault = false;  // the error is the program's (see ProgramFault), not the backend's
-  double seconds = 0;  // wall time of the run, device work included
-  int64_t delays = 0;  // spins --amplify launched, over all ranks
+  double seconds = 0;          // wall time of the run, device work included
+  int64_t delays = 0;          // spins --amplify launched, over all ranks
 };
 
 class GpuWorld {

@@ -39,7 +39,7 @@ struct RankState {
   std::unique_ptr<DeviceAllocator> allocator;
   std::unique_ptr<DeviceAllocator> staging;  // eager p2p sends: apart from the program's pool
   std::unique_ptr<Blas> blas;
-  std::vector<int> groups;  // GroupId -> world group index
+  std::vector<int> groups;        // GroupId -> world group index
   cudaEvent_t scratch = nullptr;  // for wait_stream: a wait captures the record, so one suffices
   std::vector<cudaEvent_t> idle_sync_events, all_sync_events;
   std::deque<std::pair<cudaEvent_t, std::vector<std::byte>>> uploads;  // host data kept until copied
@@ -49,7 +49,7 @@ struct RankState {
   enum class Status : uint8_t { not_started, running, parked, done } status = Status::not_started;
   // The host resumes when all have completed; `true` marks events of our own pool.
   std::vector<std::pair<cudaEvent_t, bool>> waits;
-  int rendezvous_group = -1;       // device-local: waiting for peers to issue a collective
+  int rendezvous_group = -1;  // device-local: waiting for peers to issue a collective
   int64_t rendezvous_instance = -1;
   std::tuple<int, int, std::string> rendezvous_channel{-1, -1, ""};  // ... or a p2p partner
   int64_t rendezvous_pair = -1;
@@ -112,7 +112,8 @@ struct GpuWorld::Impl {
   std::map<std::string, ncclUniqueId> received_ids;  // MPI: ids that came before their group was asked for
   std::deque<Group> groups;  // a deque: references stay valid while rank threads add groups
   std::map<std::tuple<int, int, std::string>, std::vector<Transfer>> channels;
-  std::map<std::tuple<int, int, std::string>, std::pair<int64_t, int64_t>> channel_counts;  // sends, recvs issued
+  std::map<std::tuple<int, int, std::string>, std::pair<int64_t, int64_t>>
+      channel_counts;                                           // sends, recvs issued
   std::map<std::tuple<int, int, std::string>, int> nccl_pairs;  // channel -> group index (NCCL mode)
   std::mutex mu;  // NCCL mode: group and communicator set-up across rank threads
   std::condition_variable cv;

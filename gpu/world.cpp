@@ -21,12 +21,18 @@ namespace {
 
 LocalCollective::Type local_type(core::DType t) {
   switch (t) {
-    case core::DType::f32: return LocalCollective::f32;
-    case core::DType::bf16: return LocalCollective::bf16;
-    case core::DType::f64: return LocalCollective::f64;
-    case core::DType::i32: return LocalCollective::bytes4;
-    case core::DType::i64: return LocalCollective::bytes8;
-    case core::DType::u8: return LocalCollective::bytes1;
+    case core::DType::f32:
+      return LocalCollective::f32;
+    case core::DType::bf16:
+      return LocalCollective::bf16;
+    case core::DType::f64:
+      return LocalCollective::f64;
+    case core::DType::i32:
+      return LocalCollective::bytes4;
+    case core::DType::i64:
+      return LocalCollective::bytes8;
+    case core::DType::u8:
+      return LocalCollective::bytes1;
   }
   return LocalCollective::bytes1;
 }
@@ -44,7 +50,8 @@ int usable_devices() { return device_count(); }
 int GpuWorld::Impl::group_index(int rank, std::string_view name, std::span<const int> members) {
   std::unique_lock<std::mutex> lock(mu);
   std::vector<int> m(members.begin(), members.end());
-  if (std::find(m.begin(), m.end(), rank) == m.end()) throw InternalError("group '" + std::string(name) + "' does not contain rank " + std::to_string(rank));
+  if (std::find(m.begin(), m.end(), rank) == m.end())
+    throw InternalError("group '" + std::string(name) + "' does not contain rank " + std::to_string(rank));
   int gi = -1;
   for (size_t i = 0; i < groups.size(); ++i) {
     if (groups[i].name == name && groups[i].members == m) gi = static_cast<int>(i);
@@ -83,7 +90,8 @@ int GpuWorld::Impl::group_index(int rank, std::string_view name, std::span<const
         if (msg.size() < sizeof(ncclUniqueId)) throw InternalError("a malformed NCCL id message");
         ncclUniqueId id;
         std::memcpy(&id, msg.data(), sizeof id);
-        received_ids[std::string(reinterpret_cast<const char*>(msg.data()) + sizeof id, msg.size() - sizeof id)] = id;
+        received_ids[std::string(reinterpret_cast<const char*>(msg.data()) + sizeof id,
+                                 msg.size() - sizeof id)] = id;
       }
       g.id = received_ids[key];
       received_ids.erase(key);
@@ -123,8 +131,10 @@ void GpuWorld::Impl::launch_collective(Group& g, int64_t k) {
   if (lc.members > kMaxLocalMembers) throw InternalError("device-local collectives take at most 64 members");
   for (int m = 0; m < lc.members; ++m) {
     const Arrival& a = *inst.members[m];
-    if (a.call.input.numel != c0.input.numel || a.call.output.numel != c0.output.numel || a.call.kind != c0.kind) {
-      throw ProgramFault("collective #" + std::to_string(k) + " of group '" + g.name + "' differs across ranks (run it on the simulator to see how)");
+    if (a.call.input.numel != c0.input.numel || a.call.output.numel != c0.output.numel ||
+        a.call.kind != c0.kind) {
+      throw ProgramFault("collective #" + std::to_string(k) + " of group '" + g.name +
+                         "' differs across ranks (run it on the simulator to see how)");
     }
     RankState& r = *ranks[a.rank];
     lc.in[m] = device_ptr(r, a.call.input);
@@ -141,7 +151,8 @@ void GpuWorld::Impl::launch_collective(Group& g, int64_t k) {
     const Arrival& a = *inst.members[m];
     SC_CUDA_CHECK(cudaStreamWaitEvent(ranks[a.rank]->streams.at(a.stream).second, g.done, 0));
   }
-  for (int m = 0; m < lc.members; ++m) ranks[inst.members[m]->rank]->idle_sync_events.push_back(inst.members[m]->ready);
+  for (int m = 0; m < lc.members; ++m)
+    ranks[inst.members[m]->rank]->idle_sync_events.push_back(inst.members[m]->ready);
   g.instances.erase(k);
 }
 
@@ -150,10 +161,12 @@ void GpuWorld::Impl::launch_transfer(std::tuple<int, int, std::string> key, int6
   RankState& from = *ranks[t.send->rank];
   RankState& to = *ranks[t.recv->rank];
   const core::TensorRef src = t.send->call.input, dst = t.recv->call.input;
-  if (src.bytes() != dst.bytes()) throw ProgramFault("a p2p transfer's send and recv differ in size (run it on the simulator)");
+  if (src.bytes() != dst.bytes())
+    throw ProgramFault("a p2p transfer's send and recv differ in size (run it on the simulator)");
   const cudaStream_t rs = to.streams.at(t.recv->stream).second, ss = from.streams.at(t.send->stream).second;
   SC_CUDA_CHECK(cudaStreamWaitEvent(rs, t.send->ready, 0));
-  SC_CUDA_CHECK(cudaMemcpyAsync(device_ptr(to, dst), device_ptr(from, src), static_cast<size_t>(src.bytes()), cudaMemcpyDeviceToDevice, rs));
+  SC_CUDA_CHECK(cudaMemcpyAsync(device_ptr(to, dst), device_ptr(from, src), static_cast<size_t>(src.bytes()),
+                                cudaMemcpyDeviceToDevice, rs));
   SC_CUDA_CHECK(cudaEventRecord(t.recv->ready, rs));
   SC_CUDA_CHECK(cudaStreamWaitEvent(ss, t.recv->ready, 0));  // rendezvous: the sender waits too
   from.idle_sync_events.push_back(t.send->ready);
@@ -190,7 +203,8 @@ std::string GpuWorld::Impl::describe_waits() const {
     if (r->status == RankState::Status::done) continue;
     s += "\n  rank " + std::to_string(r->rank) + ": ";
     if (r->rendezvous_group >= 0) {
-      s += "collective #" + std::to_string(r->rendezvous_instance) + " of group '" + groups[r->rendezvous_group].name + "'";
+      s += "collective #" + std::to_string(r->rendezvous_instance) + " of group '" +
+           groups[r->rendezvous_group].name + "'";
     } else if (r->rendezvous_pair >= 0) {
       s += "a p2p transfer on channel '" + std::get<2>(r->rendezvous_channel) + "'";
     } else {
@@ -206,12 +220,15 @@ GpuWorld::GpuWorld(GpuOptions options) : impl_(std::make_unique<Impl>()) {
   const int devices = device_count();
   if (devices == 0) throw CudaError("no CUDA device: the gpu backend needs one (the simulator needs none)");
   const bool process = options.process_rank >= 0;
-  if (process && (options.comm != CommMode::nccl || options.process_rank >= options.ranks || options.process_device >= devices)) {
+  if (process && (options.comm != CommMode::nccl || options.process_rank >= options.ranks ||
+                  options.process_device >= devices)) {
     throw InternalError("an MPI launch runs NCCL, one rank per process and GPU");
   }
   if (!process && options.comm == CommMode::nccl && options.ranks > devices) {
-    throw CudaError("NCCL mode runs one rank per GPU: " + std::to_string(options.ranks) + " ranks but " + std::to_string(devices) +
-                    " GPUs (use the device-local communicator for several ranks on one GPU, or an MPI launch over several hosts)");
+    throw CudaError("NCCL mode runs one rank per GPU: " + std::to_string(options.ranks) + " ranks but " +
+                    std::to_string(devices) +
+                    " GPUs (use the device-local communicator for several ranks on one GPU, or an MPI launch "
+                    "over several hosts)");
   }
   for (int r = 0; r < options.ranks; ++r) {
     if (process && r != options.process_rank) continue;
@@ -219,7 +236,8 @@ GpuWorld::GpuWorld(GpuOptions options) : impl_(std::make_unique<Impl>()) {
     st->rank = r;
     st->device = process ? options.process_device : options.comm == CommMode::nccl ? r : 0;
     SC_CUDA_CHECK(cudaSetDevice(st->device));
-    st->allocator = std::make_unique<DeviceAllocator>(options.alloc, options.reuse, options.device_bytes_per_rank);
+    st->allocator =
+        std::make_unique<DeviceAllocator>(options.alloc, options.reuse, options.device_bytes_per_rank);
     st->blas = std::make_unique<Blas>();
     SC_CUDA_CHECK(cudaEventCreateWithFlags(&st->scratch, cudaEventDisableTiming));
     impl_->ranks.push_back(std::move(st));
@@ -286,7 +304,8 @@ KernelProfile GpuWorld::kernel_profile() {
     for (const auto& s : r->kernel_samples) {
       float ms = 0;
       SC_CUDA_CHECK(cudaEventElapsedTime(&ms, s.start, s.stop));
-      auto k = std::find_if(p.kernels.begin(), p.kernels.end(), [&](const KernelProfile::Kernel& x) { return x.name == s.name; });
+      auto k = std::find_if(p.kernels.begin(), p.kernels.end(),
+                            [&](const KernelProfile::Kernel& x) { return x.name == s.name; });
       if (k == p.kernels.end()) k = p.kernels.insert(p.kernels.end(), KernelProfile::Kernel{s.name, 0, 0, 0});
       k->launches++;
       k->milliseconds += ms;
@@ -297,11 +316,13 @@ KernelProfile GpuWorld::kernel_profile() {
         p.gemm_flops += 2.0 * static_cast<double>(g.m) * g.n * g.k;
         ++p.gemm_launches;
         auto same = [&](const KernelProfile::Shape& x) {
-          return x.gemm.m == g.m && x.gemm.n == g.n && x.gemm.k == g.k && x.gemm.trans_a == g.trans_a && x.gemm.trans_b == g.trans_b &&
-                 x.gemm.beta == g.beta && x.a == s.a && x.b == s.b && x.c == s.c;
+          return x.gemm.m == g.m && x.gemm.n == g.n && x.gemm.k == g.k && x.gemm.trans_a == g.trans_a &&
+                 x.gemm.trans_b == g.trans_b && x.gemm.beta == g.beta && x.a == s.a && x.b == s.b &&
+                 x.c == s.c;
         };
         auto it = std::find_if(p.shapes.begin(), p.shapes.end(), same);
-        if (it == p.shapes.end()) it = p.shapes.insert(p.shapes.end(), KernelProfile::Shape{g, s.a, s.b, s.c, 0, 0});
+        if (it == p.shapes.end())
+          it = p.shapes.insert(p.shapes.end(), KernelProfile::Shape{g, s.a, s.b, s.c, 0, 0});
         it->launches++;
         it->milliseconds += ms;
       }
@@ -310,11 +331,14 @@ KernelProfile GpuWorld::kernel_profile() {
     }
     r->kernel_samples.clear();
   }
-  std::sort(p.kernels.begin(), p.kernels.end(), [](const auto& a, const auto& b) { return a.milliseconds > b.milliseconds; });
+  std::sort(p.kernels.begin(), p.kernels.end(),
+            [](const auto& a, const auto& b) { return a.milliseconds > b.milliseconds; });
   return p;
 }
 
-const std::vector<CollectiveSample>& GpuWorld::collectives(int rank) const { return impl_->rank_state(rank).collectives; }
+const std::vector<CollectiveSample>& GpuWorld::collectives(int rank) const {
+  return impl_->rank_state(rank).collectives;
+}
 
 namespace {
 
@@ -350,7 +374,8 @@ void drive_local(GpuWorld::Impl& w) {
     for (auto& r : w.ranks) {
       if (r->status == RankState::Status::done) continue;
       all_done = false;
-      if (r->status == RankState::Status::not_started || (r->status == RankState::Status::parked && w.ready(*r))) {
+      if (r->status == RankState::Status::not_started ||
+          (r->status == RankState::Status::parked && w.ready(*r))) {
         step(*r);
         progressed = true;
       }
@@ -360,11 +385,14 @@ void drive_local(GpuWorld::Impl& w) {
     if (progressed) continue;
     cudaEvent_t pending = nullptr;
     for (auto& r : w.ranks) {
-      if (r->status == RankState::Status::parked && r->rendezvous_group < 0 && r->rendezvous_pair < 0 && !r->waits.empty()) {
+      if (r->status == RankState::Status::parked && r->rendezvous_group < 0 && r->rendezvous_pair < 0 &&
+          !r->waits.empty()) {
         pending = r->waits.back().first;
       }
     }
-    if (!pending) throw ProgramFault("deadlock on the GPU: every rank waits for a peer that will not come:" + w.describe_waits());
+    if (!pending)
+      throw ProgramFault("deadlock on the GPU: every rank waits for a peer that will not come:" +
+                         w.describe_waits());
     SC_CUDA_CHECK(cudaEventSynchronize(pending));
   }
 }

@@ -112,7 +112,7 @@ struct RunRecord final : run::TrainingRecorder {
   bool& recorded;
   std::vector<std::unique_ptr<RecordingRuntime>> runtimes;
   std::vector<CollectiveLog> collectives;
-  std::map<std::string, std::vector<int>> groups;  // "name [members]" -> members
+  std::map<std::string, std::vector<int>> groups;               // "name [members]" -> members
   std::vector<std::vector<int64_t>> resting_bytes;              // per rank, per step
   std::map<std::pair<int, int>, std::vector<GradPiece>> grads;  // (step, rank)
   std::unique_ptr<CaseObserver> case_observer;
@@ -233,8 +233,9 @@ TrainingOutcome run_training_case(const TrainingCase& c, const RunNeeds& needs) 
     if (needs.oracle && !ref) ref = &own.emplace(reference_for(c));
     bool recorded = false;
     std::shared_ptr<const core::TrainingSetup> shared(std::shared_ptr<void>{}, &setup);  // non-owning
-    const sim::Factory factory =
-        run::training_factory(shared, [ref] { return ref; }, [&setup, &out, &recorded](sim::World& w) {
+    const sim::Factory factory = run::training_factory(
+        shared, [ref] { return ref; },
+        [&setup, &out, &recorded](sim::World& w) {
           return std::make_shared<RunRecord>(w, setup, out, recorded);
         });
     sim::ExploreOptions eo;

@@ -8,8 +8,8 @@
 #include <map>
 #include <numeric>
 
-#include "core/strategies/param_groups.hpp"
 #include "core/layout/redistribute.hpp"
+#include "core/strategies/param_groups.hpp"
 #include "properties/checks.hpp"
 #include "sim/world.hpp"
 

@@ -2,8 +2,8 @@
 // run), so the property compares the simulator's live bytes against an independent account.
 #include "properties/memory.hpp"
 
-#include "core/strategies/distopt_engine.hpp"
 #include "core/model/model.hpp"
+#include "core/strategies/distopt_engine.hpp"
 #include "core/strategies/param_groups.hpp"
 
 namespace shardcheck::properties {

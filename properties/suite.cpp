@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <ostream>
 
-#include "run/scenario_run.hpp"
 #include "core/base/atomic_file.hpp"
 #include "core/base/rng.hpp"
+#include "run/scenario_run.hpp"
 
 namespace shardcheck::properties {
 

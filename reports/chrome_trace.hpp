@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/check/findings.hpp"
 #include "core/base/trace_log.hpp"
+#include "core/check/findings.hpp"
 
 namespace shardcheck::reports {
 

@@ -134,7 +134,8 @@ std::string stopped_text(const ScenarioResult& s) {
 }
 
 std::string determinism_text(const DeterminismData& d) {
-  const std::string rerun = std::to_string(d.runs) + (d.runs == 1 ? " schedule" : " schedules") + " rerun with the same seeds";
+  const std::string rerun =
+      std::to_string(d.runs) + (d.runs == 1 ? " schedule" : " schedules") + " rerun with the same seeds";
   if (d.matched) return rerun + ": every trace digest and finding repeated";
   return rerun + ": " + d.mismatch + ". shardcheck itself is at fault: a seed must repeat exactly";
 }

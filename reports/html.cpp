@@ -132,8 +132,9 @@ string scenario_html(const ScenarioResult& s, size_t i, const std::vector<string
   if (!s.error.empty()) out += "<pre class=\"error\">Internal error: " + html_escape(s.error) + "</pre>";
   if (!s.complete) out += "<p class=\"stopped\">Stopped early: " + html_escape(stopped_text(s)) + "</p>";
   if (s.determinism) {
-    out += string("<p class=\"determinism\" data-matched=\"") + (s.determinism->matched ? "true" : "false") + "\">" +
-           (s.determinism->matched ? "Determinism: " : "Nondeterministic: ") + html_escape(determinism_text(*s.determinism)) + "</p>";
+    out += string("<p class=\"determinism\" data-matched=\"") + (s.determinism->matched ? "true" : "false") +
+           "\">" + (s.determinism->matched ? "Determinism: " : "Nondeterministic: ") +
+           html_escape(determinism_text(*s.determinism)) + "</p>";
   }
   for (size_t f = 0; f < s.findings.size(); ++f)
     out += finding_html(s, f, i, f < traces.size() ? traces[f] : "");

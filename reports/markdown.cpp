@@ -79,7 +79,9 @@ void scenario_section(std::ostringstream& out, const ScenarioResult& s,
       << " in " << seconds_text(s.seconds) << ".\n\n";
   if (!s.error.empty()) out << "**Internal error:** " << md_text(s.error) << "\n\n";
   if (!s.complete) out << "**Stopped early:** " << md_text(stopped_text(s)) << "\n\n";
-  if (s.determinism) out << (s.determinism->matched ? "Determinism: " : "**Nondeterministic:** ") << md_text(determinism_text(*s.determinism)) << "\n\n";
+  if (s.determinism)
+    out << (s.determinism->matched ? "Determinism: " : "**Nondeterministic:** ")
+        << md_text(determinism_text(*s.determinism)) << "\n\n";
   for (size_t i = 0; i < s.findings.size(); ++i)
     finding_section(out, s, i, i < traces.size() ? traces[i] : "");
   if (s.compare) compare_section(out, *s.compare);

@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/check/findings.hpp"
 #include "core/base/trace_log.hpp"
+#include "core/check/findings.hpp"
 #include "reports/report_model.hpp"
 
 namespace shardcheck::reports {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/check/findings.hpp"
 #include "core/base/trace_log.hpp"
+#include "core/check/findings.hpp"
 
 namespace shardcheck::reports {
 
@@ -25,9 +25,9 @@ struct CompareData {
   std::vector<LossSeries> series;
   double max_abs_diff = 0;
   double max_rel_diff = 0;
-  bool bitwise_equal = false;       // weights bitwise equal after the last step
-  std::string first_divergent;      // "step 2, tensor layers.1.fc1.weight, element 17" or empty
-  double achievable_loss = -1;      // the data's entropy rate in nats, when known (< 0: unknown)
+  bool bitwise_equal = false;   // weights bitwise equal after the last step
+  std::string first_divergent;  // "step 2, tensor layers.1.fc1.weight, element 17" or empty
+  double achievable_loss = -1;  // the data's entropy rate in nats, when known (< 0: unknown)
 };
 
 // The determinism check of a scenario: its schedules rerun with the same seeds.
@@ -45,26 +45,26 @@ struct ScenarioResult {
   std::string expected;     // core::describe(expect): "stream_race", "clean", ...
   std::vector<core::FindingKind> found;
   bool met = false;
-  int schedules = 0;        // schedules explored
+  int schedules = 0;          // schedules explored
   uint64_t trace_digest = 0;  // sim::combined_digest of the schedules' trace digests (0 when none ran)
-  double seconds = 0;       // wall time of this scenario
+  double seconds = 0;         // wall time of this scenario
   std::vector<core::Finding> findings;
   // Parallel to `findings`: the timeline of the run that first found each one (may be empty).
   std::vector<core::TraceLog> finding_traces;
   std::optional<CompareData> compare;
-  std::string error;        // an internal error, if one happened
-  std::string policy;       // schedule policy used, for the reproducer line
-  bool complete = true;     // false when a signal or an internal error cut its exploration short
+  std::string error;     // an internal error, if one happened
+  std::string policy;    // schedule policy used, for the reproducer line
+  bool complete = true;  // false when a signal or an internal error cut its exploration short
   std::optional<DeterminismData> determinism;  // set when the check ran
 };
 
 struct Report {
   static constexpr int kSchemaVersion = 1;
   std::string title = "shardcheck report";
-  std::string command;      // the command line that produced it
-  bool complete = true;     // false when the run was interrupted or hit an internal error
+  std::string command;   // the command line that produced it
+  bool complete = true;  // false when the run was interrupted or hit an internal error
   std::string incomplete_reason;
-  std::string stopped;      // why it is incomplete, as a stable name: kInterrupted or kInternalError
+  std::string stopped;  // why it is incomplete, as a stable name: kInterrupted or kInternalError
   static constexpr const char* kInterrupted = "interrupted";
   static constexpr const char* kInternalError = "internal_error";
   std::vector<ScenarioResult> scenarios;

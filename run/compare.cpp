@@ -15,12 +15,14 @@ namespace {
 
 std::string describe_element(const core::ModelLayout& m, int logical, int64_t e) {
   const core::Shape& s = m.logical_shape(logical);
-  if (s.size() == 2) return m.logical_name(logical) + "[" + std::to_string(e / s[1]) + ", " + std::to_string(e % s[1]) + "]";
+  if (s.size() == 2)
+    return m.logical_name(logical) + "[" + std::to_string(e / s[1]) + ", " + std::to_string(e % s[1]) + "]";
   return m.logical_name(logical) + "[" + std::to_string(e) + "]";
 }
 
 // The first (step, parameter, element) whose bits differ.
-std::string first_difference(const core::ModelLayout& m, const std::vector<std::vector<std::vector<float>>>& a,
+std::string first_difference(const core::ModelLayout& m,
+                             const std::vector<std::vector<std::vector<float>>>& a,
                              const std::vector<std::vector<std::vector<float>>>& b) {
   for (size_t step = 0; step < std::min(a.size(), b.size()); ++step) {
     if (a[step].empty() || b[step].empty()) return "step " + std::to_string(step) + ": weights incomplete";
@@ -29,7 +31,8 @@ std::string first_difference(const core::ModelLayout& m, const std::vector<std::
         if (std::memcmp(&a[step][p][e], &b[step][p][e], 4) == 0) continue;
         char buf[160];
         std::snprintf(buf, sizeof buf, ": %.9g vs %.9g", a[step][p][e], b[step][p][e]);
-        return "after step " + std::to_string(step) + ", " + describe_element(m, static_cast<int>(p), static_cast<int64_t>(e)) + buf;
+        return "after step " + std::to_string(step) + ", " +
+               describe_element(m, static_cast<int>(p), static_cast<int64_t>(e)) + buf;
       }
     }
   }

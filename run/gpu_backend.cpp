@@ -6,10 +6,10 @@
 #include <stdexcept>
 
 #include "core/base/byte_codec.hpp"
-#include "core/scenario/trace_program.hpp"
-#include "core/train/trainer.hpp"
-#include "core/scenario/trace_scenario.hpp"
 #include "core/check/training_judge.hpp"
+#include "core/scenario/trace_program.hpp"
+#include "core/scenario/trace_scenario.hpp"
+#include "core/train/trainer.hpp"
 #include "gpu/mpi.hpp"
 
 namespace shardcheck::run {
@@ -78,7 +78,8 @@ GpuTraceRun run_trace_gpu(const LoadedScenario& s, const gpu::GpuOptions& option
   sim::Options so = s.options;
   so.policy = sim::Policy::in_order;
   sim::World ref(so);
-  const sim::RunResult expected = ref.run([&](core::Runtime& rt) { return core::run_trace_program(rt, trace); });
+  const sim::RunResult expected =
+      ref.run([&](core::Runtime& rt) { return core::run_trace_program(rt, trace); });
   gpu::GpuWorld world(options);
   out.result = world.run([&](core::Runtime& rt) { return core::run_trace_program(rt, trace); });
   stop_launch_on_failure(options, out.result);
@@ -99,17 +100,21 @@ GpuTraceRun run_trace_gpu(const LoadedScenario& s, const gpu::GpuOptions& option
       if (out.first_difference.empty()) {
         size_t i = 0;
         while (i < std::min(want.size(), got.size()) && want[i] == got[i]) ++i;
-        out.first_difference = "rank " + std::to_string(r) + " buffer '" + ref.name(l.name) + "' byte " + std::to_string(i);
+        out.first_difference =
+            "rank " + std::to_string(r) + " buffer '" + ref.name(l.name) + "' byte " + std::to_string(i);
       }
     }
   }
-  if (options.process_rank >= 0) {  // an MPI launch: the counts over every process, the lowest rank's first difference
+  if (options.process_rank >=
+      0) {  // an MPI launch: the counts over every process, the lowest rank's first difference
     out.buffers_compared = static_cast<int>(gpu::mpi_sum(out.buffers_compared));
     out.buffers_differing = static_cast<int>(gpu::mpi_sum(out.buffers_differing));
-    const std::vector<std::byte> mine(reinterpret_cast<const std::byte*>(out.first_difference.data()),
-                                      reinterpret_cast<const std::byte*>(out.first_difference.data()) + out.first_difference.size());
+    const std::vector<std::byte> mine(
+        reinterpret_cast<const std::byte*>(out.first_difference.data()),
+        reinterpret_cast<const std::byte*>(out.first_difference.data()) + out.first_difference.size());
     for (const auto& d : gpu::mpi_gather(mine)) {
-      if (out.first_difference.empty()) out.first_difference.assign(reinterpret_cast<const char*>(d.data()), d.size());
+      if (out.first_difference.empty())
+        out.first_difference.assign(reinterpret_cast<const char*>(d.data()), d.size());
     }
   }
   return out;
@@ -125,10 +130,12 @@ GpuBaseline baseline_for(const LoadedScenario& s, const gpu::GpuOptions& o) {
   gpu::GpuOptions plain = o;
   plain.amplify_cycles = 0;
   const GpuTrainingRun r = run_training_gpu(distopt, plain, /*judge*/ true);
-  if (!r.result.completed) throw std::runtime_error("DistOpt, the baseline, failed on the GPU: " + r.result.error);
+  if (!r.result.completed)
+    throw std::runtime_error("DistOpt, the baseline, failed on the GPU: " + r.result.error);
   b.bitwise = true;
   b.weights = r.weights;
-  b.name = o.comm == gpu::CommMode::nccl ? "DistOpt over NCCL (bitwise, exact mode)" : "DistOpt on the GPU (bitwise, exact mode)";
+  b.name = o.comm == gpu::CommMode::nccl ? "DistOpt over NCCL (bitwise, exact mode)"
+                                         : "DistOpt on the GPU (bitwise, exact mode)";
   return b;
 }
 
@@ -141,13 +148,14 @@ std::string first_weight_difference(const TrainingState& st, const GpuTrainingRu
       for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
         if (std::memcmp(&got[i], &want[i], sizeof(float)) == 0) continue;
         char text[512];
-        std::snprintf(text, sizeof text, "after step %zu, main weight %s[%zu] is %.9g; DistOpt has %.9g", step,
-                      st.setup.model->logical_name(static_cast<int>(p)).c_str(), i, got[i], want[i]);
+        std::snprintf(text, sizeof text, "after step %zu, main weight %s[%zu] is %.9g; DistOpt has %.9g",
+                      step, st.setup.model->logical_name(static_cast<int>(p)).c_str(), i, got[i], want[i]);
         return text;
       }
     }
   }
-  return r.weights.size() == b.weights.size() ? "" : "the run and DistOpt completed different numbers of steps";
+  return r.weights.size() == b.weights.size() ? ""
+                                              : "the run and DistOpt completed different numbers of steps";
 }
 
 }  // namespace shardcheck::run

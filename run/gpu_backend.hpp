@@ -7,16 +7,17 @@
 #include <string>
 #include <vector>
 
+#include "gpu/runtime.hpp"
 #include "run/scenario.hpp"
 #include "run/training_run.hpp"
-#include "gpu/runtime.hpp"
 
 namespace shardcheck::run {
 
 struct GpuTrainingRun {
   gpu::GpuRunResult result;
-  std::vector<double> losses;                            // per step, mean over microbatches and dp ranks
-  std::vector<std::vector<std::vector<float>>> weights;  // per step, per logical parameter (empty unless judged)
+  std::vector<double> losses;  // per step, mean over microbatches and dp ranks
+  std::vector<std::vector<std::vector<float>>>
+      weights;  // per step, per logical parameter (empty unless judged)
   std::vector<core::Finding> findings;
   double seconds_per_step = 0;
 };

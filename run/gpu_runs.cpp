@@ -12,8 +12,8 @@
 #include "run/scenario_run.hpp"
 #include "run/training_run.hpp"
 #ifdef SHARDCHECK_HAVE_GPU
-#include "run/gpu_backend.hpp"
 #include "gpu/mpi.hpp"
+#include "run/gpu_backend.hpp"
 #endif
 
 namespace shardcheck::run {
@@ -41,7 +41,9 @@ int run_on_gpu(const std::vector<LoadedScenario>&, const GpuArgs&, int) {
   std::cerr << "shardcheck: this build has no GPU backend (nvcc was not found when it was configured)\n";
   return kBadInput;
 }
-int compare_on_gpu(const LoadedScenario&, const GpuArgs&, const std::string&, int) { return run_on_gpu({}, {}, 0); }
+int compare_on_gpu(const LoadedScenario&, const GpuArgs&, const std::string&, int) {
+  return run_on_gpu({}, {}, 0);
+}
 
 #else
 
@@ -65,7 +67,8 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
   o.ranks = scenario.ranks;
   o.reuse = scenario.reuse == sim::Reuse::earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit;
   o.comm = a.comm == "nccl" ? gpu::CommMode::nccl : gpu::CommMode::local;
-  const bool async = a.alloc.empty() ? scenario.allocator == sim::AllocatorModel::stream_ordered : a.alloc == "async";
+  const bool async =
+      a.alloc.empty() ? scenario.allocator == sim::AllocatorModel::stream_ordered : a.alloc == "async";
   o.alloc = async ? gpu::AllocMode::async : gpu::AllocMode::caching;
   if (a.amplify_at != "collectives" && a.amplify_at != "race") {
     std::cerr << "shardcheck: --amplify-at is collectives or race, not '" << a.amplify_at << "'\n";
@@ -76,7 +79,8 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
   if (const gpu::MpiProcess& p = gpu::mpi_process(); p.launched) {
     // One rank per process: the launch's size is the scenario's rank count.
     if (o.comm != gpu::CommMode::nccl || p.size != o.ranks) {
-      std::cerr << "shardcheck: under an MPI launch each process runs one rank over NCCL: pass --comm nccl and start as many processes as the "
+      std::cerr << "shardcheck: under an MPI launch each process runs one rank over NCCL: pass --comm nccl "
+                   "and start as many processes as the "
                    "scenario has ranks ("
                 << o.ranks << "; this launch has " << p.size << ")\n";
       return false;
@@ -119,7 +123,8 @@ int run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
       }
       std::string difference = baseline.bitwise ? first_weight_difference(*s.training, r, baseline) : "";
       for (const auto& f : r.findings) {
-        if (f.kind == core::FindingKind::numerics_divergence || f.kind == core::FindingKind::replica_divergence) {
+        if (f.kind == core::FindingKind::numerics_divergence ||
+            f.kind == core::FindingKind::replica_divergence) {
           if (difference.empty()) difference = f.summary;
           continue;
         }
@@ -142,11 +147,14 @@ int run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
   }
   std::printf("%-40s %d of %d runs differ from %s%s%s\n", s.name.c_str(), differing, runs,
               s.training ? baseline.name.c_str() : "the simulator's in-order values",
-              faults ? (", " + std::to_string(faults) + " stopped by the program").c_str() : "", errors ? " (with errors)" : "");
+              faults ? (", " + std::to_string(faults) + " stopped by the program").c_str() : "",
+              errors ? " (with errors)" : "");
   if (!example.empty()) std::printf("  first: %s\n", example.c_str());
   for (const auto& line : also) std::printf("  also found: %s\n", line.c_str());
   if (o.process_rank >= 0) delays = gpu::mpi_sum(delays);
-  if (o.amplify_cycles > 0) std::printf("  delays: %.1f spins of %lld cycles a run\n", static_cast<double>(delays) / runs, static_cast<long long>(o.amplify_cycles));
+  if (o.amplify_cycles > 0)
+    std::printf("  delays: %.1f spins of %lld cycles a run\n", static_cast<double>(delays) / runs,
+                static_cast<long long>(o.amplify_cycles));
   return errors ? kInternalError : kOk;
 }
 
@@ -155,9 +163,11 @@ int run_all(const std::vector<LoadedScenario>& scenarios, const GpuArgs& a, int 
   std::vector<gpu::DelaySite> sites;
   if (a.amplify_at == "race") {
     const std::vector<RaceSite> found = race_sites(scenarios);
-    std::printf("the simulator's races give %zu operation%s to delay, in every file:\n", found.size(), found.size() == 1 ? "" : "s");
+    std::printf("the simulator's races give %zu operation%s to delay, in every file:\n", found.size(),
+                found.size() == 1 ? "" : "s");
     for (const auto& f : found) {
-      std::printf("  rank %d '%s' %s (%s, seed %llu)\n", f.rank, f.stream.c_str(), f.op.c_str(), f.scenario.c_str(), static_cast<unsigned long long>(f.seed));
+      std::printf("  rank %d '%s' %s (%s, seed %llu)\n", f.rank, f.stream.c_str(), f.op.c_str(),
+                  f.scenario.c_str(), static_cast<unsigned long long>(f.seed));
       sites.push_back({f.rank, f.stream, f.op});
     }
     if (a.amplify <= 0) std::printf("  (nothing is delayed: --amplify is 0)\n");
@@ -185,7 +195,7 @@ int compare_one(const LoadedScenario& s, const GpuArgs& a, const std::string& ag
     const GpuTrainingRun ours = run_training_gpu(st, o, /*judge*/ true);
     if (!ours.result.completed) throw std::runtime_error(ours.result.error);
     std::vector<double> theirs;
-    std::vector<std::vector<std::vector<float>>> theirs_w;
+    std::vector<std::vector<std::vector<float> > > theirs_w;
     if (against == "distopt") {
       TrainingState other = st;
       other.setup.config.strategy = core::Strategy::distopt;
@@ -205,19 +215,22 @@ int compare_one(const LoadedScenario& s, const GpuArgs& a, const std::string& ag
         theirs_w.push_back(step.main);
       }
     }
-    std::printf("compare %s (%s) on the GPU against %s: %zu steps, %.3f ms per step\n\n", std::string(core::to_string(st.setup.config.strategy)).c_str(),
-                s.name.c_str(), against.c_str(), ours.losses.size(), 1e3 * ours.seconds_per_step);
+    std::printf("compare %s (%s) on the GPU against %s: %zu steps, %.3f ms per step\n\n",
+                std::string(core::to_string(st.setup.config.strategy)).c_str(), s.name.c_str(),
+                against.c_str(), ours.losses.size(), 1e3 * ours.seconds_per_step);
     double max_abs = 0, max_rel = 0;
     std::printf("%-6s %-18s %-18s %s\n", "step", "gpu", against.c_str(), "|delta|");
     for (size_t i = 0; i < ours.losses.size() && i < theirs.size(); ++i) {
       const double d = std::fabs(ours.losses[i] - theirs[i]);
       max_abs = std::max(max_abs, d);
       max_rel = std::max(max_rel, d / std::max(std::fabs(theirs[i]), 1e-30));
-      if (i < 20 || i + 5 >= ours.losses.size()) std::printf("%-6zu %-18.9g %-18.9g %.3g\n", i, ours.losses[i], theirs[i], d);
+      if (i < 20 || i + 5 >= ours.losses.size())
+        std::printf("%-6zu %-18.9g %-18.9g %.3g\n", i, ours.losses[i], theirs[i], d);
     }
     bool bitwise = ours.weights.size() == theirs_w.size();
     for (size_t i = 0; bitwise && i < ours.weights.size(); ++i) bitwise = ours.weights[i] == theirs_w[i];
-    std::printf("\nmax |delta loss| = %.3g (relative %.3g)\nweights bitwise equal after every step: %s\n", max_abs, max_rel, bitwise ? "yes" : "no");
+    std::printf("\nmax |delta loss| = %.3g (relative %.3g)\nweights bitwise equal after every step: %s\n",
+                max_abs, max_rel, bitwise ? "yes" : "no");
     return kOk;
   } catch (const std::exception& e) {
     std::cerr << "shardcheck compare: " << e.what() << "\n";

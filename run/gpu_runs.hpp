@@ -11,9 +11,9 @@ namespace shardcheck::run {
 
 struct GpuArgs {
   std::string backend = "sim";
-  std::string comm = "local";  // local | nccl
-  std::string alloc;  // caching | async; empty: the scenario's allocator
-  int64_t amplify = 0;  // spin cycles before each delayed operation
+  std::string comm = "local";              // local | nccl
+  std::string alloc;                       // caching | async; empty: the scenario's allocator
+  int64_t amplify = 0;                     // spin cycles before each delayed operation
   std::string amplify_at = "collectives";  // collectives | race
 };
 

@@ -3,11 +3,11 @@
 
 #include <iostream>
 
-#include "run/exit_code.hpp"
-#include "run/compare.hpp"
-#include "run/interrupt.hpp"
 #include "core/base/overloaded.hpp"
 #include "reports/report.hpp"
+#include "run/compare.hpp"
+#include "run/exit_code.hpp"
+#include "run/interrupt.hpp"
 
 namespace shardcheck::run {
 
@@ -26,7 +26,8 @@ core::TraceLog window(core::TraceLog log, const core::Finding& f) {
   for (auto& s : log.slices) {
     if (s.ts_us >= lo && s.ts_us <= hi) kept.push_back(std::move(s));
   }
-  if (kept.size() > kMaxSlices) kept.erase(kept.begin(), kept.end() - static_cast<std::ptrdiff_t>(kMaxSlices));
+  if (kept.size() > kMaxSlices)
+    kept.erase(kept.begin(), kept.end() - static_cast<std::ptrdiff_t>(kMaxSlices));
   log.slices = std::move(kept);
   return log;
 }
@@ -48,8 +49,8 @@ std::optional<reports::CompareData> loss_curves(const LoadedScenario& s) {
 
 }  // namespace
 
-reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioOutcome& o, const ScheduleOverrides& overrides,
-                                        ResultOptions options) {
+reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioOutcome& o,
+                                        const ScheduleOverrides& overrides, ResultOptions options) {
   reports::ScenarioResult r;
   r.name = s.name;
   r.file = s.file;
@@ -62,11 +63,13 @@ reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioO
   if (!o.explored.digests.empty()) r.trace_digest = sim::combined_digest(o.explored.digests);
   r.seconds = o.seconds;
   r.findings = o.explored.findings;
-  if (!o.explored.error.empty()) r.error = o.explored.error + " (seed " + std::to_string(o.explored.error_seed) + ")";
+  if (!o.explored.error.empty())
+    r.error = o.explored.error + " (seed " + std::to_string(o.explored.error_seed) + ")";
   r.policy = overrides.policy.value_or("");
   r.complete = !o.explored.cancelled && o.explored.error.empty();
   if (o.determinism) {
-    r.determinism = reports::DeterminismData{o.determinism->runs, o.determinism->matched, o.determinism->mismatch};
+    r.determinism =
+        reports::DeterminismData{o.determinism->runs, o.determinism->matched, o.determinism->mismatch};
     if (!o.determinism->matched) {
       r.met = false;
       if (r.error.empty()) r.error = "the determinism check failed: " + o.determinism->mismatch;
@@ -98,7 +101,8 @@ bool write_report_to(const reports::Report& report, const std::string& dir) {
     std::cerr << "shardcheck: cannot write the report: " << st.message() << "\n";
     return false;
   }
-  std::cout << "report: " << dir << "/report.html (also report.md, report.json, and a Chrome trace per finding)"
+  std::cout << "report: " << dir
+            << "/report.html (also report.md, report.json, and a Chrome trace per finding)"
             << (report.complete ? "" : "; it is marked incomplete") << "\n";
   return true;
 }
@@ -111,7 +115,8 @@ CheckedRun run_checked(const LoadedScenario& s, const ScheduleOverrides& o, bool
     const sim::ExploreResult& e = c.outcome.explored;
     c.stopped = e.cancelled;
     if (!e.error.empty()) c.error = e.error + " (seed " + std::to_string(e.error_seed) + ")";
-    if (determinism && !c.stopped && !interrupted()) c.outcome.determinism = check_determinism(s, o, c.outcome);
+    if (determinism && !c.stopped && !interrupted())
+      c.outcome.determinism = check_determinism(s, o, c.outcome);
     if (report) c.result = scenario_result(s, c.outcome, o, *report);
   } catch (const std::exception& ex) {
     c.error = ex.what();

@@ -6,8 +6,8 @@
 #include <optional>
 #include <string>
 
-#include "run/scenario_run.hpp"
 #include "reports/report_model.hpp"
+#include "run/scenario_run.hpp"
 
 namespace shardcheck::run {
 
@@ -16,8 +16,8 @@ struct ResultOptions {
   bool compare = false;  // training scenarios: loss curves against the single-rank reference
 };
 
-reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioOutcome& o, const ScheduleOverrides& overrides,
-                                        ResultOptions options);
+reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioOutcome& o,
+                                        const ScheduleOverrides& overrides, ResultOptions options);
 
 // Writes the report and prints where; returns false (after saying why) when it could not.
 // A second interrupt waits until the folder is written (run/interrupt.hpp).
@@ -29,8 +29,8 @@ bool write_report_to(const reports::Report& report, const std::string& dir);
 struct CheckedRun {
   ScenarioOutcome outcome;
   std::optional<reports::ScenarioResult> result;  // when ResultOptions were given
-  std::string error;     // an internal error, ending in "(seed S)" when a run had it
-  bool stopped = false;  // a signal cut the exploration short
+  std::string error;                              // an internal error, ending in "(seed S)" when a run had it
+  bool stopped = false;                           // a signal cut the exploration short
   bool nondeterministic() const { return outcome.determinism && !outcome.determinism->matched; }
 };
 CheckedRun run_checked(const LoadedScenario& s, const ScheduleOverrides& o, bool determinism,

@@ -19,7 +19,8 @@ core::Expected<std::string> peek_kind(const std::string& path) {
     YAML::Node root = y.load();
     if (!root["kind"]) y.fail(root, "a scenario needs 'kind:' (trace or training)");
     const std::string kind = y.str(root["kind"], "kind");
-    if (kind != "trace" && kind != "training") y.fail(root["kind"], "unknown scenario kind '" + kind + "' (expected trace or training)");
+    if (kind != "trace" && kind != "training")
+      y.fail(root["kind"], "unknown scenario kind '" + kind + "' (expected trace or training)");
     return kind;
   } catch (const core::LoadError& e) {
     return core::Error(e.what());

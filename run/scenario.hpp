@@ -23,9 +23,9 @@ struct LoadedScenario {
   std::string description;
   core::Expectation expect;
   core::ScheduleSpec schedule;
-  sim::Options options;  // ranks, allocator, policy and seed from the file
-  sim::Factory factory;  // builds each run's program (and its oracles)
-  std::shared_ptr<const void> keep;  // owns what `factory` refers to
+  sim::Options options;                     // ranks, allocator, policy and seed from the file
+  sim::Factory factory;                     // builds each run's program (and its oracles)
+  std::shared_ptr<const void> keep;         // owns what `factory` refers to
   std::shared_ptr<TrainingState> training;  // set for training scenarios
 };
 

@@ -38,25 +38,28 @@ std::string hex(uint64_t v) {
 }
 
 std::string describe(const core::Finding& f) {
-  return std::string(core::to_string(f.kind)) + " '" + f.summary + "' (seed " + std::to_string(f.seed) + ", seen " +
-         std::to_string(f.occurrences) + " times)";
+  return std::string(core::to_string(f.kind)) + " '" + f.summary + "' (seed " + std::to_string(f.seed) +
+         ", seen " + std::to_string(f.occurrences) + " times)";
 }
 
 // What two whole explorations of the same seeds must share beyond their per-run digests.
 std::string compare_whole(const sim::ExploreResult& a, const sim::ExploreResult& b) {
   if (a.runs_done != b.runs_done)
-    return std::to_string(a.runs_done) + " schedules ran, then " + std::to_string(b.runs_done) + " on the rerun";
+    return std::to_string(a.runs_done) + " schedules ran, then " + std::to_string(b.runs_done) +
+           " on the rerun";
   if (a.error != b.error) return "internal error '" + a.error + "', then '" + b.error + "' on the rerun";
   if (a.steps != b.steps || a.ops != b.ops)
     return std::to_string(a.steps) + " scheduler steps and " + std::to_string(a.ops) + " operations, then " +
            std::to_string(b.steps) + " and " + std::to_string(b.ops) + " on the rerun";
   if (a.findings.size() != b.findings.size())
-    return std::to_string(a.findings.size()) + " findings, then " + std::to_string(b.findings.size()) + " on the rerun";
+    return std::to_string(a.findings.size()) + " findings, then " + std::to_string(b.findings.size()) +
+           " on the rerun";
   for (size_t i = 0; i < a.findings.size(); ++i) {
     const core::Finding &x = a.findings[i], &y = b.findings[i];
     if (x.kind != y.kind || x.key != y.key || x.summary != y.summary || x.explanation != y.explanation ||
         x.seed != y.seed || x.occurrences != y.occurrences)
-      return "finding " + std::to_string(i + 1) + ": " + describe(x) + ", then " + describe(y) + " on the rerun";
+      return "finding " + std::to_string(i + 1) + ": " + describe(x) + ", then " + describe(y) +
+             " on the rerun";
   }
   return "";
 }
@@ -84,12 +87,14 @@ ScenarioOutcome run_scenario(const LoadedScenario& s, const ScheduleOverrides& o
   return out;
 }
 
-DeterminismCheck check_determinism(const LoadedScenario& s, const ScheduleOverrides& o, const ScenarioOutcome& first) {
+DeterminismCheck check_determinism(const LoadedScenario& s, const ScheduleOverrides& o,
+                                   const ScenarioOutcome& first) {
   const sim::ExploreResult& a = first.explored;
   sim::ExploreOptions e = explore_options(s, o);
   e.runs = a.runs_done;
   if (test_fault() == TestFault::nondeterminism) e.base.seed += 1;
-  const sim::ExploreResult b = e.runs > 0 ? sim::explore(factory_with_fault(s, e.base.seed), e) : sim::ExploreResult{};
+  const sim::ExploreResult b =
+      e.runs > 0 ? sim::explore(factory_with_fault(s, e.base.seed), e) : sim::ExploreResult{};
   DeterminismCheck c;
   const uint64_t seed0 = options_for(s, o).value().seed;
   const size_t n = std::min(a.digests.size(), b.digests.size());

@@ -17,7 +17,7 @@ namespace shardcheck::run {
 // scenario explored, run again with the same seed, must give the same trace digest, and the
 // whole exploration the same findings. A difference means shardcheck itself is at fault.
 struct DeterminismCheck {
-  int runs = 0;          // schedules rerun and compared
+  int runs = 0;  // schedules rerun and compared
   bool matched = true;
   std::string mismatch;  // the first difference (run, seed, both digests); empty when matched
 };
@@ -33,7 +33,8 @@ struct ScenarioOutcome {
 ScenarioOutcome run_scenario(const LoadedScenario& s, const ScheduleOverrides& o);
 // Reruns what `first` explored (not after a cancelled exploration: there is nothing whole to
 // compare). A rerun cut short by a signal compares the schedules it finished.
-DeterminismCheck check_determinism(const LoadedScenario& s, const ScheduleOverrides& o, const ScenarioOutcome& first);
+DeterminismCheck check_determinism(const LoadedScenario& s, const ScheduleOverrides& o,
+                                   const ScenarioOutcome& first);
 
 // A test hook, read once from the environment variable SHARDCHECK_TEST_FAULT and checked
 // nowhere else, so tests can drive paths a correct build never takes:

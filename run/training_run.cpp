@@ -77,16 +77,16 @@ sim::Factory training_factory(std::shared_ptr<const core::TrainingSetup> setup,
 
 sim::Factory training_factory(std::shared_ptr<TrainingState> state, RecorderFactory recorder) {
   std::shared_ptr<const core::TrainingSetup> setup(state, &state->setup);  // keeps the state alive
-  return training_factory(setup, [state] { return state->ensure_reference(); }, std::move(recorder));
+  return training_factory(
+      setup, [state] { return state->ensure_reference(); }, std::move(recorder));
 }
 
 TrainingRun run_training(TrainingState& state, const sim::Options& options) {
   TrainingRun out;
   std::shared_ptr<TrainingState> alias(std::shared_ptr<TrainingState>{}, &state);  // non-owning
   sim::World w(options);
-  out.result = sim::run_once(w, training_factory(alias, [&out](sim::World&) {
-                               return std::make_shared<LossesAndWeights>(out);
-                             }));
+  out.result = sim::run_once(
+      w, training_factory(alias, [&out](sim::World&) { return std::make_shared<LossesAndWeights>(out); }));
   return out;
 }
 

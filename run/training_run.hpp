@@ -87,8 +87,8 @@ sim::Factory training_factory(std::shared_ptr<TrainingState> state, RecorderFact
 // One simulated training run with the data `compare` prints.
 struct TrainingRun {
   sim::RunResult result;
-  std::vector<double> losses;                              // per step: mean over microbatches and dp ranks
-  std::vector<std::vector<std::vector<float>>> weights;    // per step, per logical parameter
+  std::vector<double> losses;                            // per step: mean over microbatches and dp ranks
+  std::vector<std::vector<std::vector<float>>> weights;  // per step, per logical parameter
 };
 TrainingRun run_training(TrainingState& state, const sim::Options& options);
 

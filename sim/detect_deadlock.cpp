@@ -65,8 +65,9 @@ void World::report_deadlock() {
       const int self = participant(r, s);
       if (op.kind == OpKind::wait) {
         const Record& rec = records_[op.record];
-        edge(self, participant(rec.rank, rec.stream), names_[op_info_[rec.op].name] + " on stream '" +
-                                                         ranks_[rec.rank]->streams[rec.stream].name + "'");
+        edge(self, participant(rec.rank, rec.stream),
+             names_[op_info_[rec.op].name] + " on stream '" + ranks_[rec.rank]->streams[rec.stream].name +
+                 "'");
       } else if (op.kind == OpKind::collective) {
         Group& grp = groups_[op.group];
         if (op.instance != grp.first) {
@@ -76,9 +77,11 @@ void World::report_deadlock() {
           for (size_t m = 0; m < grp.members.size(); ++m) {
             const int peer = grp.members[m];
             if (!earlier.members[m].issued) {
-              edge(self, host_participant(peer), "rank " + std::to_string(peer) + " to issue collective #" +
-                                                     std::to_string(grp.first) + " of group '" + grp.name + "' (it runs first)");
-            } else if (ranks_[peer]->streams[earlier.members[m].stream].executed != earlier.members[m].position) {
+              edge(self, host_participant(peer),
+                   "rank " + std::to_string(peer) + " to issue collective #" + std::to_string(grp.first) +
+                       " of group '" + grp.name + "' (it runs first)");
+            } else if (ranks_[peer]->streams[earlier.members[m].stream].executed !=
+                       earlier.members[m].position) {
               edge(self, participant(peer, earlier.members[m].stream),
                    "collective #" + std::to_string(grp.first) + " of group '" + grp.name + "' (" +
                        names_[op_info_[earlier.members[m].op].name] + " on rank " + std::to_string(peer) +
@@ -92,12 +95,14 @@ void World::report_deadlock() {
         for (size_t m = 0; m < grp.members.size(); ++m) {
           const int peer = grp.members[m];
           if (!inst.members[m].issued) {
-            edge(self, host_participant(peer), "rank " + std::to_string(peer) + " to issue collective #" +
-                                                   std::to_string(op.instance) + " of group '" + grp.name + "'");
+            edge(self, host_participant(peer),
+                 "rank " + std::to_string(peer) + " to issue collective #" + std::to_string(op.instance) +
+                     " of group '" + grp.name + "'");
           } else if (ranks_[peer]->streams[inst.members[m].stream].executed != inst.members[m].position) {
             edge(self, participant(peer, inst.members[m].stream),
-                 "rank " + std::to_string(peer) + "'s stream '" + ranks_[peer]->streams[inst.members[m].stream].name +
-                     "' to reach " + names_[op_info_[inst.members[m].op].name]);
+                 "rank " + std::to_string(peer) + "'s stream '" +
+                     ranks_[peer]->streams[inst.members[m].stream].name + "' to reach " +
+                     names_[op_info_[inst.members[m].op].name]);
           }
         }
       } else if (op.kind == OpKind::send || op.kind == OpKind::recv) {
@@ -107,11 +112,12 @@ void World::report_deadlock() {
         const auto& pair = ch.at(op.instance);
         const auto& other = send ? pair.second : pair.first;
         if (!other.issued) {
-          edge(self, host_participant(peer), "rank " + std::to_string(peer) + " to issue the matching " + (send ? "recv" : "send"));
+          edge(self, host_participant(peer),
+               "rank " + std::to_string(peer) + " to issue the matching " + (send ? "recv" : "send"));
         } else {
-          edge(self, participant(peer, other.stream), "rank " + std::to_string(peer) + "'s stream '" +
-                                                          ranks_[peer]->streams[other.stream].name + "' to reach " +
-                                                          names_[op_info_[other.op].name]);
+          edge(self, participant(peer, other.stream),
+               "rank " + std::to_string(peer) + "'s stream '" + ranks_[peer]->streams[other.stream].name +
+                   "' to reach " + names_[op_info_[other.op].name]);
         }
       }
     }
@@ -131,7 +137,8 @@ void World::report_deadlock() {
     n.rank = v / per_rank;
     const int s = v % per_rank - 1;
     n.where = s < 0 ? "host" : ranks_[n.rank]->streams[s].name;
-    n.op = s < 0 ? "waiting for " + (why.count({v, next}) ? why[{v, next}] : std::string("its peers")) : describe_head(n.rank, s);
+    n.op = s < 0 ? "waiting for " + (why.count({v, next}) ? why[{v, next}] : std::string("its peers"))
+                 : describe_head(n.rank, s);
     n.waits_for = why.count({v, next}) ? why[{v, next}] : "";
     return n;
   };
@@ -155,7 +162,8 @@ void World::report_deadlock() {
       d.cycle.push_back(node(v, next));
       v = next;
     }
-    if (v >= 0 && d.cycle.back().waits_for.empty()) d.cycle.back().waits_for = "(finished: it will never issue it)";
+    if (v >= 0 && d.cycle.back().waits_for.empty())
+      d.cycle.back().waits_for = "(finished: it will never issue it)";
   }
   if (d.cycle.empty()) {
     // Stuck with no waits recorded: a host parked on an event nothing will record.
@@ -169,15 +177,18 @@ void World::report_deadlock() {
   f.kind = core::FindingKind::deadlock;
   std::string chain, key;
   for (const auto& n : d.cycle) {
-    chain += "\n  rank " + std::to_string(n.rank) + " " + n.where + ": " + n.op + (n.waits_for.empty() ? "" : "\n      waits for " + n.waits_for);
+    chain += "\n  rank " + std::to_string(n.rank) + " " + n.where + ": " + n.op +
+             (n.waits_for.empty() ? "" : "\n      waits for " + n.waits_for);
     key += "|" + n.where + ":" + n.op;
   }
-  f.summary = d.is_cycle ? "deadlock: " + std::to_string(d.cycle.size()) + " waiters form a cycle; nothing can run"
-                         : "deadlock: work waits for something that will never come";
-  f.explanation = f.summary + chain +
-                  (d.is_cycle ? "\nEach waits for the next and the last for the first. Issue collectives and p2p calls "
-                                "in one order on every rank, or put them on separate streams."
-                              : "");
+  f.summary = d.is_cycle
+                  ? "deadlock: " + std::to_string(d.cycle.size()) + " waiters form a cycle; nothing can run"
+                  : "deadlock: work waits for something that will never come";
+  f.explanation =
+      f.summary + chain +
+      (d.is_cycle ? "\nEach waits for the next and the last for the first. Issue collectives and p2p calls "
+                    "in one order on every rank, or put them on separate streams."
+                  : "");
   f.key = "deadlock" + key;
   f.detail = std::move(d);
   f.seed = options_.seed;

@@ -24,13 +24,16 @@ std::vector<Label> labels(const core::LogicalMap& map, int64_t offset, int64_t n
   return out;
 }
 // The first position where both ranges are labelled with different logical elements.
-std::optional<std::pair<Label, Label>> first_difference(const std::vector<Label>& a, const std::vector<Label>& b) {
+std::optional<std::pair<Label, Label>> first_difference(const std::vector<Label>& a,
+                                                        const std::vector<Label>& b) {
   size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
-    const int64_t lo = std::max(a[i].start, b[j].start), hi = std::min(a[i].start + a[i].count, b[j].start + b[j].count);
+    const int64_t lo = std::max(a[i].start, b[j].start),
+                  hi = std::min(a[i].start + a[i].count, b[j].start + b[j].count);
     if (lo < hi) {
       const int64_t ea = a[i].first + (lo - a[i].start), eb = b[j].first + (lo - b[j].start);
-      if (a[i].param != b[j].param || ea != eb) return std::pair{Label{lo, 1, a[i].param, ea}, Label{lo, 1, b[j].param, eb}};
+      if (a[i].param != b[j].param || ea != eb)
+        return std::pair{Label{lo, 1, a[i].param, ea}, Label{lo, 1, b[j].param, eb}};
     }
     (a[i].start + a[i].count < b[j].start + b[j].count) ? ++i : ++j;
   }
@@ -39,7 +42,8 @@ std::optional<std::pair<Label, Label>> first_difference(const std::vector<Label>
 }  // namespace
 
 bool World::check_layouts(int group, const Instance& inst, int64_t k) {
-  if (inst.kind != core::CollectiveKind::all_reduce && inst.kind != core::CollectiveKind::reduce_scatter) return false;
+  if (inst.kind != core::CollectiveKind::all_reduce && inst.kind != core::CollectiveKind::reduce_scatter)
+    return false;
   const Group& g = groups_[group];
   std::vector<std::vector<Label>> per(inst.members.size());
   std::shared_ptr<const core::LogicalMap> names;
@@ -76,22 +80,29 @@ bool World::check_layouts(int group, const Instance& inst, int64_t k) {
       d.expected = static_cast<double>(a.first);
       d.actual = static_cast<double>(b.first);
       d.note = name(b.param) + " element " + std::to_string(b.first);
-      what = "position " + std::to_string(a.start) + " is " + d.tensor + " element " + std::to_string(a.first) + " on rank " +
-             std::to_string(d.rank) + " but " + d.note + " on rank " + std::to_string(d.other_rank);
+      what = "position " + std::to_string(a.start) + " is " + d.tensor + " element " +
+             std::to_string(a.first) + " on rank " + std::to_string(d.rank) + " but " + d.note + " on rank " +
+             std::to_string(d.other_rank);
     } else {
       d.tensor = per[0].empty() ? "?" : name(per[0].front().param);
-      d.note = "rank " + std::to_string(d.rank) + " reduces " + extent(per[0]) + ", rank " + std::to_string(d.other_rank) +
-               " reduces " + extent(per[m]);
+      d.note = "rank " + std::to_string(d.rank) + " reduces " + extent(per[0]) + ", rank " +
+               std::to_string(d.other_rank) + " reduces " + extent(per[m]);
       what = d.note;
     }
     const OpInfo& info = op_info_[inst.members[0].op];
     core::Finding f;
     f.kind = core::FindingKind::layout_mismatch;
-    f.summary = names_[info.name] + " on group '" + g.name + "' reduces different logical elements together: " + what;
+    f.summary =
+        names_[info.name] + " on group '" + g.name + "' reduces different logical elements together: " + what;
     const bool sizes_differ = inst.members[0].input.numel != inst.members[m].input.numel;
-    f.explanation = f.summary + ".\nThe members hold the tensor in different layouts (their shards cover different rows)" +
-                    std::string(sizes_differ ? ", and even different numbers of elements, so the call itself does not match" : "") +
-                    ". Reduce the full logical tensor instead: rebuild it on every member, reduce, and copy each rank's rows back.";
+    f.explanation =
+        f.summary +
+        ".\nThe members hold the tensor in different layouts (their shards cover different rows)" +
+        std::string(sizes_differ
+                        ? ", and even different numbers of elements, so the call itself does not match"
+                        : "") +
+        ". Reduce the full logical tensor instead: rebuild it on every member, reduce, and copy each rank's "
+        "rows back.";
     f.key = "layout|" + g.name + "|" + names_[info.name];
     f.detail = d;
     f.seed = options_.seed;

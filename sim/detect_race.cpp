@@ -12,9 +12,12 @@ std::string q(const std::string& s) { return "'" + s + "'"; }
 
 std::string access_verb(Access k) {
   switch (k) {
-    case Access::read: return "reads";
-    case Access::write: return "writes";
-    case Access::free: return "frees";
+    case Access::read:
+      return "reads";
+    case Access::write:
+      return "writes";
+    case Access::free:
+      return "frees";
   }
   return "?";
 }
@@ -59,48 +62,55 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
   const auto& B = d.second;
   const std::string alloc_stream = ranks_[rank]->streams[lp.stream].name;
   if (d.reuse) {
-    d.missing_edge = "the block was handed from " + q(A.buffer) + " to " + q(B.buffer) + " while " + A.op + " on " + q(A.stream) +
-                     " could still be running: nothing made " + q(B.stream) + " wait for " + q(A.stream) +
-                     " after it, the host did not sync with " + q(A.stream) + ", and no record_stream held the block back";
+    d.missing_edge = "the block was handed from " + q(A.buffer) + " to " + q(B.buffer) + " while " + A.op +
+                     " on " + q(A.stream) + " could still be running: nothing made " + q(B.stream) +
+                     " wait for " + q(A.stream) + " after it, the host did not sync with " + q(A.stream) +
+                     ", and no record_stream held the block back";
   } else {
-    d.missing_edge = "no happens-before edge from " + A.op + " on " + q(A.stream) + " to " + B.op + " on " + q(B.stream) + ": " +
-                     q(B.stream) + " never waits for an event recorded on " + q(A.stream) + " after it, and the host never " +
-                     "syncs with " + q(A.stream) + " before issuing " + B.op;
+    d.missing_edge = "no happens-before edge from " + A.op + " on " + q(A.stream) + " to " + B.op + " on " +
+                     q(B.stream) + ": " + q(B.stream) + " never waits for an event recorded on " +
+                     q(A.stream) + " after it, and the host never " + "syncs with " + q(A.stream) +
+                     " before issuing " + B.op;
   }
   core::Finding f;
   f.kind = core::FindingKind::stream_race;
   if (cur_kind == Access::free) {
-    f.summary = "rank " + std::to_string(rank) + ": the free of " + q(B.buffer) + " on " + q(B.stream) + " may run before " +
-                A.op + " on " + q(A.stream) + " is done with it";
-    d.fixes = {"make " + q(B.stream) + " wait for an event recorded on " + q(A.stream) + " after " + A.op + " before the free",
+    f.summary = "rank " + std::to_string(rank) + ": the free of " + q(B.buffer) + " on " + q(B.stream) +
+                " may run before " + A.op + " on " + q(A.stream) + " is done with it";
+    d.fixes = {"make " + q(B.stream) + " wait for an event recorded on " + q(A.stream) + " after " + A.op +
+                   " before the free",
                "call record_stream(" + q(A.buffer) + ", " + q(A.stream) + ") before freeing it",
                "allocate " + q(A.buffer) + " on " + q(A.stream) + ", the stream that uses it last"};
   } else if (d.reuse) {
-    f.summary = "rank " + std::to_string(rank) + ": the block of " + q(A.buffer) + " (lifetime " + std::to_string(A.lifetime) +
-                ") is reused by " + q(B.buffer) + " (lifetime " + std::to_string(B.lifetime) + "): " + B.op + " on " +
-                q(B.stream) + " " + access_verb(cur_kind) + " it while " + A.op + " on " + q(A.stream) +
-                " may still " + (A.write ? "write" : "read") + " it";
+    f.summary = "rank " + std::to_string(rank) + ": the block of " + q(A.buffer) + " (lifetime " +
+                std::to_string(A.lifetime) + ") is reused by " + q(B.buffer) + " (lifetime " +
+                std::to_string(B.lifetime) + "): " + B.op + " on " + q(B.stream) + " " +
+                access_verb(cur_kind) + " it while " + A.op + " on " + q(A.stream) + " may still " +
+                (A.write ? "write" : "read") + " it";
     d.fixes = {"call record_stream(" + q(A.buffer) + ", " + q(A.stream) + ") before freeing " + q(A.buffer) +
                    ", so its block is not reused until " + q(A.stream) + " is done with it",
                "allocate " + q(A.buffer) + " on " + q(A.stream) + " (it is allocated on " + q(alloc_stream) +
                    "), so the block returns to the pool of the stream that uses it last",
-               "before freeing " + q(A.buffer) + ", make " + q(B.stream) + " wait for an event recorded on " + q(A.stream) +
-                   " after " + A.op,
-               "keep " + q(A.buffer) + " allocated across steps (a persistent buffer), so its block is never reused"};
+               "before freeing " + q(A.buffer) + ", make " + q(B.stream) + " wait for an event recorded on " +
+                   q(A.stream) + " after " + A.op,
+               "keep " + q(A.buffer) +
+                   " allocated across steps (a persistent buffer), so its block is never reused"};
     if (alloc_stream == A.stream) d.fixes.erase(d.fixes.begin() + 1);
   } else {
-    f.summary = "rank " + std::to_string(rank) + ": " + B.op + " on " + q(B.stream) + " " + access_verb(cur_kind) + " " +
-                q(B.buffer) + " while " + A.op + " on " + q(A.stream) + " may still " + (A.write ? "write" : "read") + " it";
+    f.summary = "rank " + std::to_string(rank) + ": " + B.op + " on " + q(B.stream) + " " +
+                access_verb(cur_kind) + " " + q(B.buffer) + " while " + A.op + " on " + q(A.stream) +
+                " may still " + (A.write ? "write" : "read") + " it";
     d.fixes = {"record an event on " + q(A.stream) + " after " + A.op + " and make " + q(B.stream) +
                    " wait for it (wait_event) before " + B.op,
                "or make " + q(B.stream) + " wait for " + q(A.stream) + " (wait_stream) before " + B.op};
   }
-  f.explanation = f.summary + ".\n  first:  rank " + std::to_string(A.rank) + ", stream " + q(A.stream) + ", " + A.op + " " +
-                  (A.write ? "writes" : "reads") + " " + q(A.buffer) + " (lifetime " + std::to_string(A.lifetime) +
-                  " of its block), step " + std::to_string(A.step) + "\n  second: rank " + std::to_string(B.rank) +
-                  ", stream " + q(B.stream) + ", " + B.op + " " + access_verb(cur_kind) + " " + q(B.buffer) + " (lifetime " +
-                  std::to_string(B.lifetime) + "), step " + std::to_string(B.step) + "\n  missing: " + d.missing_edge +
-                  "\n  fixes:";
+  f.explanation = f.summary + ".\n  first:  rank " + std::to_string(A.rank) + ", stream " + q(A.stream) +
+                  ", " + A.op + " " + (A.write ? "writes" : "reads") + " " + q(A.buffer) + " (lifetime " +
+                  std::to_string(A.lifetime) + " of its block), step " + std::to_string(A.step) +
+                  "\n  second: rank " + std::to_string(B.rank) + ", stream " + q(B.stream) + ", " + B.op +
+                  " " + access_verb(cur_kind) + " " + q(B.buffer) + " (lifetime " +
+                  std::to_string(B.lifetime) + "), step " + std::to_string(B.step) +
+                  "\n  missing: " + d.missing_edge + "\n  fixes:";
   for (const auto& fix : d.fixes) f.explanation += "\n    - " + fix;
   // One bug repeated over layers, tensors and chunks is one finding: digits are folded.
   auto fold = [](std::string s) {
@@ -109,7 +119,8 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
     }
     return s;
   };
-  const std::string sa = fold(A.stream + ":" + (d.reuse ? "" : A.op) + ":" + A.buffer), sb = fold(B.stream + ":" + B.buffer);
+  const std::string sa = fold(A.stream + ":" + (d.reuse ? "" : A.op) + ":" + A.buffer),
+                    sb = fold(B.stream + ":" + B.buffer);
   f.key = std::string(d.reuse ? "reuse|" : "race|") + sa + "|" + sb;
   f.detail = std::move(d);
   f.seed = options_.seed;

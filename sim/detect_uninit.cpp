@@ -11,7 +11,8 @@ Shadow::Ranges World::undefined_rel(int rank, const core::TensorRef& t) {
   Shadow::Ranges out;
   if (!options_.detectors || t.numel == 0) return out;
   const uint64_t a = address(rank, t);
-  ranks_[rank]->shadow.undefined(a, a + static_cast<uint64_t>(t.bytes()), ranks_[rank]->buffers[t.buffer], out);
+  ranks_[rank]->shadow.undefined(a, a + static_cast<uint64_t>(t.bytes()), ranks_[rank]->buffers[t.buffer],
+                                 out);
   for (auto& [x, y] : out) {
     x -= a;
     y -= a;
@@ -38,10 +39,11 @@ void World::check_defined(int rank, uint32_t op, const core::TensorRef& t) {
   f.summary = "rank " + std::to_string(rank) + ": " + opname + " reads " + std::to_string(bytes) +
               " never-written bytes of '" + bname + "' (first at byte " +
               std::to_string(t.byte_offset() + static_cast<int64_t>(undef.front().first)) + ")";
-  f.explanation = f.summary +
-                  ".\nThose bytes were not written in this lifetime of the buffer (a fresh allocation, or a "
-                  "layout gap or padding that nothing initializes); whatever they hold flows into the result.\n"
-                  "Fix: write the range before reading it, or read only the tensors' own elements.";
+  f.explanation =
+      f.summary +
+      ".\nThose bytes were not written in this lifetime of the buffer (a fresh allocation, or a "
+      "layout gap or padding that nothing initializes); whatever they hold flows into the result.\n"
+      "Fix: write the range before reading it, or read only the tensors' own elements.";
   f.key = "uninit|" + opname + "|" + bname;
   core::ElementDetail d;
   d.tensor = bname;
@@ -86,19 +88,25 @@ void World::set_kernel_outputs_undefined(int rank, const core::KernelCall& k, co
 
 Shadow::Ranges World::collective_undefined_rel(const core::CollectiveCall& c,
                                                const std::vector<Shadow::Ranges>& undef, size_t m) {
-  const uint64_t in_bytes = static_cast<uint64_t>(c.input.bytes()), out_bytes = static_cast<uint64_t>(c.output.bytes());
+  const uint64_t in_bytes = static_cast<uint64_t>(c.input.bytes()),
+                 out_bytes = static_cast<uint64_t>(c.output.bytes());
   const size_t n = undef.size();
   Shadow::Ranges rel;
   for (size_t src = 0; src < n; ++src) {
     for (const auto& [x, y] : undef[src]) {
       switch (c.kind) {
-        case core::CollectiveKind::all_gather: rel.emplace_back(src * in_bytes + x, src * in_bytes + y); break;
+        case core::CollectiveKind::all_gather:
+          rel.emplace_back(src * in_bytes + x, src * in_bytes + y);
+          break;
         case core::CollectiveKind::reduce_scatter: {
-          const uint64_t lo = std::max<uint64_t>(x, m * out_bytes), hi = std::min<uint64_t>(y, (m + 1) * out_bytes);
+          const uint64_t lo = std::max<uint64_t>(x, m * out_bytes),
+                         hi = std::min<uint64_t>(y, (m + 1) * out_bytes);
           if (lo < hi) rel.emplace_back(lo - m * out_bytes, hi - m * out_bytes);
           break;
         }
-        case core::CollectiveKind::all_reduce: rel.emplace_back(x, y); break;
+        case core::CollectiveKind::all_reduce:
+          rel.emplace_back(x, y);
+          break;
         case core::CollectiveKind::broadcast:
           if (static_cast<int>(src) == c.root) rel.emplace_back(x, y);
           break;

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/runtime/collectives_cpu.hpp"
 #include "core/base/status.hpp"
+#include "core/runtime/collectives_cpu.hpp"
 #include "sim/world_state.hpp"
 
 namespace shardcheck::sim {
@@ -48,14 +48,16 @@ void World::finish(int rank, int stream, Op& op) {
   info.exec_step = step_;
   info.epoch = s.clock[participant(rank, stream)];
   digest_ = core::mix64(digest_ ^ (static_cast<uint64_t>(step_) << 20) ^
-                        (static_cast<uint64_t>(participant(rank, stream)) << 4) ^ name_hashes_[info.name] ^ 0x5bd1e995u);
+                        (static_cast<uint64_t>(participant(rank, stream)) << 4) ^ name_hashes_[info.name] ^
+                        0x5bd1e995u);
   if (options_.record_trace) trace_.push_back({step_, rank, stream, op.id});
   ++ops_executed_;
   s.executed++;
   s.queue.pop_front();  // destroys op
 }
 
-void World::touch_range(int rank, int stream, uint32_t op, uint32_t lifetime, uint64_t a, uint64_t b, Access kind) {
+void World::touch_range(int rank, int stream, uint32_t op, uint32_t lifetime, uint64_t a, uint64_t b,
+                        Access kind) {
   const Stream& s = ranks_[rank]->streams[stream];
   const uint32_t p = static_cast<uint32_t>(participant(rank, stream));
   const AccessRec cur{p, s.clock[p], op, lifetime};
@@ -73,7 +75,8 @@ void World::touch_range(int rank, int stream, uint32_t op, uint32_t lifetime, ui
 void World::touch(int rank, int stream, uint32_t op, const core::TensorRef& t, Access kind) {
   if (!options_.detectors || t.numel == 0) return;
   const uint64_t a = address(rank, t);
-  touch_range(rank, stream, op, ranks_[rank]->buffers[t.buffer], a, a + static_cast<uint64_t>(t.bytes()), kind);
+  touch_range(rank, stream, op, ranks_[rank]->buffers[t.buffer], a, a + static_cast<uint64_t>(t.bytes()),
+              kind);
 }
 
 void World::execute_kernel(int rank, int stream, Op& op) {
@@ -109,7 +112,8 @@ void World::execute_collective(int rank, int stream) {
   }
   const auto& c = ops[0]->coll;
   // Outputs are touched before the data moves: a lifetime they begin is poisoned first.
-  for (size_t m = 0; m < n; ++m) touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll.output, Access::write);
+  for (size_t m = 0; m < n; ++m)
+    touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll.output, Access::write);
   core::execute_collective_cpu(c, in, out);
   for (size_t m = 0; m < n; ++m) {
     set_undefined_rel(g.members[m], ops[m]->coll.output, collective_undefined_rel(c, undef, m));
@@ -142,7 +146,8 @@ void World::execute_p2p(int rank, int stream) {
   const Shadow::Ranges undef = undefined_rel(from, s_op.p2p.buffer);
   touch(from, pair.first.stream, s_op.id, s_op.p2p.buffer, Access::read);
   touch(to, pair.second.stream, r_op.id, r_op.p2p.buffer, Access::write);
-  std::memmove(host_pointer(to, r_op.p2p.buffer), host_pointer(from, s_op.p2p.buffer), s_op.p2p.buffer.bytes());
+  std::memmove(host_pointer(to, r_op.p2p.buffer), host_pointer(from, s_op.p2p.buffer),
+               s_op.p2p.buffer.bytes());
   set_undefined_rel(to, r_op.p2p.buffer, undef);
   VectorClock joined = ranks_[from]->streams[pair.first.stream].clock;
   joined.join(ranks_[to]->streams[pair.second.stream].clock);
@@ -169,7 +174,8 @@ void World::execute_transfer(int rank, int stream, Op& op) {
 
 void World::execute_free(int rank, int stream, Op& op) {
   const Lifetime& l = lifetimes_[op.lifetime];
-  if (options_.detectors) touch_range(rank, stream, op.id, op.lifetime, l.addr, l.addr + l.bytes, Access::free);
+  if (options_.detectors)
+    touch_range(rank, stream, op.id, op.lifetime, l.addr, l.addr + l.bytes, Access::free);
   if (options_.reuse == Reuse::earliest) std::memset(ranks_[rank]->heap.bytes(l.addr), 0xff, l.bytes);
 }
 

@@ -39,7 +39,8 @@ int64_t measure_steps(const Factory& factory, Options base) {
 ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
   ExploreResult r;
   Options opts = o.base;
-  if (opts.policy == Policy::pct && opts.pct_steps_hint <= 0) opts.pct_steps_hint = measure_steps(factory, opts);
+  if (opts.policy == Policy::pct && opts.pct_steps_hint <= 0)
+    opts.pct_steps_hint = measure_steps(factory, opts);
   auto cancelled = [&] { return opts.cancel && opts.cancel->load(std::memory_order_relaxed); };
   for (int i = 0; i < o.runs; ++i) {
     if (cancelled()) {
@@ -73,7 +74,8 @@ ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
 
 Replay replay(const Factory& factory, Options options) {
   Replay r;
-  if (options.policy == Policy::pct && options.pct_steps_hint <= 0) options.pct_steps_hint = measure_steps(factory, options);
+  if (options.policy == Policy::pct && options.pct_steps_hint <= 0)
+    options.pct_steps_hint = measure_steps(factory, options);
   options.record_trace = true;
   r.world = std::make_unique<World>(options);
   r.result = run_once(*r.world, factory);

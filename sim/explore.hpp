@@ -34,11 +34,11 @@ struct ExploreOptions {
 struct ExploreResult {
   std::vector<core::Finding> findings;
   int runs_done = 0;
-  int first_hit = -1;       // index of the first run with a finding
-  int64_t steps = 0;        // scheduler steps over all runs
-  int64_t ops = 0;          // stream operations over all runs
+  int first_hit = -1;  // index of the first run with a finding
+  int64_t steps = 0;   // scheduler steps over all runs
+  int64_t ops = 0;     // stream operations over all runs
   std::vector<uint64_t> digests;
-  std::string error;        // an internal error in some run
+  std::string error;  // an internal error in some run
   uint64_t error_seed = 0;
   // Options::cancel was set: exploration ended early. A run it cut short is not counted in
   // runs_done and has no digest, but what its detectors had found is kept: each finding is

@@ -9,13 +9,15 @@ namespace shardcheck::sim {
 Heap::Heap(AllocatorModel model, Reuse reuse, int64_t* world_bytes, int64_t world_limit)
     : world_bytes_(world_bytes),
       world_limit_(world_limit),
-      pool_(model == AllocatorModel::caching, reuse == Reuse::earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit,
+      pool_(model == AllocatorModel::caching,
+            reuse == Reuse::earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit,
             [this](uint64_t size) { return new_segment(size); }) {}
 
 uint64_t Heap::new_segment(uint64_t size) {
   if (*world_bytes_ + static_cast<int64_t>(size) > world_limit_) {
-    throw ResourceError("simulated device memory exhausted: " + std::to_string(*world_bytes_ + static_cast<int64_t>(size)) +
-                        " bytes would exceed the limit of " + std::to_string(world_limit_));
+    throw ResourceError(
+        "simulated device memory exhausted: " + std::to_string(*world_bytes_ + static_cast<int64_t>(size)) +
+        " bytes would exceed the limit of " + std::to_string(world_limit_));
   }
   *world_bytes_ += static_cast<int64_t>(size);
   Segment s{std::make_unique<std::byte[]>(size), size};

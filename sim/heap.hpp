@@ -36,8 +36,12 @@ class Heap {
   Heap(AllocatorModel model, Reuse reuse, int64_t* world_bytes, int64_t world_limit);
 
   // A block of at least `bytes` for `stream`. Throws ResourceError past the memory limit.
-  Allocation allocate(uint64_t bytes, int stream, const Legal& legal) { return pool_.allocate(bytes, stream, legal); }
-  void release(uint64_t addr, std::vector<uint64_t> pending, uint64_t free_op) { pool_.release(addr, std::move(pending), free_op); }
+  Allocation allocate(uint64_t bytes, int stream, const Legal& legal) {
+    return pool_.allocate(bytes, stream, legal);
+  }
+  void release(uint64_t addr, std::vector<uint64_t> pending, uint64_t free_op) {
+    pool_.release(addr, std::move(pending), free_op);
+  }
   const Block& block(uint64_t addr) const { return pool_.block(addr); }
   std::byte* bytes(uint64_t addr);  // host pointer for a device address inside a segment
   uint64_t segment_bytes() const { return pool_.segment_bytes(); }

@@ -32,7 +32,8 @@ core::GroupId SimRuntime::group(std::string_view name, std::span<const int> memb
     throw InternalError("group " + quoted(name) + " does not contain rank " + std::to_string(rank_));
   }
   for (int r : m) {
-    if (r < 0 || r >= world_.ranks()) throw InternalError("group " + quoted(name) + " names a rank outside the world");
+    if (r < 0 || r >= world_.ranks())
+      throw InternalError("group " + quoted(name) + " names a rank outside the world");
   }
   int index = -1;
   for (size_t i = 0; i < world_.groups_.size(); ++i) {
@@ -63,7 +64,8 @@ void SimRuntime::park(std::coroutine_handle<> h) {
 
 void SimRuntime::do_record(core::EventId e, core::StreamId s) {
   auto& r = *world_.ranks_[rank_];
-  if (e < 0 || e >= static_cast<int>(r.event_latest.size())) throw InternalError("record of an unknown event");
+  if (e < 0 || e >= static_cast<int>(r.event_latest.size()))
+    throw InternalError("record of an unknown event");
   r.event_latest[e] = world_.record(rank_, s, "record " + quoted(r.event_names[e]));
 }
 
@@ -92,7 +94,8 @@ void SimRuntime::do_sync_event(core::EventId e) {
 
 void SimRuntime::do_sync_device() {
   std::vector<uint32_t> recs;
-  for (int s = 0; s < world_.num_streams(rank_); ++s) recs.push_back(world_.record(rank_, s, "record (for device sync)"));
+  for (int s = 0; s < world_.num_streams(rank_); ++s)
+    recs.push_back(world_.record(rank_, s, "record (for device sync)"));
   world_.host_wait(rank_, std::move(recs));
 }
 
@@ -138,9 +141,11 @@ int World::group_index(int rank, core::GroupId g) {
 
 Lifetime& World::live_buffer(int rank, core::BufferId b, const char* use) {
   const auto& buffers = ranks_[rank]->buffers;
-  if (b < 0 || b >= static_cast<int>(buffers.size())) throw InternalError(std::string(use) + " of an unknown buffer");
+  if (b < 0 || b >= static_cast<int>(buffers.size()))
+    throw InternalError(std::string(use) + " of an unknown buffer");
   Lifetime& l = lifetimes_[buffers[b]];
-  if (!l.live) throw InternalError(std::string(use) + " of buffer " + quoted(names_[l.name]) + " after it was freed");
+  if (!l.live)
+    throw InternalError(std::string(use) + " of buffer " + quoted(names_[l.name]) + " after it was freed");
   return l;
 }
 
@@ -170,12 +175,14 @@ void World::push(int rank, int stream, Op op) {
 
 core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_view name) {
   auto& r = *ranks_[rank];
-  if (stream < 0 || stream >= static_cast<int>(r.streams.size())) throw InternalError("alloc on an unknown stream");
+  if (stream < 0 || stream >= static_cast<int>(r.streams.size()))
+    throw InternalError("alloc on an unknown stream");
   if (bytes < 0) throw InternalError("alloc of a negative size");
   auto legal = [&](const Block& b, int s) {
     if (b.stream == s) {
       if (options_.allocator == AllocatorModel::stream_ordered) return true;  // stream order
-      return std::all_of(b.pending.begin(), b.pending.end(), [&](uint64_t rec) { return records_[rec].executed; });
+      return std::all_of(b.pending.begin(), b.pending.end(),
+                         [&](uint64_t rec) { return records_[rec].executed; });
     }
     if (options_.allocator == AllocatorModel::caching) return false;  // per-stream pools
     // cudaMallocAsync reuses across streams when the free is ordered before the new stream.
@@ -197,7 +204,8 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
   l.bytes = static_cast<uint64_t>(bytes);
   l.stream = stream;
   l.generation = ++generations_[{rank, a.addr}];
-  l.alloc_op = new_op(rank, -1, OpKind::host_alloc, "alloc " + quoted(name) + " on " + quoted(r.streams[stream].name));
+  l.alloc_op =
+      new_op(rank, -1, OpKind::host_alloc, "alloc " + quoted(name) + " on " + quoted(r.streams[stream].name));
   lifetimes_.push_back(l);
   lifetime_maps_.emplace_back();
   const uint32_t index = static_cast<uint32_t>(lifetimes_.size() - 1);
@@ -218,14 +226,16 @@ void World::free(int rank, core::BufferId b) {
   const std::string bname = quoted(names_[l.name]);
   if (options_.allocator == AllocatorModel::caching) {
     std::vector<uint64_t> pending;
-    for (int s : l.recorded_streams) pending.push_back(record(rank, s, "record (record_stream " + bname + ")"));
+    for (int s : l.recorded_streams)
+      pending.push_back(record(rank, s, "record (record_stream " + bname + ")"));
     l.free_op = new_op(rank, -1, OpKind::host_free, "free " + bname);
     r.heap.release(l.addr, std::move(pending), l.free_op);
     return;
   }
   // cudaFreeAsync on the allocating stream, after waits for the recorded streams.
   for (int s : lifetimes_[index].recorded_streams) {
-    wait(rank, l.stream, record(rank, s, "record (record_stream " + bname + ")"), "wait (record_stream " + bname + ")");
+    wait(rank, l.stream, record(rank, s, "record (record_stream " + bname + ")"),
+         "wait (record_stream " + bname + ")");
   }
   Op op;
   op.kind = OpKind::free_async;
@@ -239,7 +249,8 @@ void World::free(int rank, core::BufferId b) {
 void World::record_stream(int rank, core::BufferId b, int stream) {
   Lifetime& l = live_buffer(rank, b, "record_stream");
   if (stream < 0 || stream >= num_streams(rank)) throw InternalError("record_stream on an unknown stream");
-  if (stream != l.stream && std::find(l.recorded_streams.begin(), l.recorded_streams.end(), stream) == l.recorded_streams.end()) {
+  if (stream != l.stream &&
+      std::find(l.recorded_streams.begin(), l.recorded_streams.end(), stream) == l.recorded_streams.end()) {
     l.recorded_streams.push_back(stream);
   }
 }
@@ -285,12 +296,14 @@ void World::launch(int rank, core::KernelCall call) {
 void World::collective(int rank, core::CollectiveCall call) {
   const int g = group_index(rank, call.group);
   Group& group = groups_[g];
-  if (std::string e = core::check_collective_shape(call, static_cast<int>(group.members.size())); !e.empty()) {
+  if (std::string e = core::check_collective_shape(call, static_cast<int>(group.members.size()));
+      !e.empty()) {
     throw InternalError(e);
   }
   check_ref(rank, call.input, "collective input");
   check_ref(rank, call.output, "collective output");
-  if (call.stream < 0 || call.stream >= num_streams(rank)) throw InternalError("collective on an unknown stream");
+  if (call.stream < 0 || call.stream >= num_streams(rank))
+    throw InternalError("collective on an unknown stream");
   const int mi = group.index_of(rank);
   const int64_t k = group.issued[mi]++;
   Instance& inst = group.at(k);
@@ -315,7 +328,8 @@ void World::collective(int rank, core::CollectiveCall call) {
 }
 
 void World::p2p(int rank, core::P2PCall call, bool send) {
-  if (call.peer < 0 || call.peer >= ranks() || call.peer == rank) throw InternalError("p2p with an invalid peer");
+  if (call.peer < 0 || call.peer >= ranks() || call.peer == rank)
+    throw InternalError("p2p with an invalid peer");
   check_ref(rank, call.buffer, send ? "send" : "recv");
   if (call.stream < 0 || call.stream >= num_streams(rank)) throw InternalError("p2p on an unknown stream");
   Channel& ch = send ? channel(rank, call.peer, call.channel) : channel(call.peer, rank, call.channel);
@@ -341,10 +355,12 @@ void World::p2p(int rank, core::P2PCall call, bool send) {
 
 void World::upload(int rank, core::TensorRef dst, int stream, std::span<const std::byte> data) {
   check_ref(rank, dst, "upload");
-  if (static_cast<int64_t>(data.size()) != dst.bytes()) throw InternalError("upload size differs from its destination");
+  if (static_cast<int64_t>(data.size()) != dst.bytes())
+    throw InternalError("upload size differs from its destination");
   Op op;
   op.kind = OpKind::upload;
-  op.id = new_op(rank, stream, OpKind::upload, "upload to " + quoted(names_[lifetimes_[ranks_[rank]->buffers[dst.buffer]].name]));
+  op.id = new_op(rank, stream, OpKind::upload,
+                 "upload to " + quoted(names_[lifetimes_[ranks_[rank]->buffers[dst.buffer]].name]));
   op.ref = dst;
   op.data.assign(data.begin(), data.end());
   push(rank, stream, std::move(op));
@@ -352,10 +368,12 @@ void World::upload(int rank, core::TensorRef dst, int stream, std::span<const st
 
 void World::download(int rank, core::TensorRef src, int stream, std::span<std::byte> out) {
   check_ref(rank, src, "download");
-  if (static_cast<int64_t>(out.size()) != src.bytes()) throw InternalError("download size differs from its source");
+  if (static_cast<int64_t>(out.size()) != src.bytes())
+    throw InternalError("download size differs from its source");
   Op op;
   op.kind = OpKind::download;
-  op.id = new_op(rank, stream, OpKind::download, "download of " + quoted(names_[lifetimes_[ranks_[rank]->buffers[src.buffer]].name]));
+  op.id = new_op(rank, stream, OpKind::download,
+                 "download of " + quoted(names_[lifetimes_[ranks_[rank]->buffers[src.buffer]].name]));
   op.ref = src;
   op.out = out;
   push(rank, stream, std::move(op));

@@ -5,10 +5,14 @@ namespace shardcheck::sim {
 
 std::string_view to_string(Policy p) {
   switch (p) {
-    case Policy::in_order: return "in_order";
-    case Policy::random: return "random";
-    case Policy::pct: return "pct";
-    case Policy::delay_comm: return "delay_comm";
+    case Policy::in_order:
+      return "in_order";
+    case Policy::random:
+      return "random";
+    case Policy::pct:
+      return "pct";
+    case Policy::delay_comm:
+      return "delay_comm";
   }
   return "?";
 }
@@ -20,7 +24,9 @@ std::optional<Policy> parse_policy(std::string_view s) {
   return std::nullopt;
 }
 
-std::string_view to_string(AllocatorModel m) { return m == AllocatorModel::caching ? "caching" : "stream_ordered"; }
+std::string_view to_string(AllocatorModel m) {
+  return m == AllocatorModel::caching ? "caching" : "stream_ordered";
+}
 
 std::optional<AllocatorModel> parse_allocator(std::string_view s) {
   if (s == "caching") return AllocatorModel::caching;

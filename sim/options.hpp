@@ -41,10 +41,10 @@ struct Options {
   int64_t pct_steps_hint = 0;  // expected steps of a run, for PCT change points (0: a guess)
   AllocatorModel allocator = AllocatorModel::caching;
   Reuse reuse = Reuse::best_fit;
-  bool detectors = true;        // race, uninitialized and collective-order detectors
-  bool record_trace = false;    // keep every event for a Chrome trace
-  int64_t max_steps = 200'000'000;               // a bound on the scheduler loop
-  int64_t max_device_bytes = int64_t{4} << 30;   // simulated memory across all ranks
+  bool detectors = true;                        // race, uninitialized and collective-order detectors
+  bool record_trace = false;                    // keep every event for a Chrome trace
+  int64_t max_steps = 200'000'000;              // a bound on the scheduler loop
+  int64_t max_device_bytes = int64_t{4} << 30;  // simulated memory across all ranks
   // Polled between runs and every few thousand steps of one: once it reads true, the run
   // stops early (RunResult::cancelled) and exploration ends. A signal handler sets it, so
   // this is an atomic and never anything a handler could not touch.

@@ -3,13 +3,15 @@
 
 namespace shardcheck::sim {
 
-core::Task<std::vector<TrainingOracle::Values>> TrainingOracle::capture(core::Runtime& rt, const std::vector<core::Piece>& pieces) {
+core::Task<std::vector<TrainingOracle::Values>> TrainingOracle::capture(
+    core::Runtime& rt, const std::vector<core::Piece>& pieces) {
   std::vector<Values> out;
   for (const core::Piece& p : pieces) {
     const std::span<const std::byte> bytes = world_.read(rt.rank(), p.buffer);
     Values v{p, std::vector<float>(static_cast<size_t>(p.count))};
     for (int64_t i = 0; i < p.count; ++i) {
-      v.data[static_cast<size_t>(i)] = static_cast<float>(core::load_element(bytes.data(), p.dtype, p.offset + i));
+      v.data[static_cast<size_t>(i)] =
+          static_cast<float>(core::load_element(bytes.data(), p.dtype, p.offset + i));
     }
     out.push_back(std::move(v));
   }

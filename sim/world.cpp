@@ -13,18 +13,30 @@ using core::InternalError;
 
 std::string_view to_string(OpKind k) {
   switch (k) {
-    case OpKind::kernel: return "kernel";
-    case OpKind::collective: return "collective";
-    case OpKind::send: return "send";
-    case OpKind::recv: return "recv";
-    case OpKind::record: return "record";
-    case OpKind::wait: return "wait";
-    case OpKind::upload: return "upload";
-    case OpKind::download: return "download";
-    case OpKind::free_async: return "free";
-    case OpKind::host_alloc: return "alloc";
-    case OpKind::host_free: return "free";
-    case OpKind::host_sync: return "sync";
+    case OpKind::kernel:
+      return "kernel";
+    case OpKind::collective:
+      return "collective";
+    case OpKind::send:
+      return "send";
+    case OpKind::recv:
+      return "recv";
+    case OpKind::record:
+      return "record";
+    case OpKind::wait:
+      return "wait";
+    case OpKind::upload:
+      return "upload";
+    case OpKind::download:
+      return "download";
+    case OpKind::free_async:
+      return "free";
+    case OpKind::host_alloc:
+      return "alloc";
+    case OpKind::host_free:
+      return "free";
+    case OpKind::host_sync:
+      return "sync";
   }
   return "?";
 }
@@ -35,7 +47,8 @@ World::World(Options options) : options_(options), rng_(core::Rng(options.seed).
   }
   participants_ = options_.ranks * (1 + Options::kMaxStreamsPerRank);
   for (int r = 0; r < options_.ranks; ++r) {
-    ranks_.push_back(std::make_unique<Rank>(options_.allocator, options_.reuse, &device_bytes_, options_.max_device_bytes));
+    ranks_.push_back(std::make_unique<Rank>(options_.allocator, options_.reuse, &device_bytes_,
+                                            options_.max_device_bytes));
     ranks_.back()->host.clock = VectorClock(participants_);
     ranks_.back()->host.versions.push_back(ranks_.back()->host.clock);
     runtimes_.push_back(std::make_unique<SimRuntime>(*this, r));
@@ -47,7 +60,9 @@ World::~World() = default;
 
 core::Runtime& World::runtime(int rank) { return *runtimes_.at(rank); }
 
-const std::string& World::stream_name(int rank, int stream) const { return ranks_.at(rank)->streams.at(stream).name; }
+const std::string& World::stream_name(int rank, int stream) const {
+  return ranks_.at(rank)->streams.at(stream).name;
+}
 
 int World::num_streams(int rank) const { return static_cast<int>(ranks_.at(rank)->streams.size()); }
 
@@ -74,10 +89,13 @@ int64_t World::live_bytes(int rank) const {
   return bytes;
 }
 
-World::Channel& World::channel(int from, int to, const std::string& name) { return channels_[{from, to, name}]; }
+World::Channel& World::channel(int from, int to, const std::string& name) {
+  return channels_[{from, to, name}];
+}
 
 World::Channel& World::channel_of(int rank, const Op& op) {
-  return op.kind == OpKind::send ? channel(rank, op.p2p.peer, op.p2p.channel) : channel(op.p2p.peer, rank, op.p2p.channel);
+  return op.kind == OpKind::send ? channel(rank, op.p2p.peer, op.p2p.channel)
+                                 : channel(op.p2p.peer, rank, op.p2p.channel);
 }
 
 bool World::host_ready(int rank) {
@@ -96,7 +114,8 @@ bool World::stream_ready(int rank, int stream, uint64_t scan) {
   if (s.queue.empty()) return false;
   const Op& op = s.queue.front();
   switch (op.kind) {
-    case OpKind::wait: return op.record == kNone || records_[op.record].executed;
+    case OpKind::wait:
+      return op.record == kNone || records_[op.record].executed;
     case OpKind::collective: {
       Group& g = groups_[op.group];
       // One communicator runs its collectives in issue order, whatever streams they were
@@ -124,7 +143,8 @@ bool World::stream_ready(int rank, int stream, uint64_t scan) {
       if (!other.issued || pair.first.bytes != pair.second.bytes) return false;
       return ranks_[op.p2p.peer]->streams[other.stream].executed == other.position;
     }
-    default: return true;
+    default:
+      return true;
   }
 }
 
@@ -141,7 +161,8 @@ int World::pick(const std::vector<int>& runnable) {
       }
       return runnable.front();
     }
-    case Policy::random: return runnable[rng_.uniform(runnable.size())];
+    case Policy::random:
+      return runnable[rng_.uniform(runnable.size())];
     case Policy::delay_comm: {
       std::vector<int> eager;
       for (int e : runnable) {
@@ -190,14 +211,21 @@ void World::step_stream(int rank, int stream) {
   Stream& s = ranks_[rank]->streams[stream];
   Op& op = s.queue.front();
   switch (op.kind) {
-    case OpKind::collective: execute_collective(rank, stream); return;
+    case OpKind::collective:
+      execute_collective(rank, stream);
+      return;
     case OpKind::send:
-    case OpKind::recv: execute_p2p(rank, stream); return;
-    default: break;
+    case OpKind::recv:
+      execute_p2p(rank, stream);
+      return;
+    default:
+      break;
   }
   begin(rank, stream, op);
   switch (op.kind) {
-    case OpKind::kernel: execute_kernel(rank, stream, op); break;
+    case OpKind::kernel:
+      execute_kernel(rank, stream, op);
+      break;
     case OpKind::record: {
       Record& rec = records_[op.record];
       rec.clock = s.clock;
@@ -205,9 +233,14 @@ void World::step_stream(int rank, int stream) {
       break;
     }
     case OpKind::upload:
-    case OpKind::download: execute_transfer(rank, stream, op); break;
-    case OpKind::free_async: execute_free(rank, stream, op); break;
-    default: break;
+    case OpKind::download:
+      execute_transfer(rank, stream, op);
+      break;
+    case OpKind::free_async:
+      execute_free(rank, stream, op);
+      break;
+    default:
+      break;
   }
   finish(rank, stream, op);
 }
@@ -219,7 +252,8 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
   const int per_rank = 1 + Options::kMaxStreamsPerRank;
   if (options_.policy == Policy::pct) {
     const int d = std::max(1, options_.pct_depth);
-    for (int e = 0; e < participants_; ++e) pct_priority_.push_back(d + static_cast<int64_t>(rng_.uniform(1u << 30)));
+    for (int e = 0; e < participants_; ++e)
+      pct_priority_.push_back(d + static_cast<int64_t>(rng_.uniform(1u << 30)));
     const int64_t hint = options_.pct_steps_hint > 0 ? options_.pct_steps_hint : 10000;
     for (int i = 0; i < d - 1; ++i) pct_change_steps_.push_back(1 + static_cast<int64_t>(rng_.uniform(hint)));
     std::sort(pct_change_steps_.begin(), pct_change_steps_.end());

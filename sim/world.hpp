@@ -20,8 +20,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/check/findings.hpp"
 #include "core/base/rng.hpp"
+#include "core/check/findings.hpp"
 #include "core/runtime/runtime.hpp"
 #include "sim/clock.hpp"
 #include "sim/heap.hpp"
@@ -31,8 +31,18 @@
 namespace shardcheck::sim {
 
 enum class OpKind : uint8_t {
-  kernel, collective, send, recv, record, wait, upload, download, free_async,  // stream ops
-  host_alloc, host_free, host_sync,                                           // host events
+  kernel,
+  collective,
+  send,
+  recv,
+  record,
+  wait,
+  upload,
+  download,
+  free_async,  // stream ops
+  host_alloc,
+  host_free,
+  host_sync,  // host events
 };
 std::string_view to_string(OpKind k);
 
@@ -43,10 +53,10 @@ struct OpInfo {
   int32_t rank = 0;
   int32_t stream = -1;  // -1: the host
   OpKind kind = OpKind::kernel;
-  uint32_t name = 0;    // interned description, e.g. "kernel 'backward'"
+  uint32_t name = 0;  // interned description, e.g. "kernel 'backward'"
   int64_t issue_step = 0;
   int64_t exec_step = -1;
-  uint32_t epoch = 0;   // the executing stream's clock component (stream ops)
+  uint32_t epoch = 0;  // the executing stream's clock component (stream ops)
 };
 
 // One allocation: a buffer's lifetime on a block of device memory.
@@ -197,7 +207,9 @@ class World {
 
   // --- shared (world.cpp) ---
   uint32_t intern(std::string s);
-  int participant(int rank, int stream) const { return rank * (1 + Options::kMaxStreamsPerRank) + 1 + stream; }
+  int participant(int rank, int stream) const {
+    return rank * (1 + Options::kMaxStreamsPerRank) + 1 + stream;
+  }
   int host_participant(int rank) const { return rank * (1 + Options::kMaxStreamsPerRank); }
 
   Options options_;

@@ -16,9 +16,9 @@ struct World::Op {
   core::KernelCall kernel;
   core::CollectiveCall coll;
   core::P2PCall p2p;
-  int group = -1;             // collective: world group index
-  int64_t instance = -1;      // collective: k-th on its group; p2p: k-th on its channel
-  core::TensorRef ref;        // upload, download
+  int group = -1;         // collective: world group index
+  int64_t instance = -1;  // collective: k-th on its group; p2p: k-th on its channel
+  core::TensorRef ref;    // upload, download
   std::vector<std::byte> data;
   std::span<std::byte> out;
   uint32_t lifetime = kNone;  // free_async
@@ -53,7 +53,7 @@ struct World::Rank {
   std::vector<uint32_t> buffers;       // BufferId -> lifetime index
   std::vector<uint32_t> event_latest;  // EventId -> latest record (kNone: never recorded)
   std::vector<std::string> event_names;
-  std::vector<int> groups;             // GroupId -> world group index
+  std::vector<int> groups;  // GroupId -> world group index
   Rank(AllocatorModel m, Reuse r, int64_t* bytes, int64_t limit) : heap(m, r, bytes, limit) {}
 };
 
@@ -70,7 +70,7 @@ struct World::Instance {
   struct Member {
     bool issued = false;
     int stream = 0;
-    uint64_t position = 0;  // its index in the member's stream
+    uint64_t position = 0;    // its index in the member's stream
     std::string fingerprint;  // compared across members (detect_collective.cpp)
     std::string tag;
     uint32_t op = 0;
@@ -88,7 +88,7 @@ struct World::Instance {
 
 struct World::Group {
   std::string name;
-  std::vector<int> members;  // global ranks, group-rank order
+  std::vector<int> members;     // global ranks, group-rank order
   std::vector<int64_t> issued;  // per member: collectives issued so far
   std::deque<Instance> instances;
   int64_t first = 0;  // k of instances.front()

@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "bench/gpu/support.hpp"
-#include "run/training_run.hpp"
 #include "core/base/atomic_file.hpp"
 #include "core/base/rng.hpp"
 #include "core/train/trainer.hpp"
 #include "gpu/blas.hpp"
 #include "gpu/check.hpp"
 #include "gpu/runtime.hpp"
+#include "run/training_run.hpp"
 
 using namespace shardcheck;
 using bench::max_abs_delta;
@@ -32,10 +32,12 @@ using nlohmann::ordered_json;
 namespace {
 
 // A GEMM of one shape on its own: median milliseconds of 20 launches after 5 warm-ups.
-double plain_gemm_ms(gpu::Blas& blas, const core::kernel::Gemm& g, core::DType ta, core::DType tb, core::DType tc) {
+double plain_gemm_ms(gpu::Blas& blas, const core::kernel::Gemm& g, core::DType ta, core::DType tb,
+                     core::DType tc) {
   const int64_t na = g.m * g.k, nb = g.k * g.n, nc = g.m * g.n;
   std::vector<void*> bufs(3);
-  const int64_t sizes[] = {na * core::dtype_bytes(ta), nb * core::dtype_bytes(tb), nc * core::dtype_bytes(tc)};
+  const int64_t sizes[] = {na * core::dtype_bytes(ta), nb * core::dtype_bytes(tb),
+                           nc * core::dtype_bytes(tc)};
   core::Rng rng(99);
   for (int i = 0; i < 3; ++i) {
     SC_CUDA_CHECK(cudaMalloc(&bufs[i], static_cast<size_t>(sizes[i])));
@@ -91,7 +93,8 @@ double copy_bandwidth_gbs() {
 
 // Model FLOPs of one step: 6 per token per matrix parameter (forward 2, backward 4).
 double model_flops(const core::TrainingConfig& c, int dp) {
-  const double H = static_cast<double>(c.model.hidden), L = static_cast<double>(c.model.layers), V = static_cast<double>(c.model.vocab);
+  const double H = static_cast<double>(c.model.hidden), L = static_cast<double>(c.model.layers),
+               V = static_cast<double>(c.model.vocab);
   const double tokens = static_cast<double>(dp) * c.microbatches * c.micro_batch_size * c.model.seq;
   return 6.0 * tokens * (L * 8.0 * H * H + V * H);
 }
@@ -125,9 +128,11 @@ int main(int argc, char** argv) {
   const double peak = 2.0 * 8192.0 * 8192 * 8192 / (peak_ms * 1e-3) / 1e12;
   j["bf16_gemm_8192_tflops"] = peak;
   j["copy_gbs"] = copy_bandwidth_gbs();
-  std::printf("dense bf16 GEMM 8192^3: %.1f TFLOP/s; device copy %.0f GB/s\n", peak, j["copy_gbs"].get<double>());
+  std::printf("dense bf16 GEMM 8192^3: %.1f TFLOP/s; device copy %.0f GB/s\n", peak,
+              j["copy_gbs"].get<double>());
   auto save = [&] {
-    if (auto made = core::make_dirs(out); !made) std::fprintf(stderr, "gpu_measure: %s\n", made.message().c_str());
+    if (auto made = core::make_dirs(out); !made)
+      std::fprintf(stderr, "gpu_measure: %s\n", made.message().c_str());
     (void)core::write_file_atomic(out + "/gpu_measure.json", j.dump(2));
   };
 
@@ -141,21 +146,35 @@ int main(int argc, char** argv) {
   const gpu::KernelProfile& kp = prof.profile;
   double plain_ms = 0;
   for (const auto& sh : kp.shapes) plain_ms += sh.launches * plain_gemm_ms(blas, sh.gemm, sh.a, sh.b, sh.c);
-  const double inside = kp.gemm_flops / (kp.gemm_milliseconds * 1e-3) / 1e12, alone = kp.gemm_flops / (plain_ms * 1e-3) / 1e12;
+  const double inside = kp.gemm_flops / (kp.gemm_milliseconds * 1e-3) / 1e12,
+               alone = kp.gemm_flops / (plain_ms * 1e-3) / 1e12;
   double device_ms = 0, host_ms = 0;
   for (const auto& k : kp.kernels) device_ms += k.milliseconds, host_ms += k.host_milliseconds;
-  j["one_rank"] = {{"ms_per_step", 1e3 * one_s}, {"mfu", model_flops(one, 1) / one_s / (peak * 1e12)}, {"gemm_tflops_inside_step", inside},
-                   {"gemm_tflops_same_shapes_alone", alone}, {"gemm_launches", kp.gemm_launches}, {"gemm_shapes", kp.shapes.size()},
-                   {"gemm_share_of_step", kp.gemm_milliseconds * 1e-3 / 2 / one_s}, {"kernel_device_ms_per_step", device_ms / 2},
+  j["one_rank"] = {{"ms_per_step", 1e3 * one_s},
+                   {"mfu", model_flops(one, 1) / one_s / (peak * 1e12)},
+                   {"gemm_tflops_inside_step", inside},
+                   {"gemm_tflops_same_shapes_alone", alone},
+                   {"gemm_launches", kp.gemm_launches},
+                   {"gemm_shapes", kp.shapes.size()},
+                   {"gemm_share_of_step", kp.gemm_milliseconds * 1e-3 / 2 / one_s},
+                   {"kernel_device_ms_per_step", device_ms / 2},
                    {"launch_host_ms_per_step", host_ms / 2}};
-  std::printf("\none rank (no_shard): %.2f ms/step, MFU %.1f%%\nGEMMs inside the step: %.1f TFLOP/s; the same %zu shapes alone: %.1f TFLOP/s\n",
-              1e3 * one_s, 100 * j["one_rank"]["mfu"].get<double>(), inside, kp.shapes.size(), alone);
-  std::printf("per step: kernels %.2f ms on the device, %.2f ms of host time issuing them (profiled run)\n", device_ms / 2, host_ms / 2);
+  std::printf(
+      "\none rank (no_shard): %.2f ms/step, MFU %.1f%%\nGEMMs inside the step: %.1f TFLOP/s; the same %zu "
+      "shapes alone: %.1f TFLOP/s\n",
+      1e3 * one_s, 100 * j["one_rank"]["mfu"].get<double>(), inside, kp.shapes.size(), alone);
+  std::printf("per step: kernels %.2f ms on the device, %.2f ms of host time issuing them (profiled run)\n",
+              device_ms / 2, host_ms / 2);
   std::printf("  %-28s %8s %12s %12s\n", "kernel", "launches", "device ms", "host ms");
   ordered_json kernels = ordered_json::array();
   for (const auto& k : kp.kernels) {
-    if (kernels.size() < 16) std::printf("  %-28s %8lld %12.3f %12.3f\n", k.name.c_str(), static_cast<long long>(k.launches / 2), k.milliseconds / 2, k.host_milliseconds / 2);
-    kernels.push_back({{"name", k.name}, {"launches_per_step", k.launches / 2}, {"device_ms_per_step", k.milliseconds / 2}, {"host_ms_per_step", k.host_milliseconds / 2}});
+    if (kernels.size() < 16)
+      std::printf("  %-28s %8lld %12.3f %12.3f\n", k.name.c_str(), static_cast<long long>(k.launches / 2),
+                  k.milliseconds / 2, k.host_milliseconds / 2);
+    kernels.push_back({{"name", k.name},
+                       {"launches_per_step", k.launches / 2},
+                       {"device_ms_per_step", k.milliseconds / 2},
+                       {"host_ms_per_step", k.host_milliseconds / 2}});
   }
   j["one_rank"]["kernels"] = kernels;
   save();
@@ -171,10 +190,15 @@ int main(int argc, char** argv) {
     const double sec = bench::step_seconds(c, mesh_for(s, 4), {});
     if (s == core::Strategy::distopt) distopt_s = sec;
     const double mfu = model_flops(c, 4) / sec / (peak * 1e12);
-    std::printf("%-20s %12.2f %10.3f %7.1f%%\n", std::string(core::to_string(s)).c_str(), 1e3 * sec, sec / distopt_s, 100 * mfu);
-    steps.push_back({{"strategy", core::to_string(s)}, {"ms_per_step", 1e3 * sec}, {"ratio_to_distopt", sec / distopt_s}, {"mfu", mfu}});
+    std::printf("%-20s %12.2f %10.3f %7.1f%%\n", std::string(core::to_string(s)).c_str(), 1e3 * sec,
+                sec / distopt_s, 100 * mfu);
+    steps.push_back({{"strategy", core::to_string(s)},
+                     {"ms_per_step", 1e3 * sec},
+                     {"ratio_to_distopt", sec / distopt_s},
+                     {"mfu", mfu}});
   }
-  j["tinylm"] = {{"vocab", 8192}, {"hidden", 1024}, {"layers", 8}, {"seq", 1024}, {"micro_batch_size", 2}, {"microbatches", 4}, {"ranks", 4}};
+  j["tinylm"] = {{"vocab", 8192},         {"hidden", 1024},    {"layers", 8}, {"seq", 1024},
+                 {"micro_batch_size", 2}, {"microbatches", 4}, {"ranks", 4}};
   j["step_time"] = steps;
   save();
 
@@ -193,9 +217,14 @@ int main(int argc, char** argv) {
       c.strategy = s;
       const std::vector<double> l = bench::train(c, mesh_for(s, 4), n, {}).losses;
       const double d = max_abs_delta(l, ref);
-      std::printf("%-20s %s %d steps: max |delta loss| vs DistOpt = %.3g\n", std::string(core::to_string(s)).c_str(), exact ? "exact" : "bf16 ", n, d);
-      agree.push_back({{"strategy", core::to_string(s)}, {"exact", exact}, {"steps", n}, {"max_abs_delta_loss", d},
-                       {"final_loss", l.back()}, {"distopt_final_loss", ref.back()}});
+      std::printf("%-20s %s %d steps: max |delta loss| vs DistOpt = %.3g\n",
+                  std::string(core::to_string(s)).c_str(), exact ? "exact" : "bf16 ", n, d);
+      agree.push_back({{"strategy", core::to_string(s)},
+                       {"exact", exact},
+                       {"steps", n},
+                       {"max_abs_delta_loss", d},
+                       {"final_loss", l.back()},
+                       {"distopt_final_loss", ref.back()}});
     }
   }
   j["against_distopt"] = agree;

@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "bench/gpu/support.hpp"
-#include "run/training_run.hpp"
 #include "core/base/atomic_file.hpp"
 #include "gpu/check.hpp"
 #include "gpu/nccl_check.hpp"
+#include "run/training_run.hpp"
 
 using namespace shardcheck;
 using nlohmann::ordered_json;
@@ -44,7 +44,8 @@ struct Mode {
   core::DType param;
   bool exact;
 };
-constexpr Mode kModes[] = {{"exact", core::DType::f32, true}, {"fp32", core::DType::f32, false}, {"bf16", core::DType::bf16, false}};
+constexpr Mode kModes[] = {
+    {"exact", core::DType::f32, true}, {"fp32", core::DType::f32, false}, {"bf16", core::DType::bf16, false}};
 
 core::TrainingConfig small_config(core::Strategy s, const Mode& m, int steps) {
   core::TrainingConfig c = bench::tinylm_config(s);
@@ -76,10 +77,13 @@ double size_bytes(const gpu::CollectiveSample& c) {
 }
 double bus_factor(core::CollectiveKind k, int n) {
   switch (k) {
-    case core::CollectiveKind::all_reduce: return 2.0 * (n - 1) / n;
+    case core::CollectiveKind::all_reduce:
+      return 2.0 * (n - 1) / n;
     case core::CollectiveKind::all_gather:
-    case core::CollectiveKind::reduce_scatter: return static_cast<double>(n - 1) / n;
-    case core::CollectiveKind::broadcast: return 1.0;
+    case core::CollectiveKind::reduce_scatter:
+      return static_cast<double>(n - 1) / n;
+    case core::CollectiveKind::broadcast:
+      return 1.0;
   }
   return 1.0;
 }
@@ -113,7 +117,8 @@ Clique& clique(int n) {
 double time_alone(const gpu::CollectiveSample& c) {
   const int n = c.members;
   Clique& q = clique(n);
-  const size_t in_bytes = static_cast<size_t>(c.in_numel * dtype_size(c.dtype)), out_bytes = static_cast<size_t>(c.out_numel * dtype_size(c.dtype));
+  const size_t in_bytes = static_cast<size_t>(c.in_numel * dtype_size(c.dtype)),
+               out_bytes = static_cast<size_t>(c.out_numel * dtype_size(c.dtype));
   std::vector<void*> in(n), out(n);
   std::vector<cudaEvent_t> start(n), stop(n);
   for (int d = 0; d < n; ++d) {
@@ -132,10 +137,18 @@ double time_alone(const gpu::CollectiveSample& c) {
       ncclComm_t comm = q.comms[d];
       cudaStream_t s = q.streams[d];
       switch (c.kind) {
-        case core::CollectiveKind::all_gather: SC_NCCL_CHECK(ncclAllGather(in[d], out[d], c.in_numel, t, comm, s)); break;
-        case core::CollectiveKind::reduce_scatter: SC_NCCL_CHECK(ncclReduceScatter(in[d], out[d], c.out_numel, t, op, comm, s)); break;
-        case core::CollectiveKind::all_reduce: SC_NCCL_CHECK(ncclAllReduce(in[d], out[d], c.out_numel, t, op, comm, s)); break;
-        case core::CollectiveKind::broadcast: SC_NCCL_CHECK(ncclBroadcast(in[d], out[d], c.out_numel, t, 0, comm, s)); break;
+        case core::CollectiveKind::all_gather:
+          SC_NCCL_CHECK(ncclAllGather(in[d], out[d], c.in_numel, t, comm, s));
+          break;
+        case core::CollectiveKind::reduce_scatter:
+          SC_NCCL_CHECK(ncclReduceScatter(in[d], out[d], c.out_numel, t, op, comm, s));
+          break;
+        case core::CollectiveKind::all_reduce:
+          SC_NCCL_CHECK(ncclAllReduce(in[d], out[d], c.out_numel, t, op, comm, s));
+          break;
+        case core::CollectiveKind::broadcast:
+          SC_NCCL_CHECK(ncclBroadcast(in[d], out[d], c.out_numel, t, 0, comm, s));
+          break;
       }
     }
     SC_NCCL_CHECK(ncclGroupEnd());
@@ -169,14 +182,22 @@ double time_alone(const gpu::CollectiveSample& c) {
   return worst;
 }
 
-using Key = std::tuple<int, int, int, int64_t, int64_t, int, std::string>;  // kind, dtype, reduce, in, out, members, group
+using Key = std::tuple<int, int, int, int64_t, int64_t, int,
+                       std::string>;  // kind, dtype, reduce, in, out, members, group
 Key key_of(const gpu::CollectiveSample& c) {
-  return {static_cast<int>(c.kind), static_cast<int>(c.dtype), static_cast<int>(c.reduce), c.in_numel, c.out_numel, c.members, c.group};
+  return {static_cast<int>(c.kind),
+          static_cast<int>(c.dtype),
+          static_cast<int>(c.reduce),
+          c.in_numel,
+          c.out_numel,
+          c.members,
+          c.group};
 }
 
 // The collectives rank 0 issues in one step (steady state): those of a 3-step run less those
 // of a 1-step run, halved.
-std::vector<std::pair<gpu::CollectiveSample, int>> per_step_collectives(const core::TrainingConfig& c, const std::vector<core::Axis>& axes) {
+std::vector<std::pair<gpu::CollectiveSample, int>> per_step_collectives(const core::TrainingConfig& c,
+                                                                        const std::vector<core::Axis>& axes) {
   gpu::GpuOptions o;
   o.comm = gpu::CommMode::nccl;
   o.skip_communication = true;
@@ -205,13 +226,18 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
-    if (!std::strcmp(argv[i], "--modes") && i + 1 < argc) modes = argv[++i];  // which precision modes the loss section runs
+    if (!std::strcmp(argv[i], "--modes") && i + 1 < argc)
+      modes = argv[++i];  // which precision modes the loss section runs
     if (!std::strcmp(argv[i], "--sections") && i + 1 < argc) sections = argv[++i];
     if (!std::strcmp(argv[i], "--strategies") && i + 1 < argc) strategies = argv[++i];
   }
-  auto listed = [](const std::string& list, std::string_view item) { return ("," + list + ",").find("," + std::string(item) + ",") != std::string::npos; };
+  auto listed = [](const std::string& list, std::string_view item) {
+    return ("," + list + ",").find("," + std::string(item) + ",") != std::string::npos;
+  };
   auto wanted = [&](int mi) { return listed(modes, kModes[mi].name); };
-  auto strategy_wanted = [&](core::Strategy s) { return strategies.empty() || s == core::Strategy::distopt || listed(strategies, core::to_string(s)); };
+  auto strategy_wanted = [&](core::Strategy s) {
+    return strategies.empty() || s == core::Strategy::distopt || listed(strategies, core::to_string(s));
+  };
   const int devices = gpu::usable_devices();
   const int n = std::min(devices, 8) & ~1;
   if (n < 2) {
@@ -240,14 +266,20 @@ int main(int argc, char** argv) {
     for (size_t si = 0; si < std::size(bench::kAllStrategies); ++si) {
       const core::Strategy s = bench::kAllStrategies[si];
       if (!strategy_wanted(s)) continue;
-      sim[{mi, static_cast<int>(si)}] = std::async(std::launch::async, on_simulator, small_config(s, kModes[mi], sim_steps), bench::mesh_for(s, n));
+      sim[{mi, static_cast<int>(si)}] = std::async(
+          std::launch::async, on_simulator, small_config(s, kModes[mi], sim_steps), bench::mesh_for(s, n));
     }
   }
   ordered_json losses = ordered_json::array();
   bool all_within = true;
-  if (do_losses) std::printf("\nlosses over %d steps (simulator: first %d), TinyLM vocab 256 hidden 128 layers 2 seq 64, %d ranks\n", steps, sim_steps, n);
-  if (do_losses) std::printf("%-19s %-5s %-9s %-11s %-11s %-11s %-11s %s\n", "strategy", "mode", "step0 eq", "nccl-local", "order only", "tolerance", "nccl-sim",
-              "verdict");
+  if (do_losses)
+    std::printf(
+        "\nlosses over %d steps (simulator: first %d), TinyLM vocab 256 hidden 128 layers 2 seq 64, %d "
+        "ranks\n",
+        steps, sim_steps, n);
+  if (do_losses)
+    std::printf("%-19s %-5s %-9s %-11s %-11s %-11s %-11s %s\n", "strategy", "mode", "step0 eq", "nccl-local",
+                "order only", "tolerance", "nccl-sim", "verdict");
   for (int mi = 0; mi < 3 && do_losses; ++mi) {
     if (!wanted(mi)) continue;
     const Mode& m = kModes[mi];
@@ -264,9 +296,12 @@ int main(int argc, char** argv) {
       o.reverse_reduction = true;
       const std::vector<double> reversed = bench::train(c, axes, steps, o).losses;
       const std::vector<double> on_sim = sim[{mi, static_cast<int>(si)}].get();
-      const std::vector<double> local_head(local.begin(), local.begin() + std::min<size_t>(local.size(), on_sim.size()));
-      const double d_local = bench::max_abs_delta(nccl, local), d_order = bench::max_abs_delta(local, reversed);
-      const double d_sim = bench::max_abs_delta(nccl, on_sim), d_kernels = bench::max_abs_delta(local_head, on_sim);
+      const std::vector<double> local_head(local.begin(),
+                                           local.begin() + std::min<size_t>(local.size(), on_sim.size()));
+      const double d_local = bench::max_abs_delta(nccl, local),
+                   d_order = bench::max_abs_delta(local, reversed);
+      const double d_sim = bench::max_abs_delta(nccl, on_sim),
+                   d_kernels = bench::max_abs_delta(local_head, on_sim);
       // Exact mode: grid-rounded contributions sum exactly in any order, so NCCL must equal
       // the device-local run bit for bit. Otherwise NCCL's ring and tree orders are other
       // reduction orders: their differences may be a few times those of one reordering.
@@ -274,41 +309,71 @@ int main(int argc, char** argv) {
       const bool step0 = !nccl.empty() && !local.empty() && nccl[0] == local[0];
       const bool within = step0 && d_local <= tolerance && (!m.exact || d_sim <= d_kernels);
       all_within &= within;
-      std::printf("%-19s %-5s %-9s %-11.3g %-11.3g %-11.3g %-11.3g %s\n", std::string(core::to_string(s)).c_str(), m.name, step0 ? "yes" : "NO", d_local,
-                  d_order, tolerance, d_sim, within ? "within" : "OUTSIDE");
-      losses.push_back({{"strategy", core::to_string(s)}, {"mode", m.name}, {"ranks", n}, {"steps", steps}, {"step0_bitwise_equal", step0},
-                        {"max_abs_nccl_vs_local", d_local}, {"max_abs_local_vs_reversed_order", d_order}, {"tolerance", tolerance},
-                        {"max_abs_nccl_vs_sim", d_sim}, {"max_abs_local_vs_sim", d_kernels}, {"sim_steps", on_sim.size()},
-                        {"within", within}, {"final_loss_nccl", nccl.back()}, {"final_loss_local", local.back()}});
+      std::printf("%-19s %-5s %-9s %-11.3g %-11.3g %-11.3g %-11.3g %s\n",
+                  std::string(core::to_string(s)).c_str(), m.name, step0 ? "yes" : "NO", d_local, d_order,
+                  tolerance, d_sim, within ? "within" : "OUTSIDE");
+      losses.push_back({{"strategy", core::to_string(s)},
+                        {"mode", m.name},
+                        {"ranks", n},
+                        {"steps", steps},
+                        {"step0_bitwise_equal", step0},
+                        {"max_abs_nccl_vs_local", d_local},
+                        {"max_abs_local_vs_reversed_order", d_order},
+                        {"tolerance", tolerance},
+                        {"max_abs_nccl_vs_sim", d_sim},
+                        {"max_abs_local_vs_sim", d_kernels},
+                        {"sim_steps", on_sim.size()},
+                        {"within", within},
+                        {"final_loss_nccl", nccl.back()},
+                        {"final_loss_local", local.back()}});
     }
   }
   j["losses"] = losses;
   auto save = [&] {
-    if (auto made = core::make_dirs(out); !made) std::fprintf(stderr, "gpu_multi: %s\n", made.message().c_str());
-    if (auto w = core::write_file_atomic(out + "/gpu_multi.json", j.dump(2)); !w) std::fprintf(stderr, "gpu_multi: %s\n", w.message().c_str());
+    if (auto made = core::make_dirs(out); !made)
+      std::fprintf(stderr, "gpu_multi: %s\n", made.message().c_str());
+    if (auto w = core::write_file_atomic(out + "/gpu_multi.json", j.dump(2)); !w)
+      std::fprintf(stderr, "gpu_multi: %s\n", w.message().c_str());
   };
   save();  // each section is kept as soon as it is done
 
   // 2 and 3. Collective sizes, their bus bandwidth alone, step time, exposed communication.
   ordered_json bw = ordered_json::array(), st = ordered_json::array();
   double distopt_s = 0;
-  if (do_steps) std::printf("\nTinyLM vocab 8192 hidden 1024 layers 8 seq 1024, micro-batch 2 x 4, bf16, %d ranks on %d GPUs (NCCL)\n", n, n);
+  if (do_steps)
+    std::printf(
+        "\nTinyLM vocab 8192 hidden 1024 layers 8 seq 1024, micro-batch 2 x 4, bf16, %d ranks on %d GPUs "
+        "(NCCL)\n",
+        n, n);
   for (core::Strategy s : bench::kAllStrategies) {
     if (!do_steps || !strategy_wanted(s)) continue;
     const core::TrainingConfig c = bench::tinylm_config(s);
     const auto axes = bench::mesh_for(s, n);
     const std::string name(core::to_string(s));
     double comm_alone = 0;
-    std::printf("\n%s: collectives per step on rank 0 (a group of 1 member is a local copy: busbw 0)\n  %-15s %-5s %-9s %7s %12s %6s %10s %10s %10s\n",
-                name.c_str(), "kind", "dtype", "group", "members", "bytes", "count", "us each", "algbw GB/s", "busbw GB/s");
+    std::printf(
+        "\n%s: collectives per step on rank 0 (a group of 1 member is a local copy: busbw 0)\n  %-15s %-5s "
+        "%-9s %7s %12s %6s %10s %10s %10s\n",
+        name.c_str(), "kind", "dtype", "group", "members", "bytes", "count", "us each", "algbw GB/s",
+        "busbw GB/s");
     for (const auto& [c0, count] : per_step_collectives(c, axes)) {
       const double t = time_alone(c0), bytes = size_bytes(c0);
       const double algbw = bytes / t / 1e9, busbw = algbw * bus_factor(c0.kind, c0.members);
       comm_alone += count * t;
-      std::printf("  %-15s %-5s %-9s %7d %12.0f %6d %10.1f %10.1f %10.1f\n", std::string(core::to_string(c0.kind)).c_str(),
-                  std::string(core::to_string(c0.dtype)).c_str(), c0.group.c_str(), c0.members, bytes, count, 1e6 * t, algbw, busbw);
-      bw.push_back({{"strategy", name}, {"kind", core::to_string(c0.kind)}, {"dtype", core::to_string(c0.dtype)}, {"group", c0.group},
-                    {"members", c0.members}, {"bytes", bytes}, {"per_step", count}, {"seconds", t}, {"algbw_gbs", algbw}, {"busbw_gbs", busbw}});
+      std::printf("  %-15s %-5s %-9s %7d %12.0f %6d %10.1f %10.1f %10.1f\n",
+                  std::string(core::to_string(c0.kind)).c_str(),
+                  std::string(core::to_string(c0.dtype)).c_str(), c0.group.c_str(), c0.members, bytes, count,
+                  1e6 * t, algbw, busbw);
+      bw.push_back({{"strategy", name},
+                    {"kind", core::to_string(c0.kind)},
+                    {"dtype", core::to_string(c0.dtype)},
+                    {"group", c0.group},
+                    {"members", c0.members},
+                    {"bytes", bytes},
+                    {"per_step", count},
+                    {"seconds", t},
+                    {"algbw_gbs", algbw},
+                    {"busbw_gbs", busbw}});
     }
     gpu::GpuOptions o;
     o.comm = gpu::CommMode::nccl;
@@ -319,15 +384,25 @@ int main(int argc, char** argv) {
     if (s == core::Strategy::distopt) distopt_s = full;
     const double exposed = std::max(0.0, full - compute);
     const double overlap = comm_alone > 0 ? std::clamp(1.0 - exposed / comm_alone, 0.0, 1.0) : 1.0;
-    std::printf("  step %.2f ms [%.2f, %.2f] (%.3f x DistOpt); without communication %.2f ms [%.2f, %.2f]; communication alone %.2f ms; exposed %.2f ms; "
-                "overlapped %.0f%%\n",
-                1e3 * full, 1e3 * with.min, 1e3 * with.max, full / distopt_s, 1e3 * compute, 1e3 * without.min, 1e3 * without.max, 1e3 * comm_alone,
-                1e3 * exposed, 100 * overlap);
+    std::printf(
+        "  step %.2f ms [%.2f, %.2f] (%.3f x DistOpt); without communication %.2f ms [%.2f, %.2f]; "
+        "communication alone %.2f ms; exposed %.2f ms; "
+        "overlapped %.0f%%\n",
+        1e3 * full, 1e3 * with.min, 1e3 * with.max, full / distopt_s, 1e3 * compute, 1e3 * without.min,
+        1e3 * without.max, 1e3 * comm_alone, 1e3 * exposed, 100 * overlap);
     j["bus_bandwidth"] = bw;
-    st.push_back({{"strategy", name}, {"ranks", n}, {"ms_per_step", 1e3 * full}, {"ms_per_step_min", 1e3 * with.min}, {"ms_per_step_max", 1e3 * with.max},
-                  {"ratio_to_distopt", full / distopt_s}, {"ms_without_communication", 1e3 * compute},
-                  {"ms_without_communication_min", 1e3 * without.min}, {"ms_without_communication_max", 1e3 * without.max},
-                  {"ms_communication_alone", 1e3 * comm_alone}, {"ms_exposed", 1e3 * exposed}, {"overlap", overlap}});
+    st.push_back({{"strategy", name},
+                  {"ranks", n},
+                  {"ms_per_step", 1e3 * full},
+                  {"ms_per_step_min", 1e3 * with.min},
+                  {"ms_per_step_max", 1e3 * with.max},
+                  {"ratio_to_distopt", full / distopt_s},
+                  {"ms_without_communication", 1e3 * compute},
+                  {"ms_without_communication_min", 1e3 * without.min},
+                  {"ms_without_communication_max", 1e3 * without.max},
+                  {"ms_communication_alone", 1e3 * comm_alone},
+                  {"ms_exposed", 1e3 * exposed},
+                  {"overlap", overlap}});
     j["step_time"] = st;
     save();
   }
@@ -336,6 +411,7 @@ int main(int argc, char** argv) {
   j["all_losses_within_tolerance"] = all_within;
 
   save();
-  std::printf("\nresults: %s/gpu_multi.json; every loss comparison within tolerance: %s\n", out.c_str(), all_within ? "yes" : "NO");
+  std::printf("\nresults: %s/gpu_multi.json; every loss comparison within tolerance: %s\n", out.c_str(),
+              all_within ? "yes" : "NO");
   return all_within ? 0 : 1;
 }

@@ -37,7 +37,8 @@ class StepClock final : public core::Observer {
     marks_[rt.rank()].push_back(now());
     co_return;
   }
-  core::Task<> on_step_end(core::Runtime& rt, int, const core::RankView&, double, const core::NormPlan&) override {
+  core::Task<> on_step_end(core::Runtime& rt, int, const core::RankView&, double,
+                           const core::NormPlan&) override {
     marks_[rt.rank()].push_back(now());
     co_return;
   }
@@ -55,7 +56,9 @@ class StepClock final : public core::Observer {
   }
 
  private:
-  static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+  static double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
   std::vector<std::vector<double>> marks_;
 };
 
@@ -70,7 +73,8 @@ Timed train(core::TrainingConfig c, const std::vector<core::Axis>& axes, int ste
   std::vector<core::RankResult> ranks(static_cast<size_t>(options.ranks));
   gpu::GpuWorld w(options);
   StepClock clock(options.ranks);
-  const gpu::GpuRunResult r = w.run([&](core::Runtime& rt) { return core::train_rank(rt, *setup, &clock, &ranks[rt.rank()]); });
+  const gpu::GpuRunResult r =
+      w.run([&](core::Runtime& rt) { return core::train_rank(rt, *setup, &clock, &ranks[rt.rank()]); });
   if (!r.completed) throw std::runtime_error(r.error);
   Timed t;
   t.seconds = r.seconds;
@@ -81,7 +85,8 @@ Timed train(core::TrainingConfig c, const std::vector<core::Axis>& axes, int ste
   return t;
 }
 
-StepTime step_time(const core::TrainingConfig& c, const std::vector<core::Axis>& axes, const gpu::GpuOptions& options, int steps) {
+StepTime step_time(const core::TrainingConfig& c, const std::vector<core::Axis>& axes,
+                   const gpu::GpuOptions& options, int steps) {
   // The first two steps make the communicators and fill the caching allocator.
   std::vector<double> s = train(c, axes, steps + 2, options).step_seconds;
   if (s.size() < 3) throw std::runtime_error("step_time: too few steps timed");
@@ -90,7 +95,8 @@ StepTime step_time(const core::TrainingConfig& c, const std::vector<core::Axis>&
   return {s[s.size() / 2], s.front(), s.back()};
 }
 
-double step_seconds(const core::TrainingConfig& c, const std::vector<core::Axis>& axes, const gpu::GpuOptions& options, int steps) {
+double step_seconds(const core::TrainingConfig& c, const std::vector<core::Axis>& axes,
+                    const gpu::GpuOptions& options, int steps) {
   return step_time(c, axes, options, steps).median;
 }
 

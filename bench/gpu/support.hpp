@@ -15,16 +15,17 @@ namespace shardcheck::bench {
 struct Timed {
   double seconds = 0;          // wall time of the whole run, set-up included
   std::vector<double> losses;  // per step, mean over microbatches and dp ranks
-  std::vector<double> step_seconds;  // per step: from the previous step's end to this one's, on the slowest rank
+  std::vector<double>
+      step_seconds;  // per step: from the previous step's end to this one's, on the slowest rank
   gpu::KernelProfile profile;
   std::vector<gpu::CollectiveSample> collectives;  // rank 0's, when recorded
 };
 
 // Every strategy, DistOpt first.
-inline constexpr core::Strategy kAllStrategies[] = {core::Strategy::distopt,     core::Strategy::no_shard,
-                                                    core::Strategy::optim,       core::Strategy::optim_grads,
-                                                    core::Strategy::optim_grads_params, core::Strategy::hsdp,
-                                                    core::Strategy::hfsdp};
+inline constexpr core::Strategy kAllStrategies[] = {
+    core::Strategy::distopt,     core::Strategy::no_shard,           core::Strategy::optim,
+    core::Strategy::optim_grads, core::Strategy::optim_grads_params, core::Strategy::hsdp,
+    core::Strategy::hfsdp};
 
 // TinyLM at vocab 8192, hidden 1024, 8 layers, sequence 1024, micro-batch 2, 4 microbatches,
 // bf16 parameters with fp32 main weights.
@@ -39,8 +40,10 @@ Timed train(core::TrainingConfig c, const std::vector<core::Axis>& axes, int ste
 struct StepTime {
   double median = 0, min = 0, max = 0;  // seconds
 };
-StepTime step_time(const core::TrainingConfig& c, const std::vector<core::Axis>& axes, const gpu::GpuOptions& options, int steps = 7);
-double step_seconds(const core::TrainingConfig& c, const std::vector<core::Axis>& axes, const gpu::GpuOptions& options, int steps = 7);
+StepTime step_time(const core::TrainingConfig& c, const std::vector<core::Axis>& axes,
+                   const gpu::GpuOptions& options, int steps = 7);
+double step_seconds(const core::TrainingConfig& c, const std::vector<core::Axis>& axes,
+                    const gpu::GpuOptions& options, int steps = 7);
 double max_abs_delta(const std::vector<double>& a, const std::vector<double>& b);
 
 }  // namespace shardcheck::bench

@@ -39,11 +39,11 @@ class Rng {
   Rng split(std::string_view key) const { return split(fnv1a(key)); }
 
   uint64_t seed() const { return seed_; }
-  uint64_t next();                      // 64 uniform bits
-  uint64_t uniform(uint64_t bound);     // uniform in [0, bound); bound > 0
+  uint64_t next();                              // 64 uniform bits
+  uint64_t uniform(uint64_t bound);             // uniform in [0, bound); bound > 0
   int64_t uniform_int(int64_t lo, int64_t hi);  // uniform in [lo, hi] inclusive
-  double uniform_real();                // uniform in [0, 1), 53 bits
-  bool bernoulli(double p);             // true with probability p
+  double uniform_real();                        // uniform in [0, 1), 53 bits
+  bool bernoulli(double p);                     // true with probability p
   // Approximately standard normal: the Irwin-Hall sum of 12 uniforms minus 6. It uses only
   // additions, so it is bit-identical everywhere (no libm), which a Box-Muller is not.
   double normal();

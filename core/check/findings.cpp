@@ -5,8 +5,9 @@ namespace shardcheck::core {
 
 namespace {
 constexpr std::string_view kNames[kFindingKinds] = {
-    "stream_race",        "collective_mismatch", "collective_swap",     "deadlock",          "grad_norm_miscount",
-    "layout_mismatch",    "uninitialized_read",  "numerics_divergence", "replica_divergence",
+    "stream_race",        "collective_mismatch", "collective_swap",
+    "deadlock",           "grad_norm_miscount",  "layout_mismatch",
+    "uninitialized_read", "numerics_divergence", "replica_divergence",
 };
 }
 

@@ -35,9 +35,9 @@ std::optional<FindingKind> parse_finding_kind(std::string_view s);
 struct AccessSite {
   int rank = 0;
   std::string stream;
-  std::string op;        // e.g. "reduce_scatter 'grad'" or "kernel 'next_forward'"
-  int64_t step = 0;      // scheduler step at which it executed
-  uint32_t op_id = 0;    // index in the run's operation table
+  std::string op;      // e.g. "reduce_scatter 'grad'" or "kernel 'next_forward'"
+  int64_t step = 0;    // scheduler step at which it executed
+  uint32_t op_id = 0;  // index in the run's operation table
   std::string buffer;
   int lifetime = 1;      // which lifetime of the memory block (1 = first allocation)
   uint64_t address = 0;  // start of the block
@@ -47,8 +47,8 @@ struct AccessSite {
 };
 
 struct RaceDetail {
-  AccessSite first;   // earlier in the schedule
-  AccessSite second;  // the one not ordered after it
+  AccessSite first;    // earlier in the schedule
+  AccessSite second;   // the one not ordered after it
   bool reuse = false;  // different lifetimes of one block: allocator reuse
   std::string missing_edge;
   std::vector<std::string> fixes;
@@ -98,7 +98,8 @@ struct ElementDetail {  // numerics, replica and layout findings
   std::string note;
 };
 
-using FindingDetail = std::variant<std::monostate, RaceDetail, CollectiveDetail, DeadlockDetail, NormDetail, ElementDetail>;
+using FindingDetail =
+    std::variant<std::monostate, RaceDetail, CollectiveDetail, DeadlockDetail, NormDetail, ElementDetail>;
 
 struct Finding {
   FindingKind kind = FindingKind::stream_race;
@@ -106,7 +107,7 @@ struct Finding {
   std::string explanation;  // several lines: what, why it matters, how to fix
   std::string key;          // same key = same bug
   FindingDetail detail;
-  uint64_t seed = 0;        // schedule seed of the first run that found it
+  uint64_t seed = 0;  // schedule seed of the first run that found it
   int64_t occurrences = 1;
 };
 

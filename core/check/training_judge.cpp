@@ -15,7 +15,8 @@ namespace {
 
 std::string element_name(const ModelLayout& m, int logical, int64_t e) {
   const Shape& s = m.logical_shape(logical);
-  if (s.size() == 2) return m.logical_name(logical) + "[" + std::to_string(e / s[1]) + ", " + std::to_string(e % s[1]) + "]";
+  if (s.size() == 2)
+    return m.logical_name(logical) + "[" + std::to_string(e / s[1]) + ", " + std::to_string(e % s[1]) + "]";
   return m.logical_name(logical) + "[" + std::to_string(e) + "]";
 }
 
@@ -90,7 +91,8 @@ struct TimesCounted {
 };
 
 // For each parameter with elements, how many times the norm counted its elements.
-std::map<int, TimesCounted> times_counted(const ModelLayout& m, const ElementIndex& index, const std::vector<int>& counted) {
+std::map<int, TimesCounted> times_counted(const ModelLayout& m, const ElementIndex& index,
+                                          const std::vector<int>& counted) {
   std::map<int, TimesCounted> out;  // logical -> counts
   for (int l = 0; l < m.num_logical(); ++l) {
     const int64_t n = numel(m.logical_shape(l));
@@ -111,10 +113,12 @@ std::map<int, TimesCounted> times_counted(const ModelLayout& m, const ElementInd
 // of its elements were left out, how many.
 std::string miscount_line(const std::string& name, const TimesCounted& t) {
   std::string line = "  " + name + ": counted " +
-                     (t.fewest == t.most ? std::to_string(t.fewest) : std::to_string(t.fewest) + " to " + std::to_string(t.most)) +
+                     (t.fewest == t.most ? std::to_string(t.fewest)
+                                         : std::to_string(t.fewest) + " to " + std::to_string(t.most)) +
                      " times";
   if (t.under > 0) {
-    line += " (under-counted: " + std::to_string(t.under) + " of " + std::to_string(t.numel) + " elements left out of the norm)";
+    line += " (under-counted: " + std::to_string(t.under) + " of " + std::to_string(t.numel) +
+            " elements left out of the norm)";
   }
   return line;
 }
@@ -125,18 +129,20 @@ Finding miscount_finding(int step, int rank, NormDetail d, const std::string& li
   Finding f;
   f.kind = FindingKind::grad_norm_miscount;
   if (d.params.empty()) {
-    f.summary = "step " + std::to_string(step) + ": rank " + std::to_string(rank) + "'s gradient norm is " + num(d.reported) +
-                " but the norm of the unique logical gradient elements is " + num(d.expected) +
-                "; every element is counted once, so the norm was summed from other values";
-    f.explanation = f.summary +
-                    ".\nThe norm must be taken from the gradients the optimizer steps with: after their reduction has "
-                    "finished, from the reduced values, scaled as they are.";
+    f.summary = "step " + std::to_string(step) + ": rank " + std::to_string(rank) + "'s gradient norm is " +
+                num(d.reported) + " but the norm of the unique logical gradient elements is " +
+                num(d.expected) + "; every element is counted once, so the norm was summed from other values";
+    f.explanation =
+        f.summary +
+        ".\nThe norm must be taken from the gradients the optimizer steps with: after their reduction has "
+        "finished, from the reduced values, scaled as they are.";
   } else {
     f.summary = "step " + std::to_string(step) + ": the gradient norm is " + num(d.reported) +
                 " but the norm of the unique logical gradient elements is " + num(d.expected) + "; " +
                 std::to_string(d.params.size()) + " parameter(s) counted other than once";
     f.explanation = f.summary + ":" + list +
-                    "\nEach logical element belongs in the norm once: divide out replication and leave out shared copies (the "
+                    "\nEach logical element belongs in the norm once: divide out replication and leave out "
+                    "shared copies (the "
                     "tied output weight on the last pipeline stage), as Megatron's param_is_not_shared does" +
                     (under ? ", and count every element some rank owns." : ".");
   }
@@ -165,7 +171,8 @@ bool on_grid(float g, const std::optional<ExactGrid>& grid, int dp, int microbat
 // elements the engine says it counted. Incomplete (and then of the elements found) when some
 // element has no gradient on any rank. A template only to take the judge's private type.
 template <class Snapshot>
-LogicalNorm logical_norm(const TrainingSetup& setup, const ElementIndex& index, const std::vector<const Snapshot*>& snaps) {
+LogicalNorm logical_norm(const TrainingSetup& setup, const ElementIndex& index,
+                         const std::vector<const Snapshot*>& snaps) {
   const ModelLayout& m = *setup.model;
   std::vector<float> grad(index.size());
   std::vector<char> has_grad(index.size(), 0);
@@ -196,14 +203,16 @@ LogicalNorm logical_norm(const TrainingSetup& setup, const ElementIndex& index, 
 
 }  // namespace
 
-Task<std::vector<DownloadingJudge::Values>> DownloadingJudge::capture(Runtime& rt, const std::vector<Piece>& pieces) {
+Task<std::vector<DownloadingJudge::Values>> DownloadingJudge::capture(Runtime& rt,
+                                                                      const std::vector<Piece>& pieces) {
   std::vector<Values> out;
   const StreamId s = rt.stream("compute");
   for (const Piece& p : pieces) {
     std::vector<std::byte> bytes(static_cast<size_t>(p.count * dtype_bytes(p.dtype)));
     co_await rt.download(TensorRef{p.buffer, p.offset, p.count, p.dtype}, s, bytes);
     Values v{p, std::vector<float>(static_cast<size_t>(p.count))};
-    for (int64_t i = 0; i < p.count; ++i) v.data[static_cast<size_t>(i)] = static_cast<float>(load_element(bytes.data(), p.dtype, i));
+    for (int64_t i = 0; i < p.count; ++i)
+      v.data[static_cast<size_t>(i)] = static_cast<float>(load_element(bytes.data(), p.dtype, i));
     out.push_back(std::move(v));
   }
   co_return out;
@@ -218,7 +227,8 @@ Task<> TrainingJudge::on_initialized(Runtime& rt, const RankView& view) {
   snaps_[{-1, rt.rank()}] = std::move(s);
 }
 
-Task<> TrainingJudge::on_step_end(Runtime& rt, int step, const RankView& view, double norm, const NormPlan& plan) {
+Task<> TrainingJudge::on_step_end(Runtime& rt, int step, const RankView& view, double norm,
+                                  const NormPlan& plan) {
   Snapshot s;
   s.main = co_await capture(rt, view.main);
   s.model = co_await capture(rt, view.model);
@@ -348,16 +358,25 @@ void TrainingJudge::check_replicas(int step, const char* role, std::vector<Findi
           continue;
         }
         if (same_bits(first_value[k], v.data[i])) continue;
-        ElementDetail d{step, m.logical_name(v.piece.logical), v.piece.first + i, first_rank[k], r, first_value[k], v.data[i], role};
+        ElementDetail d{step,
+                        m.logical_name(v.piece.logical),
+                        v.piece.first + i,
+                        first_rank[k],
+                        r,
+                        first_value[k],
+                        v.data[i],
+                        role};
         Finding fd;
         fd.kind = FindingKind::replica_divergence;
         const std::string when = step < 0 ? "at initialization" : "after step " + std::to_string(step);
-        fd.summary = std::string(role) + " weight " + element_name(m, v.piece.logical, v.piece.first + i) + " differs between ranks " +
-                     std::to_string(first_rank[k]) + " and " + std::to_string(r) + " " + when + " (" +
-                     num(first_value[k]) + " vs " + num(v.data[i]) + ")";
-        fd.explanation = fd.summary + ".\nEvery copy of a replicated value must be identical: ranks that disagree train different "
-                                      "models. Check that parameters are broadcast (or identically initialized) before training "
-                                      "and that every replica receives the same reduced gradient.";
+        fd.summary = std::string(role) + " weight " + element_name(m, v.piece.logical, v.piece.first + i) +
+                     " differs between ranks " + std::to_string(first_rank[k]) + " and " + std::to_string(r) +
+                     " " + when + " (" + num(first_value[k]) + " vs " + num(v.data[i]) + ")";
+        fd.explanation =
+            fd.summary +
+            ".\nEvery copy of a replicated value must be identical: ranks that disagree train different "
+            "models. Check that parameters are broadcast (or identically initialized) before training "
+            "and that every replica receives the same reduced gradient.";
         fd.key = "replica|" + std::string(role);
         fd.detail = d;
         out.push_back(std::move(fd));
@@ -377,7 +396,8 @@ double TrainingJudge::tolerance(int step, float expected) const {
   if (o.kind == OptimizerConfig::Kind::adam && o.beta1 * o.beta1 < o.beta2) {
     u = std::max(1.0, (1 - o.beta1) / std::sqrt(1 - o.beta2) / (1 - o.beta1 / std::sqrt(o.beta2)));
   }
-  const double bf16 = setup_.config.precision.param == DType::bf16 ? std::ldexp(std::fabs(expected), -8) : 0.0;
+  const double bf16 =
+      setup_.config.precision.param == DType::bf16 ? std::ldexp(std::fabs(expected), -8) : 0.0;
   return 2.0 * (step + 1) * o.lr * (u + o.weight_decay * std::fabs(expected)) + bf16;
 }
 
@@ -392,18 +412,27 @@ void TrainingJudge::check_numerics(std::vector<Finding>& out) const {
         const std::vector<float>& ref = reference_->steps[step].main[v.piece.logical];
         for (int64_t i = 0; i < v.piece.count; ++i) {
           const float want = ref[v.piece.first + i], got = v.data[i];
-          const bool ok = exact ? same_bits(want, got) : std::fabs(static_cast<double>(want) - got) <= tolerance(step, want);
+          const bool ok = exact ? same_bits(want, got)
+                                : std::fabs(static_cast<double>(want) - got) <= tolerance(step, want);
           if (ok) continue;
-          ElementDetail d{step, m.logical_name(v.piece.logical), v.piece.first + i, r, -1, want, got,
-                                exact ? "bitwise (exact mode)" : "tolerance " + num(tolerance(step, want))};
+          ElementDetail d{step,
+                          m.logical_name(v.piece.logical),
+                          v.piece.first + i,
+                          r,
+                          -1,
+                          want,
+                          got,
+                          exact ? "bitwise (exact mode)" : "tolerance " + num(tolerance(step, want))};
           Finding f;
           f.kind = FindingKind::numerics_divergence;
-          f.summary = "after step " + std::to_string(step) + ", rank " + std::to_string(r) + "'s main weight " +
-                      element_name(m, v.piece.logical, v.piece.first + i) + " is " + num(got) +
-                      "; the single-rank reference has " + num(want);
-          f.explanation = f.summary + (exact ? " (exact mode: every strategy must match bit for bit)" : " (beyond " + d.note + ")") +
-                          ".\nThe strategy computed a different update than the reference: a gradient contribution was "
-                          "dropped, counted twice, scaled wrongly, or the model computed with stale weights.";
+          f.summary = "after step " + std::to_string(step) + ", rank " + std::to_string(r) +
+                      "'s main weight " + element_name(m, v.piece.logical, v.piece.first + i) + " is " +
+                      num(got) + "; the single-rank reference has " + num(want);
+          f.explanation =
+              f.summary +
+              (exact ? " (exact mode: every strategy must match bit for bit)" : " (beyond " + d.note + ")") +
+              ".\nThe strategy computed a different update than the reference: a gradient contribution was "
+              "dropped, counted twice, scaled wrongly, or the model computed with stale weights.";
           f.key = "numerics";
           f.detail = d;
           out.push_back(std::move(f));

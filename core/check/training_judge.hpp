@@ -19,8 +19,8 @@
 #include <span>
 #include <vector>
 
-#include "core/strategies/engine.hpp"
 #include "core/check/findings.hpp"
+#include "core/strategies/engine.hpp"
 #include "core/train/reference.hpp"
 #include "core/train/trainer.hpp"
 
@@ -72,7 +72,7 @@ class TrainingJudge : public Observer {
   const TrainingSetup& setup_;
   const ReferenceResult* reference_;
   bool bitwise_;
-  mutable std::mutex mu_;  // ranks may report from their own threads
+  mutable std::mutex mu_;                          // ranks may report from their own threads
   std::map<std::pair<int, int>, Snapshot> snaps_;  // (step, rank); step -1: initial
 };
 

@@ -4,10 +4,10 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/kernels/kernels.hpp"
 #include "core/base/overloaded.hpp"
 #include "core/base/rng.hpp"
 #include "core/base/status.hpp"
+#include "core/kernels/kernels.hpp"
 
 namespace shardcheck::core {
 
@@ -50,8 +50,8 @@ void execute(const KernelCall& c, const kernel::ClipCoef& k, MemoryView& mem);
 
 namespace {
 
-KernelCall make(std::string name, StreamId s, std::vector<TensorRef> reads,
-                std::vector<TensorRef> writes, KernelParams p) {
+KernelCall make(std::string name, StreamId s, std::vector<TensorRef> reads, std::vector<TensorRef> writes,
+                KernelParams p) {
   return KernelCall{std::move(name), s, std::move(reads), std::move(writes), p};
 }
 
@@ -75,20 +75,43 @@ std::string expect_same_numel(const KernelCall& c) {
 }
 
 bool any_f64(const KernelCall& c) {
-  for (const auto& t : c.reads) if (t.dtype == DType::f64) return true;
-  for (const auto& t : c.writes) if (t.dtype == DType::f64) return true;
+  for (const auto& t : c.reads)
+    if (t.dtype == DType::f64) return true;
+  for (const auto& t : c.writes)
+    if (t.dtype == DType::f64) return true;
   return false;
 }
 
 template <class C>
 C load(const std::byte* base, DType t, int64_t i) {
   switch (t) {
-    case DType::f32: { float v; std::memcpy(&v, base + 4 * i, 4); return static_cast<C>(v); }
-    case DType::bf16: { uint16_t h; std::memcpy(&h, base + 2 * i, 2); return static_cast<C>(from_bf16(h)); }
-    case DType::f64: { double v; std::memcpy(&v, base + 8 * i, 8); return static_cast<C>(v); }
-    case DType::i32: { int32_t v; std::memcpy(&v, base + 4 * i, 4); return static_cast<C>(v); }
-    case DType::i64: { int64_t v; std::memcpy(&v, base + 8 * i, 8); return static_cast<C>(v); }
-    case DType::u8: return static_cast<C>(static_cast<uint8_t>(base[i]));
+    case DType::f32: {
+      float v;
+      std::memcpy(&v, base + 4 * i, 4);
+      return static_cast<C>(v);
+    }
+    case DType::bf16: {
+      uint16_t h;
+      std::memcpy(&h, base + 2 * i, 2);
+      return static_cast<C>(from_bf16(h));
+    }
+    case DType::f64: {
+      double v;
+      std::memcpy(&v, base + 8 * i, 8);
+      return static_cast<C>(v);
+    }
+    case DType::i32: {
+      int32_t v;
+      std::memcpy(&v, base + 4 * i, 4);
+      return static_cast<C>(v);
+    }
+    case DType::i64: {
+      int64_t v;
+      std::memcpy(&v, base + 8 * i, 8);
+      return static_cast<C>(v);
+    }
+    case DType::u8:
+      return static_cast<C>(static_cast<uint8_t>(base[i]));
   }
   return C{};
 }
@@ -96,12 +119,34 @@ C load(const std::byte* base, DType t, int64_t i) {
 template <class C>
 void store(std::byte* base, DType t, int64_t i, C v) {
   switch (t) {
-    case DType::f32: { float f = static_cast<float>(v); std::memcpy(base + 4 * i, &f, 4); return; }
-    case DType::bf16: { uint16_t h = to_bf16(static_cast<float>(v)); std::memcpy(base + 2 * i, &h, 2); return; }
-    case DType::f64: { double d = static_cast<double>(v); std::memcpy(base + 8 * i, &d, 8); return; }
-    case DType::i32: { int32_t x = static_cast<int32_t>(v); std::memcpy(base + 4 * i, &x, 4); return; }
-    case DType::i64: { int64_t x = static_cast<int64_t>(v); std::memcpy(base + 8 * i, &x, 8); return; }
-    case DType::u8: base[i] = static_cast<std::byte>(static_cast<uint8_t>(v)); return;
+    case DType::f32: {
+      float f = static_cast<float>(v);
+      std::memcpy(base + 4 * i, &f, 4);
+      return;
+    }
+    case DType::bf16: {
+      uint16_t h = to_bf16(static_cast<float>(v));
+      std::memcpy(base + 2 * i, &h, 2);
+      return;
+    }
+    case DType::f64: {
+      double d = static_cast<double>(v);
+      std::memcpy(base + 8 * i, &d, 8);
+      return;
+    }
+    case DType::i32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(base + 4 * i, &x, 4);
+      return;
+    }
+    case DType::i64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(base + 8 * i, &x, 8);
+      return;
+    }
+    case DType::u8:
+      base[i] = static_cast<std::byte>(static_cast<uint8_t>(v));
+      return;
   }
 }
 
@@ -258,30 +303,29 @@ KernelCall clip_coef(StreamId s, TensorRef sumsq, TensorRef coef, TensorRef norm
 }  // namespace kernels
 
 std::string check_kernel(const KernelCall& c) {
-  return std::visit(
-      Overloaded{
-          [&](const kernel::Opaque&) { return std::string(); },
-          [&](const kernel::Fill&) { return expect_counts(c, 0, 1); },
-          [&](const kernel::Copy&) {
-            auto e = expect_counts(c, 1, 1);
-            return e.empty() ? expect_same_numel(c) : e;
-          },
-          [&](const kernel::Add&) {
-            auto e = expect_counts(c, 2, 1);
-            return e.empty() ? expect_same_numel(c) : e;
-          },
-          [&](const kernel::Scale&) {
-            auto e = expect_counts(c, 1, 1);
-            return e.empty() ? expect_same_numel(c) : e;
-          },
-          [&](const kernel::Divide& d) {
-            auto e = expect_counts(c, 1, 1);
-            if (e.empty() && d.divisor == 0.0) e = "kernel '" + c.name + "' divides by zero";
-            return e.empty() ? expect_same_numel(c) : e;
-          },
-          [&](const auto& k) { return model_kernels::check(c, k); },
-      },
-      c.params);
+  return std::visit(Overloaded{
+                        [&](const kernel::Opaque&) { return std::string(); },
+                        [&](const kernel::Fill&) { return expect_counts(c, 0, 1); },
+                        [&](const kernel::Copy&) {
+                          auto e = expect_counts(c, 1, 1);
+                          return e.empty() ? expect_same_numel(c) : e;
+                        },
+                        [&](const kernel::Add&) {
+                          auto e = expect_counts(c, 2, 1);
+                          return e.empty() ? expect_same_numel(c) : e;
+                        },
+                        [&](const kernel::Scale&) {
+                          auto e = expect_counts(c, 1, 1);
+                          return e.empty() ? expect_same_numel(c) : e;
+                        },
+                        [&](const kernel::Divide& d) {
+                          auto e = expect_counts(c, 1, 1);
+                          if (e.empty() && d.divisor == 0.0) e = "kernel '" + c.name + "' divides by zero";
+                          return e.empty() ? expect_same_numel(c) : e;
+                        },
+                        [&](const auto& k) { return model_kernels::check(c, k); },
+                    },
+                    c.params);
 }
 
 void execute_cpu(const KernelCall& c, MemoryView& mem) {
@@ -296,7 +340,9 @@ void execute_cpu(const KernelCall& c, MemoryView& mem) {
   };
   std::visit(Overloaded{
                  [&](const kernel::Opaque&) { opaque_pattern(c, mem); },
-                 [&](const kernel::Fill& k) { run([&](auto a, auto) { return static_cast<decltype(a)>(k.value); }); },
+                 [&](const kernel::Fill& k) {
+                   run([&](auto a, auto) { return static_cast<decltype(a)>(k.value); });
+                 },
                  [&](const kernel::Copy&) { run([](auto a, auto) { return a; }); },
                  [&](const kernel::Add&) { run([](auto a, auto b) { return a + b; }); },
                  [&](const kernel::Scale& k) {

@@ -184,12 +184,12 @@ struct ClipCoef {
 };
 }  // namespace kernel
 
-using KernelParams = std::variant<kernel::Opaque, kernel::Fill, kernel::Copy, kernel::Add, kernel::Scale,
-                                  kernel::Divide, kernel::RoundBf16, kernel::RoundToGrid, kernel::EmbeddingForward,
-                                  kernel::EmbeddingBackward, kernel::LayerNormForward, kernel::LayerNormBackward,
-                                  kernel::Gemm, kernel::BiasAdd, kernel::BiasGrad, kernel::GeluForward,
-                                  kernel::GeluBackward, kernel::SoftmaxCrossEntropy, kernel::Adam, kernel::Sgd,
-                                  kernel::SumSquares, kernel::ClipCoef>;
+using KernelParams =
+    std::variant<kernel::Opaque, kernel::Fill, kernel::Copy, kernel::Add, kernel::Scale, kernel::Divide,
+                 kernel::RoundBf16, kernel::RoundToGrid, kernel::EmbeddingForward, kernel::EmbeddingBackward,
+                 kernel::LayerNormForward, kernel::LayerNormBackward, kernel::Gemm, kernel::BiasAdd,
+                 kernel::BiasGrad, kernel::GeluForward, kernel::GeluBackward, kernel::SoftmaxCrossEntropy,
+                 kernel::Adam, kernel::Sgd, kernel::SumSquares, kernel::ClipCoef>;
 
 bool is_elementwise(const KernelParams& p);
 
@@ -209,25 +209,31 @@ KernelCall add(StreamId s, TensorRef a, TensorRef b, TensorRef out, std::string 
 KernelCall scale(StreamId s, TensorRef in, TensorRef out, double factor, std::string name = "scale");
 KernelCall divide(StreamId s, TensorRef in, TensorRef out, double divisor, std::string name = "divide");
 KernelCall round_bf16(StreamId s, TensorRef in, TensorRef out, std::string name = "round_bf16");
-KernelCall round_to_grid(StreamId s, TensorRef in, TensorRef out, double q, double limit, std::string name = "round_to_grid");
-KernelCall embedding_forward(StreamId s, TensorRef tokens, TensorRef weight, TensorRef out, int64_t vocab, int64_t hidden);
-KernelCall embedding_backward(StreamId s, TensorRef tokens, TensorRef dout, TensorRef dweight, int64_t vocab, int64_t hidden);
-KernelCall layernorm_forward(StreamId s, TensorRef x, TensorRef gamma, TensorRef beta, TensorRef y, TensorRef mean,
-                             TensorRef rstd, int64_t rows, int64_t hidden, double eps = 1e-5);
-KernelCall layernorm_backward(StreamId s, TensorRef dy, TensorRef x, TensorRef gamma, TensorRef mean, TensorRef rstd,
-                              TensorRef dx, TensorRef dgamma, TensorRef dbeta, int64_t rows, int64_t hidden);
-KernelCall gemm(StreamId s, TensorRef a, TensorRef b, TensorRef c, kernel::Gemm shape, std::string name = "gemm");
+KernelCall round_to_grid(StreamId s, TensorRef in, TensorRef out, double q, double limit,
+                         std::string name = "round_to_grid");
+KernelCall embedding_forward(StreamId s, TensorRef tokens, TensorRef weight, TensorRef out, int64_t vocab,
+                             int64_t hidden);
+KernelCall embedding_backward(StreamId s, TensorRef tokens, TensorRef dout, TensorRef dweight, int64_t vocab,
+                              int64_t hidden);
+KernelCall layernorm_forward(StreamId s, TensorRef x, TensorRef gamma, TensorRef beta, TensorRef y,
+                             TensorRef mean, TensorRef rstd, int64_t rows, int64_t hidden, double eps = 1e-5);
+KernelCall layernorm_backward(StreamId s, TensorRef dy, TensorRef x, TensorRef gamma, TensorRef mean,
+                              TensorRef rstd, TensorRef dx, TensorRef dgamma, TensorRef dbeta, int64_t rows,
+                              int64_t hidden);
+KernelCall gemm(StreamId s, TensorRef a, TensorRef b, TensorRef c, kernel::Gemm shape,
+                std::string name = "gemm");
 KernelCall bias_add(StreamId s, TensorRef x, TensorRef bias, TensorRef y, int64_t rows, int64_t cols);
 KernelCall bias_grad(StreamId s, TensorRef dy, TensorRef dbias, int64_t rows, int64_t cols);
 KernelCall gelu_forward(StreamId s, TensorRef x, TensorRef y);
 KernelCall gelu_backward(StreamId s, TensorRef x, TensorRef dy, TensorRef dx);
-KernelCall softmax_cross_entropy(StreamId s, TensorRef logits, TensorRef targets, TensorRef dlogits, TensorRef loss,
-                                 int64_t rows, int64_t vocab, double grad_scale);
-KernelCall adam(StreamId s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v, std::optional<TensorRef> coef,
-                kernel::Adam hyper, std::string name = "adam");
+KernelCall softmax_cross_entropy(StreamId s, TensorRef logits, TensorRef targets, TensorRef dlogits,
+                                 TensorRef loss, int64_t rows, int64_t vocab, double grad_scale);
+KernelCall adam(StreamId s, TensorRef param, TensorRef grad, TensorRef m, TensorRef v,
+                std::optional<TensorRef> coef, kernel::Adam hyper, std::string name = "adam");
 KernelCall sgd(StreamId s, TensorRef param, TensorRef grad, std::optional<TensorRef> coef, kernel::Sgd hyper,
                std::string name = "sgd");
-KernelCall sum_squares(StreamId s, TensorRef x, TensorRef acc, bool accumulate, std::string name = "sum_squares");
+KernelCall sum_squares(StreamId s, TensorRef x, TensorRef acc, bool accumulate,
+                       std::string name = "sum_squares");
 KernelCall clip_coef(StreamId s, TensorRef sumsq, TensorRef coef, TensorRef norm, double max_norm);
 }  // namespace kernels
 

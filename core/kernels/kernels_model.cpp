@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/kernels/kernels.hpp"
 #include "core/base/status.hpp"
+#include "core/kernels/kernels.hpp"
 
 namespace shardcheck::core::model_kernels {
 
@@ -478,7 +478,7 @@ void execute(const KernelCall& c, const kernel::EmbeddingBackward& k, MemoryView
   const size_t h = static_cast<size_t>(k.hidden);
   Floats dweight(static_cast<size_t>(k.vocab) * h, 0.0f);
   for (size_t n = 0; n < tokens.size(); ++n) {  // token order: the one summation order
-    if (tokens[n] < 0) {  // a corrupted id poisons the whole gradient
+    if (tokens[n] < 0) {                        // a corrupted id poisons the whole gradient
       std::fill(dweight.begin(), dweight.end(), std::numeric_limits<float>::quiet_NaN());
       break;
     }

@@ -10,10 +10,10 @@
 #include <optional>
 #include <vector>
 
+#include "core/base/tensor_ref.hpp"
 #include "core/layout/layout.hpp"
 #include "core/layout/mesh.hpp"
 #include "core/layout/placement.hpp"
-#include "core/base/tensor_ref.hpp"
 
 namespace shardcheck::core {
 
@@ -21,7 +21,7 @@ namespace shardcheck::core {
 // rank's process group (communicator) along each of those axes.
 struct BufferMesh {
   std::shared_ptr<const Mesh> mesh;
-  std::vector<int> axes;       // indices into mesh->axes(), outermost first
+  std::vector<int> axes;        // indices into mesh->axes(), outermost first
   std::vector<GroupId> groups;  // this rank's group per axis (from Runtime::group)
   int rank = 0;                 // global rank
 

@@ -13,23 +13,23 @@
 #include <string_view>
 #include <vector>
 
-#include "core/layout/placement.hpp"
 #include "core/base/status.hpp"
+#include "core/layout/placement.hpp"
 
 namespace shardcheck::core {
 
 using Shape = std::vector<int64_t>;
 
-Expected<Shape> parse_shape(std::string_view text);        // "5x4" -> {5, 4}
+Expected<Shape> parse_shape(std::string_view text);                // "5x4" -> {5, 4}
 Expected<std::vector<Shape>> parse_shapes(std::string_view text);  // "5x4,2x6,3"
-std::string to_string(const Shape& shape);                 // "5x4"
+std::string to_string(const Shape& shape);                         // "5x4"
 int64_t numel(const Shape& shape);
 
 struct TensorSlot {
   Shape shape;
   int64_t offset = 0;  // in elements from the start of the group buffer
   int64_t numel = 0;
-  int64_t row = 1;  // elements per dim-0 row: product of the dims after dim 0
+  int64_t row = 1;        // elements per dim-0 row: product of the dims after dim 0
   bool fragment = false;  // numel < chunk: placed into a gap or at the tail
 };
 
@@ -60,7 +60,7 @@ class GlobalLayout {
   // at the end. Nothing may read them into a result.
   std::vector<ElementRange> unused() const;
   int64_t padding_elements() const { return size_ - end_; }  // after the last tensor
-  int64_t gap_elements() const;                               // unused before the end
+  int64_t gap_elements() const;                              // unused before the end
 
   friend bool operator==(const GlobalLayout&, const GlobalLayout&);
 

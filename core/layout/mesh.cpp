@@ -37,7 +37,8 @@ Expected<Mesh> Mesh::create(std::vector<Axis> axes) {
   }
   // Virtual stages interleave a rank's layers with the other pipeline ranks' layers; with one
   // pipeline rank there is nobody to interleave with (and nothing to send).
-  if (m.virtual_stages_ > 1 && m.size_or_one("pp") < 2) return fail("'vpp' needs a 'pp' axis of 2 or more ranks");
+  if (m.virtual_stages_ > 1 && m.size_or_one("pp") < 2)
+    return fail("'vpp' needs a 'pp' axis of 2 or more ranks");
   m.world_size_ = static_cast<int>(world);
   return m;
 }

@@ -3,7 +3,6 @@
 
 namespace shardcheck::core {
 
-
 Expected<Placement> Placement::parse(std::string_view text) {
   if (text == "Replicate") return replicate();
   if (text == "Flat") return flat();
@@ -15,9 +14,12 @@ Expected<Placement> Placement::parse(std::string_view text) {
 
 std::string Placement::to_string() const {
   switch (kind_) {
-    case Kind::replicate: return "Replicate";
-    case Kind::flat: return "Flat";
-    case Kind::partial: return "Partial(" + std::string(core::to_string(op_)) + ")";
+    case Kind::replicate:
+      return "Replicate";
+    case Kind::flat:
+      return "Flat";
+    case Kind::partial:
+      return "Partial(" + std::string(core::to_string(op_)) + ")";
   }
   return "?";
 }

@@ -16,7 +16,6 @@
 
 namespace shardcheck::core {
 
-
 class Placement {
  public:
   enum class Kind : uint8_t { replicate, partial, flat };

@@ -5,18 +5,24 @@ namespace shardcheck::core {
 
 std::string to_string(RedistributePlan::Op op) {
   switch (op) {
-    case RedistributePlan::Op::all_gather: return "all_gather";
-    case RedistributePlan::Op::all_reduce: return "all_reduce";
-    case RedistributePlan::Op::reduce_scatter: return "reduce_scatter";
-    case RedistributePlan::Op::local_slice: return "local_slice";
-    case RedistributePlan::Op::relabel: return "relabel";
+    case RedistributePlan::Op::all_gather:
+      return "all_gather";
+    case RedistributePlan::Op::all_reduce:
+      return "all_reduce";
+    case RedistributePlan::Op::reduce_scatter:
+      return "reduce_scatter";
+    case RedistributePlan::Op::local_slice:
+      return "local_slice";
+    case RedistributePlan::Op::relabel:
+      return "relabel";
   }
   return "?";
 }
 
 Expected<RedistributePlan> plan_redistribute(std::span<const Placement> from, std::span<const Placement> to) {
   if (from.size() != to.size()) {
-    return fail("cannot redistribute ", to_string(from), " to ", to_string(to), ": they have different axis counts");
+    return fail("cannot redistribute ", to_string(from), " to ", to_string(to),
+                ": they have different axis counts");
   }
   if (Status s = validate_placements(from); !s) return s.error();
   if (Status s = validate_placements(to); !s) return s.error();
@@ -24,8 +30,8 @@ Expected<RedistributePlan> plan_redistribute(std::span<const Placement> from, st
   for (size_t i = 0; i < from.size(); ++i) {
     if (from[i] == to[i]) continue;
     if (changed >= 0) {
-      return fail("cannot redistribute ", to_string(from), " to ", to_string(to),
-                  ": axes ", changed, " and ", i, " both change; redistribute changes one axis per call");
+      return fail("cannot redistribute ", to_string(from), " to ", to_string(to), ": axes ", changed, " and ",
+                  i, " both change; redistribute changes one axis per call");
     }
     changed = static_cast<int>(i);
   }
@@ -36,12 +42,19 @@ Expected<RedistributePlan> plan_redistribute(std::span<const Placement> from, st
   if (a.is_partial() && b.is_replicate()) return RedistributePlan{Op::all_reduce, changed, a.reduce_op()};
   if (a.is_partial() && b.is_flat()) return RedistributePlan{Op::reduce_scatter, changed, a.reduce_op()};
   if (a.is_replicate() && b.is_flat()) return RedistributePlan{Op::local_slice, changed};
-  if (a.is_replicate() && b == Placement::partial(ReduceOp::avg)) return RedistributePlan{Op::relabel, changed};
+  if (a.is_replicate() && b == Placement::partial(ReduceOp::avg))
+    return RedistributePlan{Op::relabel, changed};
   std::string why = "unsupported transition";
-  if (a.is_flat() && b.is_partial()) why = "a Flat shard holds no full-size contribution to relabel as Partial";
-  if (a.is_replicate() && b.is_partial()) why = "Replicate relabels only as Partial(avg); as Partial(sum) the value would be multiplied by the axis size";
-  if (a.is_partial() && b.is_partial()) why = "Partial(sum) and Partial(avg) differ by the axis size; reduce first";
-  return fail("cannot redistribute axis ", changed, " from ", a.to_string(), " to ", b.to_string(), ": ", why);
+  if (a.is_flat() && b.is_partial())
+    why = "a Flat shard holds no full-size contribution to relabel as Partial";
+  if (a.is_replicate() && b.is_partial())
+    why =
+        "Replicate relabels only as Partial(avg); as Partial(sum) the value would be multiplied by the axis "
+        "size";
+  if (a.is_partial() && b.is_partial())
+    why = "Partial(sum) and Partial(avg) differ by the axis size; reduce first";
+  return fail("cannot redistribute axis ", changed, " from ", a.to_string(), " to ", b.to_string(), ": ",
+              why);
 }
 
 Task<DBuffer> redistribute(Runtime& rt, const DBuffer& in, Placements to, RedistributeOptions opt) {

@@ -6,10 +6,10 @@
 
 #include <string>
 
-#include "core/layout/dbuffer.hpp"
-#include "core/runtime/runtime.hpp"
 #include "core/base/status.hpp"
 #include "core/base/task.hpp"
+#include "core/layout/dbuffer.hpp"
+#include "core/runtime/runtime.hpp"
 
 namespace shardcheck::core {
 

@@ -44,7 +44,8 @@ MarkovSource::MarkovSource(int64_t vocab, uint64_t seed) : seed_(seed) {
     // order (the few successors, sorted, rather than a scan of the whole vocabulary).
     std::vector<std::pair<int32_t, double>> merged;
     for (const auto& succ : next_[a]) {
-      auto it = std::find_if(merged.begin(), merged.end(), [&](const auto& m) { return m.first == succ.first; });
+      auto it =
+          std::find_if(merged.begin(), merged.end(), [&](const auto& m) { return m.first == succ.first; });
       if (it == merged.end()) {
         merged.push_back({succ.first, 0.0 + succ.second});
       } else {
@@ -77,7 +78,11 @@ int64_t MarkovSource::draw(uint64_t bits, const std::vector<std::pair<int32_t, d
 }
 
 Batch MarkovSource::batch(int step, int dp_rank, int microbatch, int sequences, int64_t seq) const {
-  Rng rng = Rng(seed_).split("markov-data").split(static_cast<uint64_t>(step)).split(static_cast<uint64_t>(dp_rank)).split(static_cast<uint64_t>(microbatch));
+  Rng rng = Rng(seed_)
+                .split("markov-data")
+                .split(static_cast<uint64_t>(step))
+                .split(static_cast<uint64_t>(dp_rank))
+                .split(static_cast<uint64_t>(microbatch));
   Batch b;
   for (int s = 0; s < sequences; ++s) {
     int64_t tok = draw(rng.next(), start_);

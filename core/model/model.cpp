@@ -5,7 +5,8 @@ namespace shardcheck::core {
 
 namespace {
 
-int add_logical(std::vector<std::string>& names, std::vector<Shape>& shapes, const std::string& n, const Shape& s) {
+int add_logical(std::vector<std::string>& names, std::vector<Shape>& shapes, const std::string& n,
+                const Shape& s) {
   names.push_back(n);
   shapes.push_back(s);
   return static_cast<int>(names.size() - 1);
@@ -17,7 +18,8 @@ Expected<ModelLayout> ModelLayout::create(const ModelConfig& cfg, int pp, int vp
   for (auto [v, what] : {std::pair{cfg.vocab, "vocab"}, {cfg.hidden, "hidden"}, {cfg.seq, "seq"}}) {
     if (v < 1 || v > kMaxDim) return fail("model ", what, " is ", v, "; it must be between 1 and ", kMaxDim);
   }
-  if (cfg.layers < 1 || cfg.layers > kMaxLayers) return fail("model layers must be between 1 and ", kMaxLayers);
+  if (cfg.layers < 1 || cfg.layers > kMaxLayers)
+    return fail("model layers must be between 1 and ", kMaxLayers);
   if (pp < 1 || vpp < 1) return fail("pipeline sizes must be at least 1");
   if (cfg.layers < static_cast<int64_t>(pp) * vpp) {
     return fail("model has ", cfg.layers, " layers but the pipeline has ", pp * vpp,
@@ -33,7 +35,8 @@ Expected<ModelLayout> ModelLayout::create(const ModelConfig& cfg, int pp, int vp
     m.units_.push_back({kind, std::move(name), layer, vstage, {}});
     return static_cast<int>(m.units_.size() - 1);
   };
-  auto add_param = [&](int unit, std::string name, Shape shape, ParamRole role, int layer, int logical, bool shared) {
+  auto add_param = [&](int unit, std::string name, Shape shape, ParamRole role, int layer, int logical,
+                       bool shared) {
     m.params_.push_back({std::move(name), std::move(shape), role, layer, unit, logical, shared});
     m.units_[unit].params.push_back(static_cast<int>(m.params_.size() - 1));
   };
@@ -46,7 +49,7 @@ Expected<ModelLayout> ModelLayout::create(const ModelConfig& cfg, int pp, int vp
     const int u = add_unit(Unit::Kind::block, "block." + std::to_string(l), l, vstage);
     const std::string p = "layers." + std::to_string(l) + ".";
     const std::pair<const char*, std::pair<Shape, ParamRole>> specs[] = {
-        {"ln1.weight", {{H}, ParamRole::ln1_w}}, {"ln1.bias", {{H}, ParamRole::ln1_b}},
+        {"ln1.weight", {{H}, ParamRole::ln1_w}},    {"ln1.bias", {{H}, ParamRole::ln1_b}},
         {"fc1.weight", {{F, H}, ParamRole::fc1_w}}, {"fc1.bias", {{F}, ParamRole::fc1_b}},
         {"fc2.weight", {{H, F}, ParamRole::fc2_w}}, {"fc2.bias", {{H}, ParamRole::fc2_b}},
     };
@@ -56,13 +59,17 @@ Expected<ModelLayout> ModelLayout::create(const ModelConfig& cfg, int pp, int vp
     }
   }
   const int head = add_unit(Unit::Kind::head, "head", -1, nv - 1);
-  add_param(head, "final_ln.weight", {H}, ParamRole::lnf_w, -1, add_logical(m.logical_names_, m.logical_shapes_, "final_ln.weight", {H}), false);
-  add_param(head, "final_ln.bias", {H}, ParamRole::lnf_b, -1, add_logical(m.logical_names_, m.logical_shapes_, "final_ln.bias", {H}), false);
+  add_param(head, "final_ln.weight", {H}, ParamRole::lnf_w, -1,
+            add_logical(m.logical_names_, m.logical_shapes_, "final_ln.weight", {H}), false);
+  add_param(head, "final_ln.bias", {H}, ParamRole::lnf_b, -1,
+            add_logical(m.logical_names_, m.logical_shapes_, "final_ln.bias", {H}), false);
   if (!cfg.tied) {
-    add_param(head, "output.weight", {V, H}, ParamRole::output, -1, add_logical(m.logical_names_, m.logical_shapes_, "output.weight", {V, H}), false);
+    add_param(head, "output.weight", {V, H}, ParamRole::output, -1,
+              add_logical(m.logical_names_, m.logical_shapes_, "output.weight", {V, H}), false);
   } else if (nv > 1 && m.stage_rank(nv - 1) != m.stage_rank(0)) {
     // The last stage holds a copy of the embedding as the tied output weight (marked shared).
-    add_param(head, "output.weight (tied copy of embedding.weight)", {V, H}, ParamRole::output, -1, emb_logical, true);
+    add_param(head, "output.weight (tied copy of embedding.weight)", {V, H}, ParamRole::output, -1,
+              emb_logical, true);
   }
   return m;
 }

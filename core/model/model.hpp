@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "core/layout/layout.hpp"
 #include "core/base/rng.hpp"
 #include "core/base/status.hpp"
+#include "core/layout/layout.hpp"
 
 namespace shardcheck::core {
 
@@ -31,13 +31,13 @@ struct ModelConfig {
 enum class ParamRole : uint8_t { embedding, ln1_w, ln1_b, fc1_w, fc1_b, fc2_w, fc2_b, lnf_w, lnf_b, output };
 
 struct ParamSpec {
-  std::string name;      // "layers.1.fc1.weight"
+  std::string name;  // "layers.1.fc1.weight"
   Shape shape;
   ParamRole role = ParamRole::embedding;
-  int layer = -1;        // block index for block parameters
-  int unit = 0;          // the FSDP unit that owns it
-  int logical = 0;       // index of the logical parameter (a tied copy shares the embedding's)
-  bool shared = false;   // the tied output copy on the last pipeline stage: excluded from norms
+  int layer = -1;       // block index for block parameters
+  int unit = 0;         // the FSDP unit that owns it
+  int logical = 0;      // index of the logical parameter (a tied copy shares the embedding's)
+  bool shared = false;  // the tied output copy on the last pipeline stage: excluded from norms
 };
 
 // An FSDP unit: the module whose parameters form one parameter group (all TinyLM parameters
@@ -45,9 +45,9 @@ struct ParamSpec {
 struct Unit {
   enum class Kind : uint8_t { embedding, block, head };
   Kind kind = Kind::block;
-  std::string name;   // "embedding", "block.2", "head"
-  int layer = -1;     // for blocks
-  int vstage = 0;     // virtual pipeline stage that runs it
+  std::string name;         // "embedding", "block.2", "head"
+  int layer = -1;           // for blocks
+  int vstage = 0;           // virtual pipeline stage that runs it
   std::vector<int> params;  // indices into ModelLayout::params(), registration order
 };
 

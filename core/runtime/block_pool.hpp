@@ -23,9 +23,9 @@ struct PoolBlock {
   int segment = 0;
   int stream = 0;
   bool free = false;
-  uint64_t freed_order = 0;        // larger = freed more recently
-  std::vector<uint64_t> pending;   // backend handles (records, events) that must complete first
-  uint64_t free_op = 0;            // backend's id of the free that released it
+  uint64_t freed_order = 0;       // larger = freed more recently
+  std::vector<uint64_t> pending;  // backend handles (records, events) that must complete first
+  uint64_t free_op = 0;           // backend's id of the free that released it
 };
 
 class BlockPool {

@@ -10,8 +10,8 @@ namespace {
 
 // Reduces elements [first, first+count) of every input into `dst` (count elements).
 template <class C>
-void reduce_into(std::span<std::byte* const> inputs, DType t, int64_t first, int64_t count,
-                 ReduceOp op, std::byte* dst) {
+void reduce_into(std::span<std::byte* const> inputs, DType t, int64_t first, int64_t count, ReduceOp op,
+                 std::byte* dst) {
   const auto members = static_cast<C>(inputs.size());
   for (int64_t i = 0; i < count; ++i) {
     C acc = static_cast<C>(load_element(inputs[0], t, first + i));
@@ -22,7 +22,8 @@ void reduce_into(std::span<std::byte* const> inputs, DType t, int64_t first, int
 }
 
 // f32 without per-element dtype dispatch; the same arithmetic as reduce_into<float>.
-void reduce_f32(std::span<std::byte* const> inputs, int64_t first, int64_t count, ReduceOp op, std::byte* dst) {
+void reduce_f32(std::span<std::byte* const> inputs, int64_t first, int64_t count, ReduceOp op,
+                std::byte* dst) {
   const float members = static_cast<float>(inputs.size());
   for (int64_t i = 0; i < count; ++i) {
     float acc;
@@ -37,8 +38,8 @@ void reduce_f32(std::span<std::byte* const> inputs, int64_t first, int64_t count
   }
 }
 
-void reduce_range(std::span<std::byte* const> inputs, DType t, int64_t first, int64_t count,
-                  ReduceOp op, std::byte* dst) {
+void reduce_range(std::span<std::byte* const> inputs, DType t, int64_t first, int64_t count, ReduceOp op,
+                  std::byte* dst) {
   if (t == DType::f32) return reduce_f32(inputs, first, count, op, dst);
   // Integer and byte buffers reduce in double too; only their sums are meaningful.
   if (t == DType::f32 || t == DType::bf16) {
@@ -53,7 +54,8 @@ void reduce_range(std::span<std::byte* const> inputs, DType t, int64_t first, in
 void execute_collective_cpu(const CollectiveCall& c, std::span<std::byte* const> inputs,
                             std::span<std::byte* const> outputs) {
   const int members = static_cast<int>(inputs.size());
-  if (outputs.size() != inputs.size() || members == 0) throw InternalError("collective: one input and output per member");
+  if (outputs.size() != inputs.size() || members == 0)
+    throw InternalError("collective: one input and output per member");
   if (std::string e = check_collective_shape(c, members); !e.empty()) throw InternalError(e);
   const DType t = c.input.dtype;
   const int64_t esize = dtype_bytes(t);

@@ -18,10 +18,10 @@ struct LogicalMap {
   struct Segment {
     int64_t offset = 0;  // in elements of the buffer
     int64_t count = 0;
-    int param = 0;       // logical parameter id
-    int64_t first = 0;   // logical element index of the segment's first element
+    int param = 0;      // logical parameter id
+    int64_t first = 0;  // logical element index of the segment's first element
   };
-  std::vector<Segment> segments;       // ascending, non-overlapping; elements outside: unlabelled
+  std::vector<Segment> segments;  // ascending, non-overlapping; elements outside: unlabelled
   // Indexed by logical parameter id; null or short: unnamed. Shared, not copied: a strategy
   // annotates every buffer it allocates and the simulator keeps each lifetime's map, so a copy
   // per map made a run quadratic in the number of layers.

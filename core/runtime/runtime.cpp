@@ -6,10 +6,14 @@ namespace shardcheck::core {
 
 std::string_view to_string(CollectiveKind k) {
   switch (k) {
-    case CollectiveKind::all_gather: return "all_gather";
-    case CollectiveKind::reduce_scatter: return "reduce_scatter";
-    case CollectiveKind::all_reduce: return "all_reduce";
-    case CollectiveKind::broadcast: return "broadcast";
+    case CollectiveKind::all_gather:
+      return "all_gather";
+    case CollectiveKind::reduce_scatter:
+      return "reduce_scatter";
+    case CollectiveKind::all_reduce:
+      return "all_reduce";
+    case CollectiveKind::broadcast:
+      return "broadcast";
   }
   return "?";
 }
@@ -17,7 +21,8 @@ std::string_view to_string(CollectiveKind k) {
 std::string op_name(const KernelCall& c) { return "kernel '" + c.name + "'"; }
 std::string op_name(const CollectiveCall& c) { return std::string(to_string(c.kind)) + " '" + c.tag + "'"; }
 std::string op_name(const P2PCall& c, bool send) {
-  return std::string(send ? "send '" : "recv '") + c.tag + (send ? "' to " : "' from ") + std::to_string(c.peer);
+  return std::string(send ? "send '" : "recv '") + c.tag + (send ? "' to " : "' from ") +
+         std::to_string(c.peer);
 }
 
 Issued<BufferId> Runtime::alloc(int64_t bytes, StreamId stream, std::string_view name) {

@@ -22,11 +22,11 @@
 #include <vector>
 
 #include "core/base/dtype.hpp"
-#include "core/kernels/kernels.hpp"
-#include "core/runtime/logical_map.hpp"
 #include "core/base/reduce_op.hpp"
 #include "core/base/status.hpp"
 #include "core/base/task.hpp"
+#include "core/kernels/kernels.hpp"
+#include "core/runtime/logical_map.hpp"
 
 namespace shardcheck::core {
 
@@ -93,9 +93,9 @@ class Runtime {
   Issued<> record(EventId event, StreamId stream);
   Issued<> wait_event(StreamId stream, EventId event);
   Issued<> wait_stream(StreamId waiter, StreamId waited);  // waiter waits for all work so far
-  Issued<> sync(StreamId stream);                         // host waits for the stream
-  Issued<> sync_event(EventId event);                     // host waits for the event
-  Issued<> sync_device();                                 // host waits for every stream
+  Issued<> sync(StreamId stream);                          // host waits for the stream
+  Issued<> sync_event(EventId event);                      // host waits for the event
+  Issued<> sync_device();                                  // host waits for every stream
 
   // Work on streams.
   Issued<> launch(KernelCall call);

@@ -6,14 +6,17 @@
 namespace shardcheck::core {
 
 namespace {
-bool contains(const std::vector<FindingKind>& v, FindingKind k) { return std::find(v.begin(), v.end(), k) != v.end(); }
+bool contains(const std::vector<FindingKind>& v, FindingKind k) {
+  return std::find(v.begin(), v.end(), k) != v.end();
+}
 }  // namespace
 
 ExpectationResult judge(const Expectation& e, const std::vector<Finding>& findings) {
   ExpectationResult r;
   for (int i = 0; i < kFindingKinds; ++i) {
     const auto k = static_cast<FindingKind>(i);
-    const bool found = std::any_of(findings.begin(), findings.end(), [&](const Finding& f) { return f.kind == k; });
+    const bool found =
+        std::any_of(findings.begin(), findings.end(), [&](const Finding& f) { return f.kind == k; });
     if (found) r.found.push_back(k);
     if (contains(e.findings, k) && !found) r.missing.push_back(k);
     if (found && !contains(e.findings, k) && !contains(e.allow, k)) r.unexpected.push_back(k);
@@ -48,7 +51,8 @@ Expectation read_expectation(const YamlReader& y, const YAML::Node& n) {
       auto k = parse_finding_kind(name);
       if (!k) {
         y.fail(item, "unknown finding kind '" + name +
-                         "' (expected stream_race, collective_mismatch, collective_swap, deadlock, grad_norm_miscount, "
+                         "' (expected stream_race, collective_mismatch, collective_swap, deadlock, "
+                         "grad_norm_miscount, "
                          "layout_mismatch, uninitialized_read, numerics_divergence or replica_divergence)");
       }
       out.push_back(*k);
@@ -66,7 +70,8 @@ ScheduleSpec read_schedule(const YamlReader& y, const YAML::Node& n) {
   if (n["policy"]) {
     s.policy = y.str(n["policy"], "schedule.policy");
     if (s.policy != "in_order" && s.policy != "random" && s.policy != "pct" && s.policy != "delay_comm") {
-      y.fail(n["policy"], "unknown schedule policy '" + s.policy + "' (expected in_order, random, pct or delay_comm)");
+      y.fail(n["policy"],
+             "unknown schedule policy '" + s.policy + "' (expected in_order, random, pct or delay_comm)");
     }
   }
   if (n["seed"]) s.seed = static_cast<uint64_t>(y.integer(n["seed"], "schedule.seed", 0, INT64_MAX));

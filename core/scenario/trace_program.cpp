@@ -31,7 +31,8 @@ Task<> run_trace_program(Runtime& rt, const TraceScenario& s) {
   std::map<std::string, int64_t> sizes;
   for (const auto& name : s.streams) names.streams[name] = rt.stream(name);
   for (const auto& [name, members] : s.groups) {
-    if (std::find(members.begin(), members.end(), rt.rank()) != members.end()) names.groups[name] = rt.group(name, members);
+    if (std::find(members.begin(), members.end(), rt.rank()) != members.end())
+      names.groups[name] = rt.group(name, members);
   }
   auto ref = [&](const RangeSpec& r, DType t) {
     TensorRef b = names.bytes(r, sizes.at(r.buffer));
@@ -40,7 +41,8 @@ Task<> run_trace_program(Runtime& rt, const TraceScenario& s) {
   };
   for (const TraceStep& t : s.program) {
     if (!s.runs_on(t, rt.rank())) continue;
-    const StreamId stream = t.stream.empty() ? names.streams.at(s.streams.front()) : names.streams.at(t.stream);
+    const StreamId stream =
+        t.stream.empty() ? names.streams.at(s.streams.front()) : names.streams.at(t.stream);
     switch (t.kind) {
       case TraceStep::Kind::alloc:
         names.buffers[t.buffer] = co_await rt.alloc(t.bytes, stream, t.buffer);
@@ -57,12 +59,24 @@ Task<> run_trace_program(Runtime& rt, const TraceScenario& s) {
         co_await rt.launch(kernels::opaque(t.name, stream, std::move(reads), std::move(writes)));
         break;
       }
-      case TraceStep::Kind::wait: co_await rt.wait_stream(stream, names.streams.at(t.for_stream)); break;
-      case TraceStep::Kind::record: co_await rt.record(names.event(rt, t.event), stream); break;
-      case TraceStep::Kind::wait_event: co_await rt.wait_event(stream, names.event(rt, t.event)); break;
-      case TraceStep::Kind::record_stream: co_await rt.record_stream(names.buffers.at(t.buffer), stream); break;
-      case TraceStep::Kind::sync: co_await rt.sync(stream); break;
-      case TraceStep::Kind::sync_device: co_await rt.sync_device(); break;
+      case TraceStep::Kind::wait:
+        co_await rt.wait_stream(stream, names.streams.at(t.for_stream));
+        break;
+      case TraceStep::Kind::record:
+        co_await rt.record(names.event(rt, t.event), stream);
+        break;
+      case TraceStep::Kind::wait_event:
+        co_await rt.wait_event(stream, names.event(rt, t.event));
+        break;
+      case TraceStep::Kind::record_stream:
+        co_await rt.record_stream(names.buffers.at(t.buffer), stream);
+        break;
+      case TraceStep::Kind::sync:
+        co_await rt.sync(stream);
+        break;
+      case TraceStep::Kind::sync_device:
+        co_await rt.sync_device();
+        break;
       case TraceStep::Kind::send:
         co_await rt.send(P2PCall{t.peer, stream, ref(t.input, DType::u8), t.tag, ""});
         break;

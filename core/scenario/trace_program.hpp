@@ -4,8 +4,8 @@
 //   world.run([&](Runtime& rt) { return run_trace_program(rt, scenario); });
 #pragma once
 
-#include "core/runtime/runtime.hpp"
 #include "core/base/task.hpp"
+#include "core/runtime/runtime.hpp"
 #include "core/scenario/trace_scenario.hpp"
 
 namespace shardcheck::core {

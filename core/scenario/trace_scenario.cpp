@@ -15,10 +15,17 @@ namespace {
 using Kind = TraceStep::Kind;
 
 const std::pair<const char*, Kind> kStepKinds[] = {
-    {"alloc", Kind::alloc},       {"free", Kind::free},       {"kernel", Kind::kernel},
-    {"wait", Kind::wait},         {"record", Kind::record},   {"wait_event", Kind::wait_event},
-    {"record_stream", Kind::record_stream}, {"sync", Kind::sync}, {"send", Kind::send},
-    {"recv", Kind::recv},         {"collective", Kind::collective},
+    {"alloc", Kind::alloc},
+    {"free", Kind::free},
+    {"kernel", Kind::kernel},
+    {"wait", Kind::wait},
+    {"record", Kind::record},
+    {"wait_event", Kind::wait_event},
+    {"record_stream", Kind::record_stream},
+    {"sync", Kind::sync},
+    {"send", Kind::send},
+    {"recv", Kind::recv},
+    {"collective", Kind::collective},
 };
 
 class Parser {
@@ -28,9 +35,12 @@ class Parser {
   TraceScenario scenario(const YAML::Node& root) {
     TraceScenario s;
     s.file = y_.file();
-    y_.keys(root, {"kind", "name", "description", "ranks", "streams", "groups", "allocator", "schedule", "program", "expect"},
+    y_.keys(root,
+            {"kind", "name", "description", "ranks", "streams", "groups", "allocator", "schedule", "program",
+             "expect"},
             "a trace scenario");
-    for (const char* k : {"name", "ranks", "streams", "program", "expect"}) y_.require(root, k, "a trace scenario");
+    for (const char* k : {"name", "ranks", "streams", "program", "expect"})
+      y_.require(root, k, "a trace scenario");
     s.name = y_.str(root["name"], "name");
     if (root["description"]) s.description = y_.text(root["description"], "description");
     s.ranks = static_cast<int>(y_.integer(root["ranks"], "ranks", 1, TraceLimits::kMaxRanks));
@@ -41,7 +51,8 @@ class Parser {
     }
     for (size_t i = 0; i < s.streams.size(); ++i) {
       for (size_t j = 0; j < i; ++j) {
-        if (s.streams[i] == s.streams[j]) y_.fail(root["streams"][i], "stream '" + s.streams[i] + "' is declared twice");
+        if (s.streams[i] == s.streams[j])
+          y_.fail(root["streams"][i], "stream '" + s.streams[i] + "' is declared twice");
       }
     }
     if (root["groups"]) groups(root["groups"], s);
@@ -62,7 +73,8 @@ class Parser {
   void groups(const YAML::Node& n, TraceScenario& s) {
     y_.map(n, "groups");
     if (n.size() > static_cast<size_t>(TraceLimits::kMaxGroups)) {
-      y_.fail(n, std::to_string(n.size()) + " groups; the limit is " + std::to_string(TraceLimits::kMaxGroups));
+      y_.fail(n,
+              std::to_string(n.size()) + " groups; the limit is " + std::to_string(TraceLimits::kMaxGroups));
     }
     for (auto it = n.begin(); it != n.end(); ++it) {
       const std::string name = y_.str(it->first, "a group name");
@@ -71,10 +83,13 @@ class Parser {
       std::set<int64_t> seen;
       for (size_t i = 0; i < ranks.size(); ++i) {
         if (ranks[i] >= s.ranks) {
-          y_.fail(it->second[i], "group '" + name + "': rank " + std::to_string(ranks[i]) + " is outside the " +
-                                     std::to_string(s.ranks) + " ranks (0.." + std::to_string(s.ranks - 1) + ")");
+          y_.fail(it->second[i], "group '" + name + "': rank " + std::to_string(ranks[i]) +
+                                     " is outside the " + std::to_string(s.ranks) + " ranks (0.." +
+                                     std::to_string(s.ranks - 1) + ")");
         }
-        if (!seen.insert(ranks[i]).second) y_.fail(it->second[i], "rank " + std::to_string(ranks[i]) + " appears twice in group '" + name + "'");
+        if (!seen.insert(ranks[i]).second)
+          y_.fail(it->second[i],
+                  "rank " + std::to_string(ranks[i]) + " appears twice in group '" + name + "'");
       }
       s.groups.emplace_back(name, std::vector<int>(ranks.begin(), ranks.end()));
     }
@@ -86,7 +101,8 @@ class Parser {
       y_.require(n, "model", "allocator");
       if (n["reuse"]) {
         s.reuse = y_.str(n["reuse"], "allocator.reuse");
-        if (s.reuse != "best_fit" && s.reuse != "earliest") y_.fail(n["reuse"], "allocator reuse is best_fit or earliest, not '" + s.reuse + "'");
+        if (s.reuse != "best_fit" && s.reuse != "earliest")
+          y_.fail(n["reuse"], "allocator reuse is best_fit or earliest, not '" + s.reuse + "'");
       }
     }
     // Never assign one YAML::Node to another: yaml-cpp's operator= overwrites the aliased node.
@@ -133,12 +149,14 @@ class Parser {
       accesses += s.ranks_running(t) * static_cast<int64_t>(t.reads.size() + t.writes.size());
     }
     if (ops > TraceLimits::kMaxOperations) {
-      y_.fail(prog, "the program runs " + std::to_string(ops) + " operations over its " + std::to_string(s.ranks) +
-                        " ranks; the limit is " + std::to_string(TraceLimits::kMaxOperations));
+      y_.fail(prog, "the program runs " + std::to_string(ops) + " operations over its " +
+                        std::to_string(s.ranks) + " ranks; the limit is " +
+                        std::to_string(TraceLimits::kMaxOperations));
     }
     if (accesses > TraceLimits::kMaxAccesses) {
       y_.fail(prog, "the program's kernels make " + std::to_string(accesses) + " reads and writes over its " +
-                        std::to_string(s.ranks) + " ranks; the limit is " + std::to_string(TraceLimits::kMaxAccesses));
+                        std::to_string(s.ranks) + " ranks; the limit is " +
+                        std::to_string(TraceLimits::kMaxAccesses));
     }
   }
 
@@ -154,21 +172,26 @@ class Parser {
       for (const auto& [name, kind] : kStepKinds) {
         if (key != name) continue;
         known = true;
-        if (op_name) y_.fail(it->first, "a step has one operation; this one has '" + std::string(op_name) + "' and '" + key + "'");
+        if (op_name)
+          y_.fail(it->first,
+                  "a step has one operation; this one has '" + std::string(op_name) + "' and '" + key + "'");
         op_name = name;
         t.kind = kind;
       }
       if (!known) {
-        y_.fail(it->first, "unknown step '" + key + "' (expected alloc, free, kernel, wait, record, wait_event, "
-                                                     "record_stream, sync, send, recv, collective, or on)");
+        y_.fail(it->first, "unknown step '" + key +
+                               "' (expected alloc, free, kernel, wait, record, wait_event, "
+                               "record_stream, sync, send, recv, collective, or on)");
       }
     }
     if (!op_name) y_.fail(item, "a step needs an operation (alloc, free, kernel, ...)");
     if (item["on"]) {
       const std::vector<int64_t> on = y_.integers(item["on"], "on", 0, s.ranks - 1);
-      if (on.empty()) y_.fail(item["on"], "`on:` lists the ranks that run this step; an empty list runs it nowhere");
+      if (on.empty())
+        y_.fail(item["on"], "`on:` lists the ranks that run this step; an empty list runs it nowhere");
       for (size_t i = 0; i < on.size(); ++i) {
-        if (std::find(on.begin(), on.begin() + static_cast<std::ptrdiff_t>(i), on[i]) != on.begin() + static_cast<std::ptrdiff_t>(i)) {
+        if (std::find(on.begin(), on.begin() + static_cast<std::ptrdiff_t>(i), on[i]) !=
+            on.begin() + static_cast<std::ptrdiff_t>(i)) {
           y_.fail(item["on"][i], "rank " + std::to_string(on[i]) + " appears twice in `on:`");
         }
         t.on.push_back(static_cast<int>(on[i]));
@@ -207,7 +230,8 @@ class Parser {
         if (n["reads"]) t.reads = ranges(n["reads"], "reads");
         if (n["writes"]) t.writes = ranges(n["writes"], "writes");
         if (t.reads.size() + t.writes.size() > static_cast<size_t>(TraceLimits::kMaxAccessesPerKernel)) {
-          y_.fail(n, "the kernel has " + std::to_string(t.reads.size() + t.writes.size()) + " reads and writes; the limit is " +
+          y_.fail(n, "the kernel has " + std::to_string(t.reads.size() + t.writes.size()) +
+                         " reads and writes; the limit is " +
                          std::to_string(TraceLimits::kMaxAccessesPerKernel));
         }
         break;
@@ -247,8 +271,11 @@ class Parser {
         t.tag = n["tag"] ? y_.str(n["tag"], "tag") : t.buffer;
         break;
       }
-      case Kind::collective: collective(n, t); break;
-      case Kind::sync_device: break;
+      case Kind::collective:
+        collective(n, t);
+        break;
+      case Kind::sync_device:
+        break;
     }
   }
 
@@ -257,25 +284,36 @@ class Parser {
     y_.keys(n, {"op", "group", "stream", "input", "output", "dtype", "reduce", "root", "tag"}, "collective");
     for (const char* k : {"op", "group", "stream", "input", "output"}) y_.require(n, k, "collective");
     const std::string op = y_.str(n["op"], "op");
-    if (op == "all_gather") t.op = CollectiveKind::all_gather;
-    else if (op == "reduce_scatter") t.op = CollectiveKind::reduce_scatter;
-    else if (op == "all_reduce") t.op = CollectiveKind::all_reduce;
-    else if (op == "broadcast") t.op = CollectiveKind::broadcast;
-    else y_.fail(n["op"], "unknown collective '" + op + "' (expected all_gather, reduce_scatter, all_reduce or broadcast)");
+    if (op == "all_gather")
+      t.op = CollectiveKind::all_gather;
+    else if (op == "reduce_scatter")
+      t.op = CollectiveKind::reduce_scatter;
+    else if (op == "all_reduce")
+      t.op = CollectiveKind::all_reduce;
+    else if (op == "broadcast")
+      t.op = CollectiveKind::broadcast;
+    else
+      y_.fail(n["op"], "unknown collective '" + op +
+                           "' (expected all_gather, reduce_scatter, all_reduce or broadcast)");
     t.group = y_.str(n["group"], "group");
     t.stream = y_.str(n["stream"], "stream");
     t.input = range(n["input"], "input");
     t.output = range(n["output"], "output");
     if (n["dtype"]) {
       auto d = parse_dtype(y_.str(n["dtype"], "dtype"));
-      if (!d) y_.fail(n["dtype"], "unknown dtype '" + n["dtype"].Scalar() + "' (expected f32, bf16, f64, i32, i64 or u8)");
+      if (!d)
+        y_.fail(n["dtype"],
+                "unknown dtype '" + n["dtype"].Scalar() + "' (expected f32, bf16, f64, i32, i64 or u8)");
       t.dtype = *d;
     }
     if (n["reduce"]) {
       const std::string r = y_.str(n["reduce"], "reduce");
-      if (r == "sum") t.reduce = ReduceOp::sum;
-      else if (r == "avg") t.reduce = ReduceOp::avg;
-      else y_.fail(n["reduce"], "reduce is sum or avg, not '" + r + "'");
+      if (r == "sum")
+        t.reduce = ReduceOp::sum;
+      else if (r == "avg")
+        t.reduce = ReduceOp::avg;
+      else
+        y_.fail(n["reduce"], "reduce is sum or avg, not '" + r + "'");
     }
     if (n["root"]) t.root = static_cast<int>(y_.integer(n["root"], "root", 0, TraceLimits::kMaxRanks - 1));
     t.tag = n["tag"] ? y_.str(n["tag"], "tag") : t.input.buffer;
@@ -326,8 +364,9 @@ class Validator {
     const int64_t size = buffer(rs.loc, rs.buffer, r);
     const int64_t bytes = rs.bytes < 0 ? size - rs.offset : rs.bytes;
     if (rs.offset >= size || rs.offset + bytes > size) {
-      fail(rs.loc, "range [" + std::to_string(rs.offset) + ", " + std::to_string(rs.offset + bytes) + ") is past the end of buffer '" +
-                       rs.buffer + "' (" + std::to_string(size) + " bytes)");
+      fail(rs.loc, "range [" + std::to_string(rs.offset) + ", " + std::to_string(rs.offset + bytes) +
+                       ") is past the end of buffer '" + rs.buffer + "' (" + std::to_string(size) +
+                       " bytes)");
     }
     return bytes;
   }
@@ -336,7 +375,8 @@ class Validator {
     switch (t.kind) {
       case Kind::alloc:
         if (!t.stream.empty()) stream(t, t.stream);
-        if (live_.count(t.buffer)) fail(t.loc, "buffer '" + t.buffer + "' is already allocated" + on_rank(r) + " (free it first)");
+        if (live_.count(t.buffer))
+          fail(t.loc, "buffer '" + t.buffer + "' is already allocated" + on_rank(r) + " (free it first)");
         live_[t.buffer] = t.bytes;
         freed_.erase(t.buffer);
         device_bytes(t, r);
@@ -354,7 +394,8 @@ class Validator {
       case Kind::wait:
         stream(t, t.stream);
         stream(t, t.for_stream);
-        if (t.stream == t.for_stream) fail(t.loc, "a stream waiting for itself does nothing; name two different streams");
+        if (t.stream == t.for_stream)
+          fail(t.loc, "a stream waiting for itself does nothing; name two different streams");
         break;
       case Kind::record:
         stream(t, t.stream);
@@ -362,22 +403,30 @@ class Validator {
         break;
       case Kind::wait_event:
         stream(t, t.stream);
-        if (!events_.count(t.event)) fail(t.loc, "event '" + t.event + "' is not recorded before this wait" + on_rank(r));
+        if (!events_.count(t.event))
+          fail(t.loc, "event '" + t.event + "' is not recorded before this wait" + on_rank(r));
         break;
       case Kind::record_stream:
         stream(t, t.stream);
         buffer(t.loc, t.buffer, r);
         break;
-      case Kind::sync: stream(t, t.stream); break;
-      case Kind::sync_device: break;
+      case Kind::sync:
+        stream(t, t.stream);
+        break;
+      case Kind::sync_device:
+        break;
       case Kind::send:
       case Kind::recv:
         stream(t, t.stream);
         range_bytes(t.input, r);
-        if (t.peer >= s_.ranks) fail(t.loc, "rank " + std::to_string(t.peer) + " is outside the " + std::to_string(s_.ranks) + " ranks");
+        if (t.peer >= s_.ranks)
+          fail(t.loc,
+               "rank " + std::to_string(t.peer) + " is outside the " + std::to_string(s_.ranks) + " ranks");
         if (t.peer == r) fail(t.loc, "rank " + std::to_string(r) + " cannot send to or receive from itself");
         break;
-      case Kind::collective: collective(t, r); break;
+      case Kind::collective:
+        collective(t, r);
+        break;
     }
   }
 
@@ -387,7 +436,8 @@ class Validator {
     live_bytes_ += t.bytes;
     peak_bytes_ = std::max(peak_bytes_, live_bytes_);
     if (earlier_ranks_bytes_ + peak_bytes_ > TraceLimits::kMaxDeviceBytes) {
-      fail(t.loc, "with this allocation" + on_rank(r) + " the ranks hold " + std::to_string(earlier_ranks_bytes_ + peak_bytes_) +
+      fail(t.loc, "with this allocation" + on_rank(r) + " the ranks hold " +
+                      std::to_string(earlier_ranks_bytes_ + peak_bytes_) +
                       " bytes of device memory in all; the simulator models at most " +
                       std::to_string(TraceLimits::kMaxDeviceBytes) + " bytes (4 GiB) per run");
     }
@@ -401,24 +451,35 @@ class Validator {
     }
     if (!members) fail(t.loc, "undefined group '" + t.group + "'");
     if (std::find(members->begin(), members->end(), r) == members->end()) {
-      fail(t.loc, "group '" + t.group + "' does not contain rank " + std::to_string(r) + " (add `on:` to run this step on its members)");
+      fail(t.loc, "group '" + t.group + "' does not contain rank " + std::to_string(r) +
+                      " (add `on:` to run this step on its members)");
     }
     const int64_t in = range_bytes(t.input, r), out = range_bytes(t.output, r);
     const int64_t es = dtype_bytes(t.dtype), g = static_cast<int64_t>(members->size());
-    if (t.input.offset % es || t.output.offset % es) fail(t.loc, "input and output offsets must be whole " + std::string(to_string(t.dtype)) + " elements");
-    if (in % es || out % es) fail(t.loc, "input and output sizes must be whole " + std::string(to_string(t.dtype)) + " elements");
+    if (t.input.offset % es || t.output.offset % es)
+      fail(t.loc, "input and output offsets must be whole " + std::string(to_string(t.dtype)) + " elements");
+    if (in % es || out % es)
+      fail(t.loc, "input and output sizes must be whole " + std::string(to_string(t.dtype)) + " elements");
     bool ok = true;
     switch (t.op) {
-      case CollectiveKind::all_gather: ok = out == in * g; break;
-      case CollectiveKind::reduce_scatter: ok = in == out * g; break;
-      default: ok = in == out; break;
+      case CollectiveKind::all_gather:
+        ok = out == in * g;
+        break;
+      case CollectiveKind::reduce_scatter:
+        ok = in == out * g;
+        break;
+      default:
+        ok = in == out;
+        break;
     }
     if (!ok) {
-      fail(t.loc, std::string(to_string(t.op)) + " over " + std::to_string(g) + " ranks: input " + std::to_string(in) +
-                      " bytes and output " + std::to_string(out) + " bytes do not fit (all_gather: output = input x ranks; "
+      fail(t.loc, std::string(to_string(t.op)) + " over " + std::to_string(g) + " ranks: input " +
+                      std::to_string(in) + " bytes and output " + std::to_string(out) +
+                      " bytes do not fit (all_gather: output = input x ranks; "
                       "reduce_scatter: input = output x ranks; others: equal)");
     }
-    if (t.op == CollectiveKind::broadcast && t.root >= g) fail(t.loc, "root " + std::to_string(t.root) + " is not a rank of the group");
+    if (t.op == CollectiveKind::broadcast && t.root >= g)
+      fail(t.loc, "root " + std::to_string(t.root) + " is not a rank of the group");
   }
 
   const YamlReader& y_;

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "core/scenario/expectation.hpp"
+#include "core/base/status.hpp"
 #include "core/layout/placement.hpp"
 #include "core/runtime/runtime.hpp"
-#include "core/base/status.hpp"
+#include "core/scenario/expectation.hpp"
 #include "core/scenario/yaml_reader.hpp"
 
 namespace shardcheck::core {
@@ -29,9 +29,9 @@ struct TraceLimits {
   // simulator holds at most sim::Options::max_device_bytes (4 GiB) per run.
   static constexpr int64_t kMaxDeviceBytes = int64_t{4} << 30;
   static constexpr int kMaxProgramSteps = 20000;
-  static constexpr int kMaxAccessesPerKernel = 64;       // reads plus writes of one kernel
-  static constexpr int64_t kMaxOperations = 1000000;     // program steps summed over the ranks running them
-  static constexpr int64_t kMaxAccesses = 4000000;       // kernel reads and writes, summed likewise
+  static constexpr int kMaxAccessesPerKernel = 64;    // reads plus writes of one kernel
+  static constexpr int64_t kMaxOperations = 1000000;  // program steps summed over the ranks running them
+  static constexpr int64_t kMaxAccesses = 4000000;    // kernel reads and writes, summed likewise
 };
 
 // A byte range of a named buffer; bytes < 0 means "to the end of the buffer".
@@ -44,17 +44,28 @@ struct RangeSpec {
 
 struct TraceStep {
   enum class Kind {
-    alloc, free, kernel, wait, record, wait_event, record_stream, sync, sync_device, send, recv, collective,
+    alloc,
+    free,
+    kernel,
+    wait,
+    record,
+    wait_event,
+    record_stream,
+    sync,
+    sync_device,
+    send,
+    recv,
+    collective,
   };
   Kind kind = Kind::alloc;
   SourceLoc loc;
-  std::vector<int> on;  // ranks that run it, ascending, each once; empty: every rank
-  std::string buffer;   // alloc, free, record_stream, send, recv
-  int64_t bytes = 0;    // alloc
-  std::string stream;   // alloc (default stream when empty), kernel, wait, record, ...
-  std::string for_stream;  // wait
-  std::string event;       // record, wait_event
-  std::string name;        // kernel
+  std::vector<int> on;                   // ranks that run it, ascending, each once; empty: every rank
+  std::string buffer;                    // alloc, free, record_stream, send, recv
+  int64_t bytes = 0;                     // alloc
+  std::string stream;                    // alloc (default stream when empty), kernel, wait, record, ...
+  std::string for_stream;                // wait
+  std::string event;                     // record, wait_event
+  std::string name;                      // kernel
   std::vector<RangeSpec> reads, writes;  // kernel
   CollectiveKind op = CollectiveKind::all_reduce;
   std::string group;
@@ -80,7 +91,9 @@ struct TraceScenario {
   Expectation expect;
 
   bool runs_on(const TraceStep& s, int rank) const;
-  int64_t ranks_running(const TraceStep& s) const { return s.on.empty() ? ranks : static_cast<int64_t>(s.on.size()); }
+  int64_t ranks_running(const TraceStep& s) const {
+    return s.on.empty() ? ranks : static_cast<int64_t>(s.on.size());
+  }
 };
 
 Expected<TraceScenario> load_trace_scenario(const std::string& path);

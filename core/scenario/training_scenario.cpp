@@ -13,27 +13,30 @@ std::string model_limits_exceeded(const TrainingConfig& c, const ModelLayout& la
   using L = TrainingLimits;
   const int64_t params = layout.num_logical_elements();
   if (params > L::kMaxParameters) {
-    return "the model has " + std::to_string(params) + " parameters; the limit is 2^27 (" + std::to_string(L::kMaxParameters) + ")";
+    return "the model has " + std::to_string(params) + " parameters; the limit is 2^27 (" +
+           std::to_string(L::kMaxParameters) + ")";
   }
   // Each factor is at most 2^16 (layers 2^8, micro_batch_size 2^10): no product overflows.
   const ModelConfig& m = c.model;
   const int64_t rows = m.seq * c.micro_batch_size;
   const int64_t per_row = 2 * m.vocab + 12 * m.hidden * m.layers;
   if (rows > L::kMaxActivationElements / per_row) {
-    return "one microbatch keeps seq * micro_batch_size * (2 * vocab + 12 * hidden * layers) = " + std::to_string(rows) +
-           " * " + std::to_string(per_row) + " activation elements; the limit is 2^29 (" +
-           std::to_string(L::kMaxActivationElements) + ")";
+    return "one microbatch keeps seq * micro_batch_size * (2 * vocab + 12 * hidden * layers) = " +
+           std::to_string(rows) + " * " + std::to_string(per_row) +
+           " activation elements; the limit is 2^29 (" + std::to_string(L::kMaxActivationElements) + ")";
   }
   return "";
 }
 
-std::string reference_limit_exceeded(const TrainingConfig& c, const ModelLayout& layout, bool with_reference) {
+std::string reference_limit_exceeded(const TrainingConfig& c, const ModelLayout& layout,
+                                     bool with_reference) {
   using L = TrainingLimits;
   const int64_t params = layout.num_logical_elements();
   if (!with_reference || c.steps <= L::kMaxReferenceParameterSteps / params) return "";
   return "the single-rank reference keeps every step's weights and gradients: " + std::to_string(params) +
          " parameters * " + std::to_string(c.steps) + " steps exceeds the limit of 2^28 (" +
-         std::to_string(L::kMaxReferenceParameterSteps) + "); take fewer steps, a smaller model or `reference: none`";
+         std::to_string(L::kMaxReferenceParameterSteps) +
+         "); take fewer steps, a smaller model or `reference: none`";
 }
 
 class Parser {
@@ -43,11 +46,13 @@ class Parser {
   TrainingScenario scenario(const YAML::Node& root) {
     TrainingScenario s;
     s.file = y_.file();
-    y_.keys(root, {"kind", "name", "description", "mesh", "model", "data", "strategy", "precision", "microbatches",
-                   "micro_batch_size", "steps", "optimizer", "streams", "mutations", "schedule", "reference", "expect",
-                   "gradient_divisor", "allocator"},
+    y_.keys(root,
+            {"kind", "name", "description", "mesh", "model", "data", "strategy", "precision", "microbatches",
+             "micro_batch_size", "steps", "optimizer", "streams", "mutations", "schedule", "reference",
+             "expect", "gradient_divisor", "allocator"},
             "a training scenario");
-    for (const char* k : {"name", "mesh", "model", "strategy", "steps", "expect"}) y_.require(root, k, "a training scenario");
+    for (const char* k : {"name", "mesh", "model", "strategy", "steps", "expect"})
+      y_.require(root, k, "a training scenario");
     s.name = y_.str(root["name"], "name");
     if (root["description"]) s.description = y_.text(root["description"], "description");
     mesh(root["mesh"], s);
@@ -56,8 +61,12 @@ class Parser {
     strategy(root["strategy"], s);
     if (root["precision"]) precision(root["precision"], s.config.precision);
     TrainingConfig& c = s.config;
-    if (root["microbatches"]) c.microbatches = static_cast<int>(y_.integer(root["microbatches"], "microbatches", 1, TrainingLimits::kMaxMicrobatches));
-    if (root["micro_batch_size"]) c.micro_batch_size = static_cast<int>(y_.integer(root["micro_batch_size"], "micro_batch_size", 1, TrainingLimits::kMaxMicroBatchSize));
+    if (root["microbatches"])
+      c.microbatches = static_cast<int>(
+          y_.integer(root["microbatches"], "microbatches", 1, TrainingLimits::kMaxMicrobatches));
+    if (root["micro_batch_size"])
+      c.micro_batch_size = static_cast<int>(
+          y_.integer(root["micro_batch_size"], "micro_batch_size", 1, TrainingLimits::kMaxMicroBatchSize));
     c.steps = static_cast<int>(y_.integer(root["steps"], "steps", 1, TrainingLimits::kMaxSteps));
     if (root["gradient_divisor"]) {
       c.gradient_divisor = y_.real(root["gradient_divisor"], "gradient_divisor");
@@ -67,14 +76,16 @@ class Parser {
     if (root["streams"]) {
       y_.map(root["streams"], "streams");
       y_.keys(root["streams"], {"unified_comm"}, "streams");
-      if (root["streams"]["unified_comm"]) c.unified_comm = y_.boolean(root["streams"]["unified_comm"], "streams.unified_comm");
+      if (root["streams"]["unified_comm"])
+        c.unified_comm = y_.boolean(root["streams"]["unified_comm"], "streams.unified_comm");
     }
     if (root["mutations"]) mutations(root["mutations"], c.mutations);
     if (root["schedule"]) s.schedule = read_schedule(y_, root["schedule"]);
     if (root["allocator"]) allocator(root["allocator"], s);
     if (root["reference"]) {
       s.reference = y_.str(root["reference"], "reference");
-      if (s.reference != "single_rank" && s.reference != "none") y_.fail(root["reference"], "reference is single_rank or none");
+      if (s.reference != "single_rank" && s.reference != "none")
+        y_.fail(root["reference"], "reference is single_rank or none");
     }
     s.expect = read_expectation(y_, root["expect"]);
     check(root, s);
@@ -87,11 +98,13 @@ class Parser {
     std::vector<Axis> axes;
     for (auto it = n.begin(); it != n.end(); ++it) {
       const std::string name = y_.str(it->first, "a mesh axis");
-      axes.push_back({name, static_cast<int>(y_.integer(it->second, "a mesh axis size", 1, TrainingLimits::kMaxRanks))});
+      axes.push_back(
+          {name, static_cast<int>(y_.integer(it->second, "a mesh axis size", 1, TrainingLimits::kMaxRanks))});
     }
     auto m = Mesh::create(axes);
     if (!m) y_.fail(n, m.error().message());
-    if (m->world_size() > TrainingLimits::kMaxRanks) y_.fail(n, "training scenarios run at most " + std::to_string(TrainingLimits::kMaxRanks) + " ranks");
+    if (m->world_size() > TrainingLimits::kMaxRanks)
+      y_.fail(n, "training scenarios run at most " + std::to_string(TrainingLimits::kMaxRanks) + " ranks");
     s.mesh = std::make_shared<const Mesh>(std::move(m).value());
   }
 
@@ -103,28 +116,34 @@ class Parser {
     if (n["layers"]) m.layers = y_.integer(n["layers"], "model.layers", 1, ModelLayout::kMaxLayers);
     if (n["seq"]) m.seq = y_.integer(n["seq"], "model.seq", 1, ModelLayout::kMaxDim);
     if (n["tied_embeddings"]) m.tied = y_.boolean(n["tied_embeddings"], "model.tied_embeddings");
-    if (n["init_seed"]) m.init_seed = static_cast<uint64_t>(y_.integer(n["init_seed"], "model.init_seed", 0, INT64_MAX));
+    if (n["init_seed"])
+      m.init_seed = static_cast<uint64_t>(y_.integer(n["init_seed"], "model.init_seed", 0, INT64_MAX));
   }
 
   void data(const YAML::Node& n, TrainingConfig& c) {
     y_.map(n, "data");
     y_.keys(n, {"source", "order", "seed"}, "data");
-    if (n["source"] && y_.str(n["source"], "data.source") != "markov") y_.fail(n["source"], "the data source is markov");
-    if (n["order"] && y_.integer(n["order"], "data.order", 1, 1) != 1) y_.fail(n["order"], "the Markov source has order 1");
+    if (n["source"] && y_.str(n["source"], "data.source") != "markov")
+      y_.fail(n["source"], "the data source is markov");
+    if (n["order"] && y_.integer(n["order"], "data.order", 1, 1) != 1)
+      y_.fail(n["order"], "the Markov source has order 1");
     if (n["seed"]) c.data_seed = static_cast<uint64_t>(y_.integer(n["seed"], "data.seed", 0, INT64_MAX));
   }
 
   void strategy(const YAML::Node& n, TrainingScenario& s) {
     const std::string name = y_.str(n, "strategy");
     auto st = parse_strategy(name);
-    if (!st) y_.fail(n, "unknown strategy '" + name + "' (expected no_shard, optim, optim_grads, optim_grads_params, hsdp, hfsdp or distopt)");
+    if (!st)
+      y_.fail(n, "unknown strategy '" + name +
+                     "' (expected no_shard, optim, optim_grads, optim_grads_params, hsdp, hfsdp or distopt)");
     s.config.strategy = *st;
     strategy_node_ = n;
   }
 
   DType dtype(const YAML::Node& n, const char* what) {
     auto d = parse_dtype(y_.str(n, what));
-    if (!d || (*d != DType::f32 && *d != DType::bf16)) y_.fail(n, std::string(what) + " is fp32 or bf16, not '" + n.Scalar() + "'");
+    if (!d || (*d != DType::f32 && *d != DType::bf16))
+      y_.fail(n, std::string(what) + " is fp32 or bf16, not '" + n.Scalar() + "'");
     return *d;
   }
 
@@ -145,14 +164,19 @@ class Parser {
     y_.keys(n, {"kind", "lr", "betas", "eps", "weight_decay", "clip_grad"}, "optimizer");
     if (n["kind"]) {
       const std::string k = y_.str(n["kind"], "optimizer.kind");
-      if (k == "adam") o.kind = OptimizerConfig::Kind::adam;
-      else if (k == "sgd") o.kind = OptimizerConfig::Kind::sgd;
-      else y_.fail(n["kind"], "optimizer kind is adam or sgd, not '" + k + "'");
+      if (k == "adam")
+        o.kind = OptimizerConfig::Kind::adam;
+      else if (k == "sgd")
+        o.kind = OptimizerConfig::Kind::sgd;
+      else
+        y_.fail(n["kind"], "optimizer kind is adam or sgd, not '" + k + "'");
     }
     auto positive = [&](const char* key, double& out, bool allow_zero) {
       if (!n[key]) return;
       out = y_.real(n[key], key);
-      if (!(out > 0 || (allow_zero && out == 0)) || !std::isfinite(out)) y_.fail(n[key], std::string("optimizer.") + key + " must be " + (allow_zero ? "non-negative" : "positive"));
+      if (!(out > 0 || (allow_zero && out == 0)) || !std::isfinite(out))
+        y_.fail(n[key],
+                std::string("optimizer.") + key + " must be " + (allow_zero ? "non-negative" : "positive"));
     };
     positive("lr", o.lr, false);
     positive("eps", o.eps, false);
@@ -163,7 +187,8 @@ class Parser {
       if (n["betas"].size() != 2) y_.fail(n["betas"], "optimizer.betas has two values");
       o.beta1 = y_.real(n["betas"][0], "optimizer.betas");
       o.beta2 = y_.real(n["betas"][1], "optimizer.betas");
-      if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1)) y_.fail(n["betas"], "optimizer.betas lie in [0, 1)");
+      if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1))
+        y_.fail(n["betas"], "optimizer.betas lie in [0, 1)");
     }
   }
 
@@ -183,12 +208,14 @@ class Parser {
       y_.require(n, "model", "allocator");
       if (n["reuse"]) {
         s.reuse = y_.str(n["reuse"], "allocator.reuse");
-        if (s.reuse != "best_fit" && s.reuse != "earliest") y_.fail(n["reuse"], "allocator reuse is best_fit or earliest");
+        if (s.reuse != "best_fit" && s.reuse != "earliest")
+          y_.fail(n["reuse"], "allocator reuse is best_fit or earliest");
       }
     }
     const YAML::Node model = n.IsMap() ? n["model"] : n;
     s.allocator = y_.str(model, "allocator");
-    if (s.allocator != "caching" && s.allocator != "stream_ordered") y_.fail(model, "unknown allocator '" + s.allocator + "'");
+    if (s.allocator != "caching" && s.allocator != "stream_ordered")
+      y_.fail(model, "unknown allocator '" + s.allocator + "'");
   }
 
   // Cross-field checks: the mesh fits the strategy, the model fits the pipeline.
@@ -196,18 +223,26 @@ class Parser {
     const Mesh& m = *s.mesh;
     const TrainingConfig& c = s.config;
     const bool two_d = is_two_dimensional(c.strategy);
-    if (two_d && !m.find_axis("dp_outer")) y_.fail(strategy_node_, std::string(to_string(c.strategy)) + " needs a mesh with dp_outer and dp_inner");
-    if (!two_d && m.find_axis("dp_outer")) y_.fail(strategy_node_, std::string(to_string(c.strategy)) + " runs on a 'dp' axis, not dp_outer/dp_inner (use hsdp or hfsdp)");
+    if (two_d && !m.find_axis("dp_outer"))
+      y_.fail(strategy_node_,
+              std::string(to_string(c.strategy)) + " needs a mesh with dp_outer and dp_inner");
+    if (!two_d && m.find_axis("dp_outer"))
+      y_.fail(strategy_node_, std::string(to_string(c.strategy)) +
+                                  " runs on a 'dp' axis, not dp_outer/dp_inner (use hsdp or hfsdp)");
     if (!two_d && !m.find_axis("dp")) {
-      y_.fail(root["mesh"], std::string(to_string(c.strategy)) + " needs a 'dp' axis in the mesh (dp: 1 for a single data-parallel rank)");
+      y_.fail(root["mesh"], std::string(to_string(c.strategy)) +
+                                " needs a 'dp' axis in the mesh (dp: 1 for a single data-parallel rank)");
     }
     auto layout = ModelLayout::create(c.model, m.size_or_one("pp"), m.virtual_stages());
     if (!layout) y_.fail(root["model"], layout.error().message());
     if (const std::string why = model_limits_exceeded(c, *layout); !why.empty()) y_.fail(root["model"], why);
-    if (const std::string why = reference_limit_exceeded(c, *layout, s.reference != "none"); !why.empty()) y_.fail(root["steps"], why);
+    if (const std::string why = reference_limit_exceeded(c, *layout, s.reference != "none"); !why.empty())
+      y_.fail(root["steps"], why);
     const int pp = m.size_or_one("pp"), vpp = m.virtual_stages();
     if (vpp > 1 && c.microbatches % pp != 0) {
-      y_.fail(root["microbatches"] ? root["microbatches"] : root, "interleaved pipelining needs microbatches to be a multiple of pp (" + std::to_string(pp) + ")");
+      y_.fail(
+          root["microbatches"] ? root["microbatches"] : root,
+          "interleaved pipelining needs microbatches to be a multiple of pp (" + std::to_string(pp) + ")");
     }
     if (c.mutations.has(Mutation::vpp_separate_contexts) && vpp < 2) {
       y_.fail(root["mutations"], "vpp_separate_contexts needs a mesh with vpp >= 2");
@@ -223,8 +258,10 @@ class Parser {
 std::string training_limits_exceeded(const TrainingConfig& c, const Mesh& mesh, bool with_reference) {
   auto layout = ModelLayout::create(c.model, mesh.size_or_one("pp"), mesh.virtual_stages());
   if (!layout) return layout.error().message();
-  if (mesh.world_size() > TrainingLimits::kMaxRanks) return "more than " + std::to_string(TrainingLimits::kMaxRanks) + " ranks";
-  if (c.steps < 1 || c.steps > TrainingLimits::kMaxSteps) return "steps must be between 1 and " + std::to_string(TrainingLimits::kMaxSteps);
+  if (mesh.world_size() > TrainingLimits::kMaxRanks)
+    return "more than " + std::to_string(TrainingLimits::kMaxRanks) + " ranks";
+  if (c.steps < 1 || c.steps > TrainingLimits::kMaxSteps)
+    return "steps must be between 1 and " + std::to_string(TrainingLimits::kMaxSteps);
   if (auto why = model_limits_exceeded(c, *layout); !why.empty()) return why;
   return reference_limit_exceeded(c, *layout, with_reference);
 }
@@ -232,7 +269,8 @@ std::string training_limits_exceeded(const TrainingConfig& c, const Mesh& mesh, 
 namespace {
 
 Expected<TrainingScenario> parse(YamlReader& y, const YAML::Node& root) {
-  if (!root["kind"] || y.str(root["kind"], "kind") != "training") y.fail(root["kind"] ? root["kind"] : root, "expected 'kind: training'");
+  if (!root["kind"] || y.str(root["kind"], "kind") != "training")
+    y.fail(root["kind"] ? root["kind"] : root, "expected 'kind: training'");
   return Parser(y).scenario(root);
 }
 

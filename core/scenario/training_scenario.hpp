@@ -7,9 +7,9 @@
 #include <memory>
 #include <string>
 
-#include "core/scenario/expectation.hpp"
-#include "core/layout/mesh.hpp"
 #include "core/base/status.hpp"
+#include "core/layout/mesh.hpp"
+#include "core/scenario/expectation.hpp"
 #include "core/strategies/training_config.hpp"
 
 namespace shardcheck::core {

@@ -9,11 +9,16 @@ namespace shardcheck::core {
 namespace {
 std::string type_name(const YAML::Node& n) {
   switch (n.Type()) {
-    case YAML::NodeType::Null: return "nothing";
-    case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a map";
-    default: return "an undefined value";
+    case YAML::NodeType::Null:
+      return "nothing";
+    case YAML::NodeType::Scalar:
+      return "'" + n.Scalar() + "'";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    default:
+      return "an undefined value";
   }
 }
 }  // namespace
@@ -42,8 +47,10 @@ YAML::Node YamlReader::load_string(const std::string& text) {
   } catch (const YAML::Exception& e) {
     fail_at(exception_loc(e), "not valid YAML: " + e.msg);
   }
-  if (!root || root.IsNull()) fail_at({file_, 1, 1}, "the file is empty; a scenario is a YAML map with 'kind:' and 'name:'");
-  if (!root.IsMap()) fail(root, "a scenario is a YAML map (with 'kind:', 'name:', ...), not " + type_name(root));
+  if (!root || root.IsNull())
+    fail_at({file_, 1, 1}, "the file is empty; a scenario is a YAML map with 'kind:' and 'name:'");
+  if (!root.IsMap())
+    fail(root, "a scenario is a YAML map (with 'kind:', 'name:', ...), not " + type_name(root));
   return root;
 }
 
@@ -72,7 +79,8 @@ SourceLoc YamlReader::key_loc(const YAML::Node& map, const std::string& key) con
   return loc(map);
 }
 
-void YamlReader::keys(const YAML::Node& m, std::initializer_list<const char*> allowed, const char* what) const {
+void YamlReader::keys(const YAML::Node& m, std::initializer_list<const char*> allowed,
+                      const char* what) const {
   for (auto it = m.begin(); it != m.end(); ++it) {
     if (!it->first.IsScalar()) fail(it->first, std::string("keys of ") + what + " are names");
     const std::string& k = it->first.Scalar();
@@ -103,8 +111,8 @@ YAML::Node YamlReader::seq(const YAML::Node& n, const char* what) const {
 std::string YamlReader::str(const YAML::Node& n, const char* what) const {
   if (!n.IsScalar()) fail(n, std::string(what) + " must be a name or string, not " + type_name(n));
   if (n.Scalar().size() > kMaxNameBytes) {
-    fail(n, std::string(what) + " is " + std::to_string(n.Scalar().size()) + " bytes long; names are at most " +
-                std::to_string(kMaxNameBytes) + " bytes");
+    fail(n, std::string(what) + " is " + std::to_string(n.Scalar().size()) +
+                " bytes long; names are at most " + std::to_string(kMaxNameBytes) + " bytes");
   }
   return n.Scalar();
 }
@@ -130,8 +138,8 @@ int64_t YamlReader::integer(const YAML::Node& n, const char* what, int64_t lo, i
     fail(n, std::string(what) + " must be an integer, not '" + n.Scalar() + "'");
   }
   if (v < lo || v > hi) {
-    fail(n, std::string(what) + " is " + std::to_string(v) + "; it must be between " + std::to_string(lo) + " and " +
-                std::to_string(hi));
+    fail(n, std::string(what) + " is " + std::to_string(v) + "; it must be between " + std::to_string(lo) +
+                " and " + std::to_string(hi));
   }
   return v;
 }
@@ -159,7 +167,8 @@ bool YamlReader::boolean(const YAML::Node& n, const char* what) const {
   fail(n, std::string(what) + " must be true or false, not " + type_name(n));
 }
 
-std::vector<int64_t> YamlReader::integers(const YAML::Node& n, const char* what, int64_t lo, int64_t hi) const {
+std::vector<int64_t> YamlReader::integers(const YAML::Node& n, const char* what, int64_t lo,
+                                          int64_t hi) const {
   seq(n, what);
   std::vector<int64_t> v;
   for (const auto& x : n) v.push_back(integer(x, what, lo, hi));

@@ -77,7 +77,9 @@ std::shared_ptr<const LogicalMap> DistOptEngine::buffer_map() const {
     if (layout_.offset[p] >= 0) order.push_back(static_cast<int>(p));
   }
   std::sort(order.begin(), order.end(), [&](int a, int b) { return layout_.offset[a] < layout_.offset[b]; });
-  for (int p : order) map->segments.push_back({layout_.offset[p], numel(env_.model->params()[p].shape), env_.model->params()[p].logical, 0});
+  for (int p : order)
+    map->segments.push_back(
+        {layout_.offset[p], numel(env_.model->params()[p].shape), env_.model->params()[p].logical, 0});
   return map;
 }
 
@@ -107,18 +109,21 @@ Task<> DistOptEngine::setup() {
   for (size_t p = 0; p < layout_.offset.size(); ++p) {
     if (layout_.offset[p] < 0) continue;
     const int logical = m.params()[p].logical;
-    const std::vector<float> v = independent ? m.initial_value(logical, mix64(m.config().init_seed + 1 + env_.dp_rank()))
-                                             : m.initial_value(logical);
+    const std::vector<float> v =
+        independent ? m.initial_value(logical, mix64(m.config().init_seed + 1 + env_.dp_rank()))
+                    : m.initial_value(logical);
     const BufferId tmp = co_await rt().alloc(static_cast<int64_t>(v.size()) * 4, compute, "distopt.init");
     co_await rt().upload(TensorRef::f32(tmp, 0, static_cast<int64_t>(v.size())), compute, as_bytes(v));
-    co_await rt().launch(kernels::copy(compute, TensorRef::f32(tmp, 0, static_cast<int64_t>(v.size())),
-                                       TensorRef{params_, layout_.offset[p], static_cast<int64_t>(v.size()), pd}, "distopt.init"));
+    co_await rt().launch(kernels::copy(
+        compute, TensorRef::f32(tmp, 0, static_cast<int64_t>(v.size())),
+        TensorRef{params_, layout_.offset[p], static_cast<int64_t>(v.size()), pd}, "distopt.init"));
     co_await rt().free(tmp);
   }
   if (env_.dp_size() > 1 && !independent) {
     for (size_t b = 0; b < layout_.buckets.size(); ++b) {
       const TensorRef bucket{params_, layout_.buckets[b].offset, layout_.buckets[b].size, pd};
-      co_await rt().collective({CollectiveKind::broadcast, dp_all_, compute, bucket, bucket, ReduceOp::sum, 0, "distopt:init" + std::to_string(b)});
+      co_await rt().collective({CollectiveKind::broadcast, dp_all_, compute, bucket, bucket, ReduceOp::sum, 0,
+                                "distopt:init" + std::to_string(b)});
     }
   }
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
@@ -131,7 +136,8 @@ Task<> DistOptEngine::setup() {
   }
   for (const Owned& o : owned_) {
     co_await rt().launch(kernels::copy(compute, TensorRef{params_, o.buffer_offset, o.count, pd},
-                                       TensorRef::f32(main_[o.bucket], o.shard_offset, o.count), "distopt.main_init"));
+                                       TensorRef::f32(main_[o.bucket], o.shard_offset, o.count),
+                                       "distopt.main_init"));
   }
   coef_ = co_await rt().alloc(8, compute, "clip.coef");
   norm_ = co_await rt().alloc(8, compute, "grad.norm");
@@ -146,11 +152,13 @@ Task<> DistOptEngine::begin_step(int) {
   const StreamId compute = env_.streams.compute;
   // The last step's parameter all-gather and gradient reads on comm come first.
   co_await rt().wait_stream(compute, comm_);
-  co_await rt().launch(kernels::fill(compute, TensorRef::f32(grads_, 0, layout_.total), 0.0, "distopt.zero_grad"));
+  co_await rt().launch(
+      kernels::fill(compute, TensorRef::f32(grads_, 0, layout_.total), 0.0, "distopt.zero_grad"));
 }
 
 TensorRef DistOptEngine::weight(int param) {
-  return TensorRef{params_, layout_.offset.at(param), numel(env_.model->params()[param].shape), env_.config->precision.param};
+  return TensorRef{params_, layout_.offset.at(param), numel(env_.model->params()[param].shape),
+                   env_.config->precision.param};
 }
 
 Task<> DistOptEngine::begin_backward(int unit) {
@@ -190,11 +198,14 @@ Task<> DistOptEngine::reduce_gradients() {
     const TensorRef bucket = TensorRef::f32(grads_, bk.offset, bk.size);
     // "Scaled by 1/dp": a true division, so dp = 3 stays exact in exact mode.
     if (dp > 1) co_await rt().launch(kernels::divide(comm_, bucket, bucket, dp, "distopt.scale"));
-    const TensorRef mine = TensorRef::f32(grads_, shard_start(static_cast<int>(b)), shard_size(static_cast<int>(b)));
-    co_await rt().collective({CollectiveKind::reduce_scatter, dp_all_, comm_, bucket, mine, ReduceOp::sum, 0, "distopt:grads" + std::to_string(b)});
+    const TensorRef mine =
+        TensorRef::f32(grads_, shard_start(static_cast<int>(b)), shard_size(static_cast<int>(b)));
+    co_await rt().collective({CollectiveKind::reduce_scatter, dp_all_, comm_, bucket, mine, ReduceOp::sum, 0,
+                              "distopt:grads" + std::to_string(b)});
     const ParamRole r = env_.model->params()[bk.params[0]].role;
     if (embedding_ >= 0 && bk.params.size() == 1 && (r == ParamRole::embedding || r == ParamRole::output)) {
-      co_await rt().collective({CollectiveKind::all_reduce, embedding_, comm_, mine, mine, ReduceOp::sum, 0, "embedding:grad"});
+      co_await rt().collective(
+          {CollectiveKind::all_reduce, embedding_, comm_, mine, mine, ReduceOp::sum, 0, "embedding:grad"});
     }
   }
   co_await rt().wait_stream(compute, comm_);
@@ -246,8 +257,9 @@ Task<> DistOptEngine::gather_params() {
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     const auto& bk = layout_.buckets[b];
     const TensorRef mine{params_, shard_start(static_cast<int>(b)), shard_size(static_cast<int>(b)), pd};
-    co_await rt().collective({CollectiveKind::all_gather, dp_all_, comm_, mine, TensorRef{params_, bk.offset, bk.size, pd},
-                              ReduceOp::sum, 0, "distopt:params" + std::to_string(b)});
+    co_await rt().collective({CollectiveKind::all_gather, dp_all_, comm_, mine,
+                              TensorRef{params_, bk.offset, bk.size, pd}, ReduceOp::sum, 0,
+                              "distopt:params" + std::to_string(b)});
   }
 }
 
@@ -269,7 +281,8 @@ RankView DistOptEngine::view() const {
   }
   for (size_t p = 0; p < layout_.offset.size(); ++p) {
     if (layout_.offset[p] < 0) continue;
-    v.model.push_back({env_.model->params()[p].logical, 0, numel(env_.model->params()[p].shape), params_, layout_.offset[p], pd});
+    v.model.push_back({env_.model->params()[p].logical, 0, numel(env_.model->params()[p].shape), params_,
+                       layout_.offset[p], pd});
   }
   return v;
 }

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/runtime.hpp"
 #include "core/base/task.hpp"
 #include "core/base/tensor_ref.hpp"
+#include "core/runtime/runtime.hpp"
 
 namespace shardcheck::core {
 
@@ -57,7 +57,7 @@ class Engine {
   virtual Task<> begin_step(int step) = 0;
   // Makes a unit's weights readable on the compute stream (unshard), reference counted.
   virtual Task<> acquire(int unit) = 0;
-  virtual Task<> release(int unit) = 0;  // reshard when the count drops to zero
+  virtual Task<> release(int unit) = 0;     // reshard when the count drops to zero
   virtual TensorRef weight(int param) = 0;  // valid while its unit is acquired
   // Gradient staging for one backward of a unit: grad(param) is where the model writes
   // that parameter's gradient contribution; end_backward reduces and accumulates it.

@@ -5,9 +5,9 @@
 #include <memory>
 #include <vector>
 
-#include "core/strategies/engine.hpp"
 #include "core/layout/mesh.hpp"
 #include "core/model/model.hpp"
+#include "core/strategies/engine.hpp"
 #include "core/strategies/training_config.hpp"
 
 namespace shardcheck::core {

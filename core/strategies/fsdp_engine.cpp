@@ -3,8 +3,8 @@
 
 #include <cstring>
 
-#include "core/strategies/param_groups.hpp"
 #include "core/layout/redistribute.hpp"
+#include "core/strategies/param_groups.hpp"
 
 namespace shardcheck::core {
 
@@ -55,7 +55,8 @@ FsdpEngine::FsdpEngine(EngineEnv env) : env_(std::move(env)), pl_(placements_for
     std::vector<ParamKey> keys;
     for (int p : m.units()[u].params) keys.push_back({p, env_.config->precision.param, true});
     const auto parts = partition_parameters(keys);
-    if (parts.size() != 1) throw InternalError("unit " + m.units()[u].name + " would need several parameter groups");
+    if (parts.size() != 1)
+      throw InternalError("unit " + m.units()[u].name + " would need several parameter groups");
     Group g;
     g.unit = u;
     g.ctx = separate ? env_.chunk_of(u) : 0;
@@ -92,7 +93,8 @@ std::shared_ptr<const LogicalMap> FsdpEngine::map_for(const Group& g, const DBuf
   map->param_names = names_;
   for (const OwnedRows& o : owned_rows(*g.layout, d.local())) {
     const int64_t row = g.layout->tensor(o.tensor).row;
-    map->segments.push_back({o.local_offset, o.rows * row, env_.model->params()[g.params[o.tensor]].logical, o.first_row * row});
+    map->segments.push_back(
+        {o.local_offset, o.rows * row, env_.model->params()[g.params[o.tensor]].logical, o.first_row * row});
   }
   return map;
 }
@@ -105,15 +107,18 @@ Task<DBuffer> FsdpEngine::allocate(Group& g, Placements p, DType t, StreamId s, 
   co_return d;
 }
 
-Task<DBuffer> FsdpEngine::convert(Group& g, DBuffer src, const Placements& to, StreamId s, const std::string& tag, bool free_src) {
+Task<DBuffer> FsdpEngine::convert(Group& g, DBuffer src, const Placements& to, StreamId s,
+                                  const std::string& tag, bool free_src) {
   DBuffer cur = src;
   for (size_t i = 0; i < to.size(); ++i) {
     if (cur.placements[i] == to[i]) continue;
     Placements next = cur.placements;
     next[i] = to[i];
     const auto plan = plan_redistribute(cur.placements, next).value();
-    const bool in_place = plan.op == RedistributePlan::Op::all_reduce || plan.op == RedistributePlan::Op::relabel;
-    DBuffer nxt = co_await redistribute(rt(), cur, next, RedistributeOptions{s, g.name + ":" + tag, in_place});
+    const bool in_place =
+        plan.op == RedistributePlan::Op::all_reduce || plan.op == RedistributePlan::Op::relabel;
+    DBuffer nxt =
+        co_await redistribute(rt(), cur, next, RedistributeOptions{s, g.name + ":" + tag, in_place});
     if (nxt.storage != cur.storage) {
       rt().annotate(nxt.storage, map_for(g, nxt));
       if (cur.storage != src.storage || free_src) co_await rt().free(cur.storage);
@@ -165,26 +170,31 @@ Task<> FsdpEngine::initialize(Group& g) {
     for (const OwnedRows& o : g.main.owned()) {
       const std::vector<float> v = m.initial_value(m.params()[g.params[o.tensor]].logical, seed);
       const int64_t row = g.layout->tensor(o.tensor).row;
-      co_await rt().upload(TensorRef::f32(g.main.storage, o.local_offset, o.rows * row), compute, as_bytes(v, o.first_row * row, o.rows * row));
+      co_await rt().upload(TensorRef::f32(g.main.storage, o.local_offset, o.rows * row), compute,
+                           as_bytes(v, o.first_row * row, o.rows * row));
     }
   } else {
     DBuffer full = co_await allocate(g, Placements(pl_.main.size(), kR), DType::f32, compute, "init");
     for (int t = 0; t < g.layout->num_tensors(); ++t) {
       const std::vector<float> v = m.initial_value(m.params()[g.params[t]].logical);
       const TensorSlot& slot = g.layout->tensor(t);
-      co_await rt().upload(TensorRef::f32(full.storage, slot.offset, slot.numel), compute, as_bytes(v, 0, slot.numel));
+      co_await rt().upload(TensorRef::f32(full.storage, slot.offset, slot.numel), compute,
+                           as_bytes(v, 0, slot.numel));
     }
     if (env_.dp_size() > 1) {
-      co_await rt().collective({CollectiveKind::broadcast, dp_all_, compute, full.local_ref(), full.local_ref(),
-                                ReduceOp::sum, 0, g.name + ":init"});
+      co_await rt().collective({CollectiveKind::broadcast, dp_all_, compute, full.local_ref(),
+                                full.local_ref(), ReduceOp::sum, 0, g.name + ":init"});
     }
     const LocalRange mine = g.main.local();
-    co_await rt().launch(kernels::copy(compute, full.local_ref().slice(mine.offset, mine.numel), g.main.local_ref(), "init.slice"));
+    co_await rt().launch(kernels::copy(compute, full.local_ref().slice(mine.offset, mine.numel),
+                                       g.main.local_ref(), "init.slice"));
     co_await rt().free(full.storage);
   }
   // Main weights start as fp32 copies of the model's weights: with a bf16 model, the
   // bf16-rounded initial values (as Megatron builds its main parameters from the model's).
-  if (pd == DType::bf16) co_await rt().launch(kernels::round_bf16(compute, g.main.local_ref(), g.main.local_ref(), g.name + ".init_round"));
+  if (pd == DType::bf16)
+    co_await rt().launch(
+        kernels::round_bf16(compute, g.main.local_ref(), g.main.local_ref(), g.name + ".init_round"));
   if (pd == DType::f32) {
     g.model = g.main;  // model_weight aliases main_weight
   } else {
@@ -211,7 +221,8 @@ Task<> FsdpEngine::acquire(int unit) {
   if (g.refs++ > 0) co_return;
   Ctx& c = ctx_[g.ctx];
   // The O -> P all-gather of the new weights happens at the first unshard of a step.
-  if (g.model.placements != pl_.model) g.model = co_await convert(g, g.model, pl_.model, c.ag, "weights", false);
+  if (g.model.placements != pl_.model)
+    g.model = co_await convert(g, g.model, pl_.model, c.ag, "weights", false);
   if (!all_replicate(pl_.model)) {
     g.full = co_await convert(g, g.model, Placements(pl_.model.size(), kR), c.ag, "unshard", false);
   }
@@ -242,7 +253,8 @@ TensorRef FsdpEngine::weight(int param) {
 Task<> FsdpEngine::begin_backward(int unit) {
   Group& g = group_of_unit(unit);
   Ctx& c = ctx_[g.ctx];
-  g.staging = co_await allocate(g, Placements(pl_.grad.size(), kPavg), env_.config->precision.grad, c.rs, "staging");
+  g.staging =
+      co_await allocate(g, Placements(pl_.grad.size(), kPavg), env_.config->precision.grad, c.rs, "staging");
   // Compute writes this staging buffer; its block may be the previous one's, still being
   // read by the last reduction on rs (FSDP2 keeps that reduce-scatter state and waits).
   if (c.has_reduced) co_await rt().wait_event(env_.streams.compute, c.reduced);
@@ -274,13 +286,19 @@ Task<> FsdpEngine::accumulate(Group& g, Ctx& c) {
   const bool on_sum = mutated(Mutation::grad_divisor_on_running_sum);
   // Reduce this backward's contribution to placement G.
   DBuffer contrib = co_await convert(g, *g.staging, pl_.grad, c.rs, "grad", false);
-  if (!on_sum) co_await rt().launch(kernels::divide(c.rs, contrib.local_ref(), contrib.local_ref(), divisor, g.name + ".divide"));
+  if (!on_sum)
+    co_await rt().launch(
+        kernels::divide(c.rs, contrib.local_ref(), contrib.local_ref(), divisor, g.name + ".divide"));
   if (g.first) {
-    co_await rt().launch(kernels::copy(c.rs, contrib.local_ref(), g.grad.local_ref(), g.name + ".accumulate"));
+    co_await rt().launch(
+        kernels::copy(c.rs, contrib.local_ref(), g.grad.local_ref(), g.name + ".accumulate"));
   } else {
-    co_await rt().launch(kernels::add(c.rs, g.grad.local_ref(), contrib.local_ref(), g.grad.local_ref(), g.name + ".accumulate"));
+    co_await rt().launch(kernels::add(c.rs, g.grad.local_ref(), contrib.local_ref(), g.grad.local_ref(),
+                                      g.name + ".accumulate"));
   }
-  if (on_sum) co_await rt().launch(kernels::divide(c.rs, g.grad.local_ref(), g.grad.local_ref(), divisor, g.name + ".divide"));
+  if (on_sum)
+    co_await rt().launch(
+        kernels::divide(c.rs, g.grad.local_ref(), g.grad.local_ref(), divisor, g.name + ".divide"));
   g.first = false;
   if (contrib.storage != g.staging->storage) co_await rt().free(contrib.storage);
 }

@@ -47,7 +47,7 @@ class FsdpEngine final : public Engine {
   // (unless the vpp_separate_contexts mutation gives each chunk its own).
   struct Ctx {
     StreamId ag = -1, rs = -1;
-    bool last = true;  // outside no_sync every backward is the last (FSDP2's default)
+    bool last = true;      // outside no_sync every backward is the last (FSDP2's default)
     EventId reduced = -1;  // the last gradient reduction on rs
     bool has_reduced = false;
   };
@@ -76,7 +76,8 @@ class FsdpEngine final : public Engine {
   Task<DBuffer> allocate(Group& g, Placements p, DType t, StreamId s, const std::string& what);
   std::shared_ptr<const LogicalMap> map_for(const Group& g, const DBuffer& d) const;
   // Redistributes axis by axis to `to`; frees intermediates, and the source when asked.
-  Task<DBuffer> convert(Group& g, DBuffer src, const Placements& to, StreamId s, const std::string& tag, bool free_src);
+  Task<DBuffer> convert(Group& g, DBuffer src, const Placements& to, StreamId s, const std::string& tag,
+                        bool free_src);
   Task<> initialize(Group& g);
   Task<> reset_grad(Group& g, Ctx& c);
   Task<> accumulate(Group& g, Ctx& c);

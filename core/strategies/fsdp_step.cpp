@@ -2,8 +2,8 @@
 // step (optimizer_step.hpp) needs from this engine — the norm over unique logical elements
 // and the main-weight shards to update — and the post-step weight sync in optimizer
 // parameter order.
-#include "core/strategies/fsdp_engine.hpp"
 #include "core/base/rng.hpp"
+#include "core/strategies/fsdp_engine.hpp"
 #include "core/strategies/optimizer_step.hpp"
 
 namespace shardcheck::core {
@@ -53,7 +53,8 @@ Task<> FsdpEngine::embedding_allreduce() {
   if (mutated(Mutation::pp_embedding_allreduce_raw_shards)) {
     // Reduce each rank's own shard of the tensor as it lies in its stage's layout.
     const TensorRef rows = g.grad.tensor_rows(t).value_or(TensorRef{g.grad.storage, 0, 0, g.grad.dtype});
-    co_await rt().collective({CollectiveKind::all_reduce, embedding_, compute, rows, rows, ReduceOp::sum, 0, "embedding:grad"});
+    co_await rt().collective(
+        {CollectiveKind::all_reduce, embedding_, compute, rows, rows, ReduceOp::sum, 0, "embedding:grad"});
     co_return;
   }
   // Rebuild the full logical gradient, all-reduce it, copy this rank's rows back.
@@ -65,17 +66,22 @@ Task<> FsdpEngine::embedding_allreduce() {
   rt().annotate(full, map);
   const TensorRef full_ref = TensorRef::f32(full, 0, slot_t.numel);
   if (all_replicate_placements(g.grad.placements)) {
-    co_await rt().launch(kernels::copy(compute, g.grad.local_ref().slice(slot_t.offset, slot_t.numel), full_ref, "embedding.gather"));
+    co_await rt().launch(kernels::copy(compute, g.grad.local_ref().slice(slot_t.offset, slot_t.numel),
+                                       full_ref, "embedding.gather"));
   } else {
-    DBuffer whole = co_await convert(g, g.grad, Placements(g.grad.placements.size(), kR), compute, "embedding.gather", false);
-    co_await rt().launch(kernels::copy(compute, whole.local_ref().slice(slot_t.offset, slot_t.numel), full_ref, "embedding.gather"));
+    DBuffer whole = co_await convert(g, g.grad, Placements(g.grad.placements.size(), kR), compute,
+                                     "embedding.gather", false);
+    co_await rt().launch(kernels::copy(compute, whole.local_ref().slice(slot_t.offset, slot_t.numel),
+                                       full_ref, "embedding.gather"));
     co_await rt().free(whole.storage);
   }
-  co_await rt().collective({CollectiveKind::all_reduce, embedding_, compute, full_ref, full_ref, ReduceOp::sum, 0, "embedding:grad"});
+  co_await rt().collective({CollectiveKind::all_reduce, embedding_, compute, full_ref, full_ref,
+                            ReduceOp::sum, 0, "embedding:grad"});
   for (const OwnedRows& o : g.grad.owned()) {
     if (o.tensor != t) continue;
     co_await rt().launch(kernels::copy(compute, full_ref.slice(o.first_row * slot_t.row, o.rows * slot_t.row),
-                                       g.grad.local_ref().slice(o.local_offset, o.rows * slot_t.row), "embedding.scatter"));
+                                       g.grad.local_ref().slice(o.local_offset, o.rows * slot_t.row),
+                                       "embedding.scatter"));
   }
   co_await rt().free(full);
 }
@@ -116,7 +122,9 @@ ParamUpdate FsdpEngine::update_spec(int step) const {
       const auto w = g.main.tensor_rows(t);
       const auto gr = grad_rows(g, t);
       if (!w || !gr) continue;
-      UpdatePiece piece{.main = *w, .grad = *gr, .name = std::string(update_kernel(o.kind)) + ":" + g.name + "." + std::to_string(t)};
+      UpdatePiece piece{.main = *w,
+                        .grad = *gr,
+                        .name = std::string(update_kernel(o.kind)) + ":" + g.name + "." + std::to_string(t)};
       if (o.kind == OptimizerConfig::Kind::adam) {
         piece.adam_m = *g.adam_m.tensor_rows(t);
         piece.adam_v = *g.adam_v.tensor_rows(t);
@@ -140,12 +148,15 @@ Task<> FsdpEngine::post_step_sync() {
   // groups, whose order depends on object addresses: a different order per rank.
   std::vector<size_t> order(groups_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  if (mutated(Mutation::post_step_sync_set_order)) Rng(mix64(0x5e7 + static_cast<uint64_t>(env_.rank))).shuffle(std::span<size_t>(order));
+  if (mutated(Mutation::post_step_sync_set_order))
+    Rng(mix64(0x5e7 + static_cast<uint64_t>(env_.rank))).shuffle(std::span<size_t>(order));
   for (size_t i : order) {
     Group& g = groups_[i];
     Ctx& c = ctx_[g.ctx];
     if (mutated(Mutation::stale_model_weight_after_step)) continue;  // compute keeps the old weights
-    if (g.model_shard) co_await rt().launch(kernels::copy(c.ag, g.main.local_ref(), g.model_shard->local_ref(), g.name + ".cast"));
+    if (g.model_shard)
+      co_await rt().launch(
+          kernels::copy(c.ag, g.main.local_ref(), g.model_shard->local_ref(), g.name + ".cast"));
     const DBuffer& target = g.model_shard ? *g.model_shard : g.main;
     if (g.model.storage != target.storage) co_await rt().free(g.model.storage);
     g.model = target;
@@ -181,7 +192,8 @@ Task<> FsdpEngine::load_gradients(const std::vector<std::vector<float>>& logical
       const int64_t row = g.layout->tensor(o.tensor).row;
       const std::vector<float>& v = logical.at(env_.model->params()[g.params[o.tensor]].logical);
       co_await rt().upload(g.grad.local_ref().slice(o.local_offset, o.rows * row), compute,
-                           {reinterpret_cast<const std::byte*>(v.data() + o.first_row * row), static_cast<size_t>(o.rows * row) * 4});
+                           {reinterpret_cast<const std::byte*>(v.data() + o.first_row * row),
+                            static_cast<size_t>(o.rows * row) * 4});
     }
   }
 }
@@ -191,7 +203,8 @@ RankView FsdpEngine::view() const {
   auto pieces = [&](const Group& g, const DBuffer& d, std::vector<Piece>& out) {
     for (const OwnedRows& o : owned_rows(*g.layout, d.local())) {
       const int64_t row = g.layout->tensor(o.tensor).row;
-      out.push_back({env_.model->params()[g.params[o.tensor]].logical, o.first_row * row, o.rows * row, d.storage, o.local_offset, d.dtype});
+      out.push_back({env_.model->params()[g.params[o.tensor]].logical, o.first_row * row, o.rows * row,
+                     d.storage, o.local_offset, d.dtype});
     }
   };
   for (const Group& g : groups_) {

@@ -5,11 +5,11 @@ namespace shardcheck::core {
 
 namespace {
 constexpr std::string_view kMutationNames[kMutations] = {
-    "main_grad_alloc_default_stream", "post_step_sync_set_order", "stale_model_weight_after_step",
-    "tied_grad_norm_double_count", "pp_embedding_allreduce_raw_shards", "vpp_separate_contexts",
-    "zero1_missing_no_sync", "grad_divisor_on_running_sum", "no_initial_broadcast",
+    "main_grad_alloc_default_stream", "post_step_sync_set_order",          "stale_model_weight_after_step",
+    "tied_grad_norm_double_count",    "pp_embedding_allreduce_raw_shards", "vpp_separate_contexts",
+    "zero1_missing_no_sync",          "grad_divisor_on_running_sum",       "no_initial_broadcast",
 };
-constexpr const char* kUpstream[kMutations] = {"#6187", "#6336", "#6336", "#7227", "#6500",
+constexpr const char* kUpstream[kMutations] = {"#6187", "#6336",        "#6336", "#7227",       "#6500",
                                                "#6486", "code reading", "#5956", "code reading"};
 }  // namespace
 
@@ -26,7 +26,7 @@ const char* mutation_upstream(Mutation m) { return kUpstream[static_cast<int>(m)
 
 const char* mutation_summary(Mutation m) {
   static constexpr const char* kSummary[kMutations] = {
-      "accumulator allocated on the compute stream, read by the RS-stream collective, freed, reused by compute",
+      "accumulator allocated on the compute stream, read by the RS collective, freed, reused by compute",
       "per-group post-step all-gathers issued in per-rank hash order",
       "compute weights not refreshed after the optimizer step",
       "shared copy of the tied embedding counted in the gradient norm",

@@ -17,7 +17,8 @@ Task<> free_if_scratch(Runtime& rt, const DeviceScalar& s, TensorRef held) {
   if (s.kept_buffer < 0) co_await rt.free(held.buffer);
 }
 
-Task<> update_piece(Runtime& rt, const ParamUpdate& u, const UpdatePiece& p, const std::optional<TensorRef>& coef) {
+Task<> update_piece(Runtime& rt, const ParamUpdate& u, const UpdatePiece& p,
+                    const std::optional<TensorRef>& coef) {
   const OptimizerConfig& o = u.optimizer;
   if (o.kind == OptimizerConfig::Kind::adam) {
     kernel::Adam h{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, u.step + 1, coef.has_value()};
@@ -49,7 +50,8 @@ Task<> grad_norm(Runtime& rt, const GradNorm& n) {
     co_await rt.launch(kernels::sum_squares(n.stream, t.grad, sumsq, true, t.name));
   }
   if (n.reduce_group >= 0) {
-    co_await rt.collective({CollectiveKind::all_reduce, n.reduce_group, n.stream, sumsq, sumsq, ReduceOp::sum, 0, "grad_norm"});
+    co_await rt.collective(
+        {CollectiveKind::all_reduce, n.reduce_group, n.stream, sumsq, sumsq, ReduceOp::sum, 0, "grad_norm"});
   }
   const TensorRef norm = co_await scalar_buffer(rt, n.norm, n.stream);
   co_await rt.launch(kernels::clip_coef(n.stream, sumsq, f64_scalar(n.coef), norm, n.max_norm));

@@ -76,10 +76,10 @@ enum class CastBack : uint8_t {
 
 // A range of main weights one rank updates, with its gradient and Adam moments.
 struct UpdatePiece {
-  TensorRef main;            // fp32, updated in place
+  TensorRef main;  // fp32, updated in place
   TensorRef grad;
-  TensorRef adam_m, adam_v;  // unused by SGD
-  std::string name;          // the update kernel's (update_kernel() names the kind)
+  TensorRef adam_m, adam_v;        // unused by SGD
+  std::string name;                // the update kernel's (update_kernel() names the kind)
   std::optional<TensorRef> model;  // the cast's target, when the step casts back
   std::string cast_name = "copy";
 };

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/base/dtype.hpp"
-#include "core/model/model.hpp"
 #include "core/layout/placement.hpp"
+#include "core/model/model.hpp"
 #include "core/strategies/mutations.hpp"
 #include "core/strategies/strategy.hpp"
 
@@ -28,7 +28,9 @@ struct Precision {
 
 // The dtype of activations and their gradients: bf16 in mixed precision (bf16 model weights,
 // not exact), so the matrix products run bf16 x bf16 with fp32 accumulation; fp32 otherwise.
-inline DType activation_dtype(const Precision& p) { return p.param == DType::bf16 && !p.exact ? DType::bf16 : DType::f32; }
+inline DType activation_dtype(const Precision& p) {
+  return p.param == DType::bf16 && !p.exact ? DType::bf16 : DType::f32;
+}
 
 struct OptimizerConfig {
   enum class Kind : uint8_t { adam, sgd } kind = Kind::adam;

@@ -49,7 +49,8 @@ std::vector<PipelineAction> interleaved(int pp, int vpp, int rank, int mb) {
 }  // namespace
 
 std::vector<PipelineAction> pipeline_schedule(int pp, int vpp, int pp_rank, int microbatches) {
-  if (pp < 1 || vpp < 1 || pp_rank < 0 || pp_rank >= pp || microbatches < 1) throw InternalError("bad pipeline shape");
+  if (pp < 1 || vpp < 1 || pp_rank < 0 || pp_rank >= pp || microbatches < 1)
+    throw InternalError("bad pipeline shape");
   if (vpp == 1) return one_f_one_b(pp, pp_rank, microbatches);
   if (microbatches % pp != 0) throw InternalError("interleaved pipelining needs microbatches % pp == 0");
   return interleaved(pp, vpp, pp_rank, microbatches);
@@ -59,7 +60,8 @@ std::string to_string(const std::vector<PipelineAction>& actions) {
   std::string s;
   for (const auto& a : actions) {
     if (!s.empty()) s += " ";
-    s += (a.kind == PipelineAction::Kind::forward ? "F" : "B") + std::to_string(a.chunk) + "." + std::to_string(a.microbatch);
+    s += (a.kind == PipelineAction::Kind::forward ? "F" : "B") + std::to_string(a.chunk) + "." +
+         std::to_string(a.microbatch);
   }
   return s;
 }

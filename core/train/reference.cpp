@@ -4,10 +4,10 @@
 #include <cstring>
 #include <map>
 
+#include "core/model/markov.hpp"
+#include "core/runtime/inorder_runtime.hpp"
 #include "core/strategies/engine.hpp"
 #include "core/strategies/optimizer_step.hpp"
-#include "core/runtime/inorder_runtime.hpp"
-#include "core/model/markov.hpp"
 #include "core/train/tinylm_exec.hpp"
 
 namespace shardcheck::core {
@@ -31,7 +31,8 @@ class ReferenceEngine final : public Engine {
     adam_v_ = co_await rt_.alloc(n * 4, s_.compute, "ref.adam_v");
     norm_ = co_await rt_.alloc(8, s_.compute, "ref.norm");
     coef_ = co_await rt_.alloc(8, s_.compute, "ref.coef");
-    for (BufferId b : {adam_m_, adam_v_}) co_await rt_.launch(kernels::fill(s_.compute, TensorRef::f32(b, 0, n), 0.0));
+    for (BufferId b : {adam_m_, adam_v_})
+      co_await rt_.launch(kernels::fill(s_.compute, TensorRef::f32(b, 0, n), 0.0));
     for (size_t p = 0; p < m_.params().size(); ++p) {
       const std::vector<float> v = m_.initial_value(m_.params()[p].logical);
       co_await rt_.upload(slot(static_cast<int>(p), main_, DType::f32), s_.compute,
@@ -39,7 +40,9 @@ class ReferenceEngine final : public Engine {
     }
     const DType pd = c_.precision.param;
     model_ = main_;
-    if (pd == DType::bf16) co_await rt_.launch(kernels::round_bf16(s_.compute, TensorRef::f32(main_, 0, n), TensorRef::f32(main_, 0, n)));
+    if (pd == DType::bf16)
+      co_await rt_.launch(
+          kernels::round_bf16(s_.compute, TensorRef::f32(main_, 0, n), TensorRef::f32(main_, 0, n)));
     if (pd != DType::f32) {
       model_ = co_await rt_.alloc(n * dtype_bytes(pd), s_.compute, "ref.model");
       co_await cast();
@@ -63,7 +66,9 @@ class ReferenceEngine final : public Engine {
     }
     staging_ = co_await rt_.alloc(n * 4, s_.compute, "ref.staging");
   }
-  TensorRef grad(int p) override { return TensorRef::f32(staging_, offsets_.at(p), numel(m_.params()[p].shape)); }
+  TensorRef grad(int p) override {
+    return TensorRef::f32(staging_, offsets_.at(p), numel(m_.params()[p].shape));
+  }
 
   Task<> end_backward(int unit) override {
     for (int p : m_.units()[unit].params) {
@@ -141,7 +146,8 @@ class ReferenceEngine final : public Engine {
   Streams s_;
   int dp_;
   GlobalLayout layout_;
-  BufferId main_ = -1, model_ = -1, accum_ = -1, adam_m_ = -1, adam_v_ = -1, norm_ = -1, coef_ = -1, staging_ = -1;
+  BufferId main_ = -1, model_ = -1, accum_ = -1, adam_m_ = -1, adam_v_ = -1, norm_ = -1, coef_ = -1,
+           staging_ = -1;
   std::map<int, int64_t> offsets_;
   std::vector<bool> first_;
   NormPlan plan_;
@@ -169,7 +175,8 @@ Task<> reference_loop(Runtime& rt, const TrainingConfig& c, int dp, ReferenceRes
   for (const auto& p : model.params()) out->initial.push_back(model.initial_value(p.logical));
   for (int step = 0; step < c.steps; ++step) {
     co_await engine.begin_step(step);
-    const BufferId losses = co_await rt.alloc(static_cast<int64_t>(dp) * c.microbatches * 4, s.compute, "ref.losses");
+    const BufferId losses =
+        co_await rt.alloc(static_cast<int64_t>(dp) * c.microbatches * 4, s.compute, "ref.losses");
     for (int mb = 0; mb < c.microbatches; ++mb) {
       for (int r = 0; r < dp; ++r) {
         const Batch b = data.batch(step, r, mb, c.micro_batch_size, c.model.seq);

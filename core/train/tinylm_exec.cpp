@@ -16,7 +16,8 @@ kernel::Gemm shape(int64_t m, int64_t n, int64_t k, bool ta, bool tb) {
 int64_t round16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 }  // namespace
 
-TinyLmExec::TinyLmExec(Runtime& rt, const ModelLayout& model, Engine& engine, Streams streams, ExecOptions options)
+TinyLmExec::TinyLmExec(Runtime& rt, const ModelLayout& model, Engine& engine, Streams streams,
+                       ExecOptions options)
     : rt_(rt), model_(model), engine_(engine), s_(streams), o_(options) {
   embedding_param_ = model_.units()[0].params[0];
 }
@@ -74,11 +75,14 @@ Task<BufferId> TinyLmExec::block_forward(int unit, BufferId x, BlockActs& a) {
   const BufferId y = co_await rt_.alloc(act_bytes(N * H), s_.compute, model_.units()[unit].name + ".out");
   const TensorRef xr = act(x, 0, N * H), yr = act(y, 0, N * H);
   auto w = [&](ParamRole r) { return engine_.weight(param_of(unit, r)); };
-  co_await rt_.launch(kernels::layernorm_forward(s_.compute, xr, w(ParamRole::ln1_w), w(ParamRole::ln1_b), ln_y, c.mean, c.rstd, N, H));
-  co_await rt_.launch(kernels::gemm(s_.compute, ln_y, w(ParamRole::fc1_w), pre, shape(N, F, H, false, true), "fc1"));
+  co_await rt_.launch(kernels::layernorm_forward(s_.compute, xr, w(ParamRole::ln1_w), w(ParamRole::ln1_b),
+                                                 ln_y, c.mean, c.rstd, N, H));
+  co_await rt_.launch(
+      kernels::gemm(s_.compute, ln_y, w(ParamRole::fc1_w), pre, shape(N, F, H, false, true), "fc1"));
   co_await rt_.launch(kernels::bias_add(s_.compute, pre, w(ParamRole::fc1_b), pre, N, F));
   co_await rt_.launch(kernels::gelu_forward(s_.compute, pre, post));
-  co_await rt_.launch(kernels::gemm(s_.compute, post, w(ParamRole::fc2_w), yr, shape(N, H, F, false, true), "fc2"));
+  co_await rt_.launch(
+      kernels::gemm(s_.compute, post, w(ParamRole::fc2_w), yr, shape(N, H, F, false, true), "fc2"));
   co_await rt_.launch(kernels::bias_add(s_.compute, yr, w(ParamRole::fc2_b), yr, N, H));
   co_await rt_.launch(kernels::add(s_.compute, yr, xr, yr, "residual"));
   co_await engine_.release(unit);
@@ -87,25 +91,30 @@ Task<BufferId> TinyLmExec::block_forward(int unit, BufferId x, BlockActs& a) {
 
 Task<> TinyLmExec::head_forward(int unit, BufferId x, BufferId targets, TensorRef loss, StageActs& s) {
   const int64_t N = o_.rows, H = hidden(), V = model_.config().vocab;
-  const bool tied_here = model_.config().tied && model_.params()[model_.units()[unit].params.back()].role != ParamRole::output;
+  const bool tied_here =
+      model_.config().tied && model_.params()[model_.units()[unit].params.back()].role != ParamRole::output;
   co_await engine_.acquire(unit);
   if (tied_here) co_await engine_.acquire(0);  // the output projection is the embedding itself
   s.head = co_await rt_.alloc(carved_bytes({H, V}), s_.compute, "head.acts");
   const Carved c = carve(s.head, {H, V});
   const TensorRef z = c.t[0], dlogits = c.t[1];
   const TensorRef out_w = engine_.weight(tied_here ? embedding_param_ : param_of(unit, ParamRole::output));
-  co_await rt_.launch(kernels::layernorm_forward(s_.compute, act(x, 0, N * H), engine_.weight(param_of(unit, ParamRole::lnf_w)),
-                                                 engine_.weight(param_of(unit, ParamRole::lnf_b)), z, c.mean, c.rstd, N, H));
+  co_await rt_.launch(kernels::layernorm_forward(
+      s_.compute, act(x, 0, N * H), engine_.weight(param_of(unit, ParamRole::lnf_w)),
+      engine_.weight(param_of(unit, ParamRole::lnf_b)), z, c.mean, c.rstd, N, H));
   const BufferId logits = co_await rt_.alloc(act_bytes(N * V), s_.compute, "logits");
-  co_await rt_.launch(kernels::gemm(s_.compute, z, out_w, act(logits, 0, N * V), shape(N, V, H, false, true), "output"));
-  co_await rt_.launch(kernels::softmax_cross_entropy(s_.compute, act(logits, 0, N * V), TensorRef{targets, 0, N, DType::i32},
-                                                     dlogits, loss, N, V, 1.0 / static_cast<double>(N)));
+  co_await rt_.launch(
+      kernels::gemm(s_.compute, z, out_w, act(logits, 0, N * V), shape(N, V, H, false, true), "output"));
+  co_await rt_.launch(kernels::softmax_cross_entropy(s_.compute, act(logits, 0, N * V),
+                                                     TensorRef{targets, 0, N, DType::i32}, dlogits, loss, N,
+                                                     V, 1.0 / static_cast<double>(N)));
   co_await rt_.free(logits);
   if (tied_here) co_await engine_.release(0);
   co_await engine_.release(unit);
 }
 
-Task<std::optional<BufferId>> TinyLmExec::forward(int v, int mb, BufferId input, BufferId targets, TensorRef loss) {
+Task<std::optional<BufferId>> TinyLmExec::forward(int v, int mb, BufferId input, BufferId targets,
+                                                  TensorRef loss) {
   StageActs& s = stages_[{v, mb}];
   const std::vector<int> units = model_.units_of(v);
   BufferId x = input;
@@ -133,7 +142,8 @@ Task<std::optional<BufferId>> TinyLmExec::forward(int v, int mb, BufferId input,
 
 Task<BufferId> TinyLmExec::head_backward(int unit, BufferId x, StageActs& s, int mb) {
   const int64_t N = o_.rows, H = hidden(), V = model_.config().vocab;
-  const bool tied_here = model_.config().tied && model_.params()[model_.units()[unit].params.back()].role != ParamRole::output;
+  const bool tied_here =
+      model_.config().tied && model_.params()[model_.units()[unit].params.back()].role != ParamRole::output;
   co_await engine_.acquire(unit);
   if (tied_here) co_await engine_.acquire(0);
   co_await engine_.begin_backward(unit);
@@ -152,11 +162,14 @@ Task<BufferId> TinyLmExec::head_backward(int unit, BufferId x, StageActs& s, int
   co_await finish_grad(dw);
   const TensorRef out_w = engine_.weight(tied_here ? embedding_param_ : param_of(unit, ParamRole::output));
   const BufferId dz = co_await rt_.alloc(act_bytes(N * H), s_.compute, "head.dz");
-  co_await rt_.launch(kernels::gemm(s_.compute, dlogits, out_w, act(dz, 0, N * H), shape(N, H, V, false, false), "output.dgrad"));
+  co_await rt_.launch(kernels::gemm(s_.compute, dlogits, out_w, act(dz, 0, N * H),
+                                    shape(N, H, V, false, false), "output.dgrad"));
   const BufferId dx = co_await rt_.alloc(act_bytes(N * H), s_.compute, "head.dx");
-  const TensorRef gw = engine_.grad(param_of(unit, ParamRole::lnf_w)), gb = engine_.grad(param_of(unit, ParamRole::lnf_b));
-  co_await rt_.launch(kernels::layernorm_backward(s_.compute, act(dz, 0, N * H), act(x, 0, N * H), engine_.weight(param_of(unit, ParamRole::lnf_w)),
-                                                  c.mean, c.rstd, act(dx, 0, N * H), gw, gb, N, H));
+  const TensorRef gw = engine_.grad(param_of(unit, ParamRole::lnf_w)),
+                  gb = engine_.grad(param_of(unit, ParamRole::lnf_b));
+  co_await rt_.launch(kernels::layernorm_backward(s_.compute, act(dz, 0, N * H), act(x, 0, N * H),
+                                                  engine_.weight(param_of(unit, ParamRole::lnf_w)), c.mean,
+                                                  c.rstd, act(dx, 0, N * H), gw, gb, N, H));
   co_await finish_grad(gw);
   co_await finish_grad(gb);
   co_await rt_.free(dz);
@@ -175,21 +188,28 @@ Task<BufferId> TinyLmExec::block_backward(int unit, BufferId x, BlockActs& a, Bu
   const TensorRef dyr = act(dy, 0, N * H);
   auto w = [&](ParamRole r) { return engine_.weight(param_of(unit, r)); };
   auto g = [&](ParamRole r) { return engine_.grad(param_of(unit, r)); };
-  co_await rt_.launch(kernels::gemm(s_.compute, dyr, post, g(ParamRole::fc2_w), shape(H, F, N, true, false), "fc2.wgrad"));
+  co_await rt_.launch(
+      kernels::gemm(s_.compute, dyr, post, g(ParamRole::fc2_w), shape(H, F, N, true, false), "fc2.wgrad"));
   co_await rt_.launch(kernels::bias_grad(s_.compute, dyr, g(ParamRole::fc2_b), N, H));
-  const BufferId tmp = co_await rt_.alloc(carved_bytes({F, H}), s_.compute, model_.units()[unit].name + ".dgrad");
+  const BufferId tmp =
+      co_await rt_.alloc(carved_bytes({F, H}), s_.compute, model_.units()[unit].name + ".dgrad");
   const Carved t = carve(tmp, {F, H});
   const TensorRef dpost = t.t[0], dln = t.t[1];
-  co_await rt_.launch(kernels::gemm(s_.compute, dyr, w(ParamRole::fc2_w), dpost, shape(N, F, H, false, false), "fc2.dgrad"));
+  co_await rt_.launch(
+      kernels::gemm(s_.compute, dyr, w(ParamRole::fc2_w), dpost, shape(N, F, H, false, false), "fc2.dgrad"));
   co_await rt_.launch(kernels::gelu_backward(s_.compute, pre, dpost, dpost));
-  co_await rt_.launch(kernels::gemm(s_.compute, dpost, ln_y, g(ParamRole::fc1_w), shape(F, H, N, true, false), "fc1.wgrad"));
+  co_await rt_.launch(
+      kernels::gemm(s_.compute, dpost, ln_y, g(ParamRole::fc1_w), shape(F, H, N, true, false), "fc1.wgrad"));
   co_await rt_.launch(kernels::bias_grad(s_.compute, dpost, g(ParamRole::fc1_b), N, F));
-  co_await rt_.launch(kernels::gemm(s_.compute, dpost, w(ParamRole::fc1_w), dln, shape(N, H, F, false, false), "fc1.dgrad"));
+  co_await rt_.launch(
+      kernels::gemm(s_.compute, dpost, w(ParamRole::fc1_w), dln, shape(N, H, F, false, false), "fc1.dgrad"));
   const BufferId dx = co_await rt_.alloc(act_bytes(N * H), s_.compute, model_.units()[unit].name + ".dx");
-  co_await rt_.launch(kernels::layernorm_backward(s_.compute, dln, act(x, 0, N * H), w(ParamRole::ln1_w), c.mean, c.rstd,
-                                                  act(dx, 0, N * H), g(ParamRole::ln1_w), g(ParamRole::ln1_b), N, H));
+  co_await rt_.launch(kernels::layernorm_backward(s_.compute, dln, act(x, 0, N * H), w(ParamRole::ln1_w),
+                                                  c.mean, c.rstd, act(dx, 0, N * H), g(ParamRole::ln1_w),
+                                                  g(ParamRole::ln1_b), N, H));
   co_await rt_.launch(kernels::add(s_.compute, act(dx, 0, N * H), dyr, act(dx, 0, N * H), "residual.grad"));
-  for (ParamRole r : {ParamRole::ln1_w, ParamRole::ln1_b, ParamRole::fc1_w, ParamRole::fc1_b, ParamRole::fc2_w, ParamRole::fc2_b}) {
+  for (ParamRole r : {ParamRole::ln1_w, ParamRole::ln1_b, ParamRole::fc1_w, ParamRole::fc1_b,
+                      ParamRole::fc2_w, ParamRole::fc2_b}) {
     co_await finish_grad(g(r));
   }
   co_await rt_.free(tmp);
@@ -202,7 +222,8 @@ Task<> TinyLmExec::embedding_backward(int unit, BufferId tokens, BufferId dx, in
   const int64_t N = o_.rows, H = hidden(), V = model_.config().vocab;
   co_await engine_.begin_backward(unit);
   const TensorRef gw = engine_.grad(embedding_param_);
-  co_await rt_.launch(kernels::embedding_backward(s_.compute, TensorRef{tokens, 0, N, DType::i32}, act(dx, 0, N * H), gw, V, H));
+  co_await rt_.launch(kernels::embedding_backward(s_.compute, TensorRef{tokens, 0, N, DType::i32},
+                                                  act(dx, 0, N * H), gw, V, H));
   co_await finish_grad(gw);
   if (auto it = tied_pending_.find(mb); it != tied_pending_.end()) {
     // Each use was rounded on its own: their sum is a grid value too.

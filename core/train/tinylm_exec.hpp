@@ -12,17 +12,17 @@
 #include <map>
 #include <optional>
 
-#include "core/strategies/engine.hpp"
 #include "core/model/model.hpp"
+#include "core/strategies/engine.hpp"
 #include "core/strategies/training_config.hpp"
 
 namespace shardcheck::core {
 
 struct ExecOptions {
-  int64_t rows = 0;                // tokens per microbatch: micro_batch_size * seq
-  DType act = DType::f32;          // activations and their gradients (activation_dtype)
-  std::optional<ExactGrid> grid;   // exact mode: every gradient contribution is grid-rounded
-  bool round_bf16_grads = false;   // mixed precision: gradients rounded as bf16
+  int64_t rows = 0;               // tokens per microbatch: micro_batch_size * seq
+  DType act = DType::f32;         // activations and their gradients (activation_dtype)
+  std::optional<ExactGrid> grid;  // exact mode: every gradient contribution is grid-rounded
+  bool round_bf16_grads = false;  // mixed precision: gradients rounded as bf16
 };
 
 class TinyLmExec {
@@ -30,10 +30,9 @@ class TinyLmExec {
   TinyLmExec(Runtime& rt, const ModelLayout& model, Engine& engine, Streams streams, ExecOptions options);
 
   // Takes ownership of `input` (tokens, i32 rows, on the first virtual stage; else the
-  // rows x H activation, in the activation dtype, from the previous stage) and of `targets` (i32 rows, last stage
-  // only, else an empty ref). On the last stage it writes the microbatch's loss into
-  // `loss` and returns nothing; otherwise it returns the stage output, which the caller
-  // sends and frees.
+  // rows x H activation, in the activation dtype, from the previous stage) and of `targets` (i32 rows, last
+  // stage only, else an empty ref). On the last stage it writes the microbatch's loss into `loss` and returns
+  // nothing; otherwise it returns the stage output, which the caller sends and frees.
   Task<std::optional<BufferId>> forward(int vstage, int mb, BufferId input, BufferId targets, TensorRef loss);
   // Takes ownership of `dy` (the output gradient from the next stage; -1 on the last
   // stage). Returns dx for the previous stage (caller sends and frees), or nothing on the

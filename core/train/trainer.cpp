@@ -1,9 +1,9 @@
 // The training loop, pipeline transfers included.
 #include "core/train/trainer.hpp"
 
+#include "core/model/markov.hpp"
 #include "core/strategies/distopt_engine.hpp"
 #include "core/strategies/fsdp_engine.hpp"
-#include "core/model/markov.hpp"
 #include "core/train/pipeline.hpp"
 #include "core/train/tinylm_exec.hpp"
 
@@ -44,7 +44,8 @@ class Loop {
       engine = std::make_unique<FsdpEngine>(env);
     }
     if (env.pp() > 1) {
-      pipe_ = {rt_.stream("p2p.fwd.send"), rt_.stream("p2p.fwd.recv"), rt_.stream("p2p.bwd.send"), rt_.stream("p2p.bwd.recv")};
+      pipe_ = {rt_.stream("p2p.fwd.send"), rt_.stream("p2p.fwd.recv"), rt_.stream("p2p.bwd.send"),
+               rt_.stream("p2p.bwd.recv")};
     }
     co_await engine->setup();
     co_await rt_.sync_device();  // the observer reads what initialization wrote
@@ -71,16 +72,19 @@ class Loop {
 
   Task<BufferId> receive(int peer, StreamId stream, const std::string& tag, const std::string& channel) {
     const StreamId compute = env_.streams.compute;
-    const BufferId b = co_await rt_.alloc(rows() * s_.config.model.hidden * dtype_bytes(act()), compute, "recv:" + tag);
+    const BufferId b =
+        co_await rt_.alloc(rows() * s_.config.model.hidden * dtype_bytes(act()), compute, "recv:" + tag);
     co_await rt_.wait_stream(stream, compute);  // earlier uses of a reused block are done
-    co_await rt_.recv(P2PCall{peer, stream, TensorRef{b, 0, rows() * s_.config.model.hidden, act()}, tag, channel});
+    co_await rt_.recv(
+        P2PCall{peer, stream, TensorRef{b, 0, rows() * s_.config.model.hidden, act()}, tag, channel});
     co_await rt_.wait_stream(compute, stream);
     co_return b;
   }
 
   Task<> send(BufferId b, int peer, StreamId stream, const std::string& tag, const std::string& channel) {
     co_await rt_.wait_stream(stream, env_.streams.compute);
-    co_await rt_.send(P2PCall{peer, stream, TensorRef{b, 0, rows() * s_.config.model.hidden, act()}, tag, channel});
+    co_await rt_.send(
+        P2PCall{peer, stream, TensorRef{b, 0, rows() * s_.config.model.hidden, act()}, tag, channel});
     co_await rt_.record_stream(b, stream);
     co_await rt_.free(b);
   }
@@ -95,8 +99,10 @@ class Loop {
     const int v = s_.model->vstage_of(env_.pp_rank(), chunk);
     const Batch b = data_.batch(step, env_.dp_rank(), mb, s_.config.micro_batch_size, s_.config.model.seq);
     const std::string tag = "act:" + std::to_string(v) + ":mb" + std::to_string(mb);
-    const BufferId input = v == 0 ? co_await upload_tokens(b.inputs, "tokens")
-                                  : co_await receive(neighbour(v - 1), pipe_.fwd_recv, "act:" + std::to_string(v - 1) + ":mb" + std::to_string(mb), "pp.fwd");
+    const BufferId input =
+        v == 0 ? co_await upload_tokens(b.inputs, "tokens")
+               : co_await receive(neighbour(v - 1), pipe_.fwd_recv,
+                                  "act:" + std::to_string(v - 1) + ":mb" + std::to_string(mb), "pp.fwd");
     const BufferId targets = v == last_vstage() ? co_await upload_tokens(b.targets, "targets") : -1;
     auto out = co_await exec.forward(v, mb, input, targets, TensorRef::f32(losses, mb, 1));
     if (out) co_await send(*out, neighbour(v + 1), pipe_.fwd_send, tag, "pp.fwd");
@@ -107,9 +113,15 @@ class Loop {
     // Non-last microbatches run under no_sync (is_last = false); the mutation forgets to.
     const bool last = mb == s_.config.microbatches - 1;
     if (!s_.config.mutations.has(Mutation::zero1_missing_no_sync) || last) engine.set_last_microbatch(last);
-    const BufferId dy = v == last_vstage() ? -1 : co_await receive(neighbour(v + 1), pipe_.bwd_recv, "grad:" + std::to_string(v + 1) + ":mb" + std::to_string(mb), "pp.bwd");
+    const BufferId dy =
+        v == last_vstage()
+            ? -1
+            : co_await receive(neighbour(v + 1), pipe_.bwd_recv,
+                               "grad:" + std::to_string(v + 1) + ":mb" + std::to_string(mb), "pp.bwd");
     auto dx = co_await exec.backward(v, mb, dy);
-    if (dx) co_await send(*dx, neighbour(v - 1), pipe_.bwd_send, "grad:" + std::to_string(v) + ":mb" + std::to_string(mb), "pp.bwd");
+    if (dx)
+      co_await send(*dx, neighbour(v - 1), pipe_.bwd_send,
+                    "grad:" + std::to_string(v) + ":mb" + std::to_string(mb), "pp.bwd");
   }
 
   Task<> train_step(Engine& engine, TinyLmExec& exec, int step) {
@@ -129,7 +141,8 @@ class Loop {
     co_await engine.step(step);
     std::vector<float> l(mbs);
     double norm = 0;
-    co_await rt_.download(TensorRef::f32(losses, 0, mbs), compute, {reinterpret_cast<std::byte*>(l.data()), l.size() * 4});
+    co_await rt_.download(TensorRef::f32(losses, 0, mbs), compute,
+                          {reinterpret_cast<std::byte*>(l.data()), l.size() * 4});
     co_await rt_.download(engine.norm_value(), compute, {reinterpret_cast<std::byte*>(&norm), 8});
     co_await rt_.free(losses);
     co_await rt_.sync_device();

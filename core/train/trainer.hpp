@@ -10,10 +10,10 @@
 #include <optional>
 #include <vector>
 
-#include "core/strategies/engine.hpp"
+#include "core/base/status.hpp"
 #include "core/layout/mesh.hpp"
 #include "core/model/model.hpp"
-#include "core/base/status.hpp"
+#include "core/strategies/engine.hpp"
 #include "core/strategies/training_config.hpp"
 
 namespace shardcheck::core {

@@ -19,10 +19,12 @@ TEST_CASE("compare against the single-rank reference is bitwise in exact mode", 
 }
 
 TEST_CASE("compare against DistOpt names the first divergent tensor of a buggy run", "[cli][compare]") {
-  auto fixed = run_shardcheck("compare " + file("catalog/stale-model-weight-after-step-fixed.yaml") + " --against distopt");
+  auto fixed = run_shardcheck("compare " + file("catalog/stale-model-weight-after-step-fixed.yaml") +
+                              " --against distopt");
   REQUIRE(fixed.exit_code == 0);
   REQUIRE_THAT(fixed.out, Catch::Contains("bitwise equal"));
-  auto buggy = run_shardcheck("compare " + file("catalog/stale-model-weight-after-step.yaml") + " --against distopt --steps 2");
+  auto buggy = run_shardcheck("compare " + file("catalog/stale-model-weight-after-step.yaml") +
+                              " --against distopt --steps 2");
   REQUIRE(buggy.exit_code == 1);
   REQUIRE_THAT(buggy.out, Catch::Contains("first difference after step 1"));
   REQUIRE_THAT(buggy.out, Catch::Contains(": 2 steps"));
@@ -30,5 +32,6 @@ TEST_CASE("compare against DistOpt names the first divergent tensor of a buggy r
 
 TEST_CASE("compare rejects trace scenarios and unknown baselines", "[cli][compare]") {
   REQUIRE(run_shardcheck("compare " + file("trace/reuse-race.yaml")).exit_code == 2);
-  REQUIRE(run_shardcheck("compare " + file("training/zero1-exact.yaml") + " --against megatron").exit_code == 2);
+  REQUIRE(run_shardcheck("compare " + file("training/zero1-exact.yaml") + " --against megatron").exit_code ==
+          2);
 }

@@ -32,14 +32,16 @@ TEST_CASE("layout prints tables with the second DESIGN example", "[cli][layout]"
 }
 
 TEST_CASE("malformed layout input exits 2 and says what is wrong", "[cli][layout]") {
-  struct Case { const char* args; const char* says; };
-  for (Case c : {Case{"layout --shapes 5x0 --ranks 2", "at least 1"},
-                 Case{"layout --shapes 5xq --ranks 2", "not a positive integer"},
-                 Case{"layout --shapes 5,,3 --ranks 2", "0-D"},
-                 Case{"layout --shapes 5 --ranks 0", "at least 1"},
-                 Case{"layout --shapes 5 --ranks two", "ranks"},
-                 Case{"layout --ranks 2", "shapes"},
-                 Case{"nosuchcommand", "nosuchcommand"}}) {
+  struct Case {
+    const char* args;
+    const char* says;
+  };
+  for (Case c :
+       {Case{"layout --shapes 5x0 --ranks 2", "at least 1"},
+        Case{"layout --shapes 5xq --ranks 2", "not a positive integer"},
+        Case{"layout --shapes 5,,3 --ranks 2", "0-D"}, Case{"layout --shapes 5 --ranks 0", "at least 1"},
+        Case{"layout --shapes 5 --ranks two", "ranks"}, Case{"layout --ranks 2", "shapes"},
+        Case{"nosuchcommand", "nosuchcommand"}}) {
     auto r = run_shardcheck(c.args);
     INFO(c.args << " -> " << r.err);
     REQUIRE(r.exit_code == 2);

@@ -258,8 +258,7 @@ TEST_CASE("SIGINT during run keeps the scenarios that finished and marks the one
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("SIGTERM stops the demo between scenarios: report marked incomplete, exit 3",
-          "[cli][interrupt]") {
+TEST_CASE("SIGTERM stops the demo between scenarios: report marked incomplete, exit 3", "[cli][interrupt]") {
   const std::string dir = fresh_dir("sigterm");
   Child c({"demo", "--out", dir});
   REQUIRE(c.wait_for_line("[1/"));
@@ -302,9 +301,9 @@ TEST_CASE("one signal delivered twice at once (as GNU timeout does) is one inter
 
 TEST_CASE("under GNU timeout the expiry stops the run at a safe point with its report", "[cli][interrupt]") {
   const std::string dir = fresh_dir("timeout");
-  const auto r = run_command("timeout --preserve-status 1 " + std::string(SHARDCHECK_BINARY) + " explore " +
-                                      trace_scenario("reuse-fix-record-stream.yaml") +
-                                      " --runs 100000000 --all --report " + dir);
+  const auto r =
+      run_command("timeout --preserve-status 1 " + std::string(SHARDCHECK_BINARY) + " explore " +
+                  trace_scenario("reuse-fix-record-stream.yaml") + " --runs 100000000 --all --report " + dir);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 3);
   const auto j = read_json(dir + "/report.json");

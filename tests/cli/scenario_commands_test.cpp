@@ -12,7 +12,9 @@ using shardcheck::testing::run_command;
 using shardcheck::testing::run_shardcheck;
 
 namespace {
-std::string scenario(const std::string& name) { return std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/" + name; }
+std::string scenario(const std::string& name) {
+  return std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/" + name;
+}
 
 std::string write_temp(const std::string& text) {
   char path[] = "/tmp/shardcheck-scenario-XXXXXX.yaml";
@@ -25,10 +27,12 @@ std::string write_temp(const std::string& text) {
 }  // namespace
 
 TEST_CASE("run exits 0 when expectations hold and prints each finding with its reproducer", "[cli][run]") {
-  auto r = run_shardcheck("run " + scenario("reuse-race.yaml") + " " + scenario("reuse-fix-record-stream.yaml"));
+  auto r =
+      run_shardcheck("run " + scenario("reuse-race.yaml") + " " + scenario("reuse-fix-record-stream.yaml"));
   REQUIRE(r.exit_code == 0);
   REQUIRE_THAT(r.out, Catch::Contains("[stream_race]"));
-  REQUIRE_THAT(r.out, Catch::Contains("reproduce: shardcheck replay " + scenario("reuse-race.yaml") + " --seed 1"));
+  REQUIRE_THAT(r.out,
+               Catch::Contains("reproduce: shardcheck replay " + scenario("reuse-race.yaml") + " --seed 1"));
   REQUIRE_THAT(r.out, Catch::Contains("2 scenarios: 2 met expectations, 0 did not"));
 }
 
@@ -42,11 +46,13 @@ TEST_CASE("run exits 1 when an expectation is not met", "[cli][run]") {
   auto r = run_shardcheck("run " + path);
   std::remove(path.c_str());
   REQUIRE(r.exit_code == 1);
-  REQUIRE_THAT(r.out, Catch::Contains("FAILED  reuse-race: expected clean, found stream_race; unexpected stream_race"));
+  REQUIRE_THAT(r.out, Catch::Contains(
+                          "FAILED  reuse-race: expected clean, found stream_race; unexpected stream_race"));
 }
 
 TEST_CASE("bad files exit 2 with file:line:column before anything runs", "[cli][run]") {
-  const std::string bad = write_temp("kind: trace\nname: x\nranks: 1\nstreams: [a]\nprogram:\n  - free: nothing\nexpect: {findings: []}\n");
+  const std::string bad = write_temp(
+      "kind: trace\nname: x\nranks: 1\nstreams: [a]\nprogram:\n  - free: nothing\nexpect: {findings: []}\n");
   auto r = run_shardcheck("run " + scenario("reuse-race.yaml") + " " + bad);
   std::remove(bad.c_str());
   REQUIRE(r.exit_code == 2);
@@ -67,7 +73,8 @@ TEST_CASE("explore stops at the first finding and says how many schedules it too
   REQUIRE_THAT(all.out, Catch::Contains("no findings"));
 }
 
-TEST_CASE("replay writes a Chrome trace with ranks, streams, slices, the finding and its flow", "[cli][replay]") {
+TEST_CASE("replay writes a Chrome trace with ranks, streams, slices, the finding and its flow",
+          "[cli][replay]") {
   const std::string out = "/tmp/shardcheck-replay-test.json";
   auto r = run_shardcheck("replay " + scenario("reuse-race.yaml") + " --seed 3 --trace " + out);
   REQUIRE(r.exit_code == 0);

@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/kernels/kernels.hpp"
 #include "core/base/rng.hpp"
 #include "core/base/status.hpp"
+#include "core/kernels/kernels.hpp"
 
 using namespace shardcheck::core;
 
@@ -326,7 +326,8 @@ TEST_CASE("embedding_backward sums repeated tokens and matches finite difference
   REQUIRE(m.get(dw16) == to_bf16_values(got));
 }
 
-TEST_CASE("embedding kernels turn corrupted token ids into NaN, never out-of-bounds reads", "[core][kernels]") {
+TEST_CASE("embedding kernels turn corrupted token ids into NaN, never out-of-bounds reads",
+          "[core][kernels]") {
   // Corrupted ids come from races on the token buffer; the checker reports those, so the
   // kernel must not crash: the row becomes NaN and so does the weight gradient.
   const int64_t vocab = 4, hidden = 2;
@@ -593,8 +594,7 @@ TEST_CASE("softmax_cross_entropy loss and dlogits match double and finite differ
   }
 }
 
-TEST_CASE("softmax_cross_entropy takes bf16 logits and turns corrupted targets into NaN",
-          "[core][kernels]") {
+TEST_CASE("softmax_cross_entropy takes bf16 logits and turns corrupted targets into NaN", "[core][kernels]") {
   const int64_t rows = 3, vocab = 5;
   Rng rng(62);
   const std::vector<double> logits = nonzero(rng, rows * vocab, 0.1, 3, DType::bf16);

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <map>
 
-#include "core/kernels/kernels.hpp"
 #include "core/base/status.hpp"
+#include "core/kernels/kernels.hpp"
 
 using namespace shardcheck::core;
 

@@ -1,12 +1,12 @@
 // GlobalLayout: the DESIGN conformance examples, the remainder-closing rule (hand-derived
 // examples), local ranges over multi-axis placements, row ownership, invariants over many
 // random shape lists, and agreement with an independent implementation of DESIGN.md §2.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <numeric>
 
-#include "core/layout/layout.hpp"
 #include "core/base/rng.hpp"
+#include "core/layout/layout.hpp"
 
 using namespace shardcheck::core;
 
@@ -278,8 +278,7 @@ TEST_CASE("0-D tensors, bad rank counts and empty lists are rejected", "[core][l
 
 TEST_CASE("row ownership per rank, including ranks that hold none", "[core][layout]") {
   auto l = GlobalLayout::create({{5, 4}, {2, 6}, {3}}, 2).value();
-  REQUIRE(owned_rows(l, flat_range(l, 0)) ==
-          std::vector<OwnedRows>{{0, 0, 5, 0}, {2, 0, 3, 20}});
+  REQUIRE(owned_rows(l, flat_range(l, 0)) == std::vector<OwnedRows>{{0, 0, 5, 0}, {2, 0, 3, 20}});
   REQUIRE(owned_rows(l, flat_range(l, 1)) == std::vector<OwnedRows>{{1, 0, 2, 0}});
   auto small = GlobalLayout::create({{2, 6}}, 4).value();
   REQUIRE(small.size() == 24);

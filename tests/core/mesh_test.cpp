@@ -39,6 +39,7 @@ TEST_CASE("bad meshes are rejected with a reason", "[core][mesh]") {
   REQUIRE_THAT(bad({{"dp", 2}, {"dp_outer", 2}, {"dp_inner", 2}}), Catch::Contains("not both"));
   REQUIRE_THAT(bad({{"dp_outer", 2}}), Catch::Contains("come together"));
   REQUIRE_THAT(bad({{"dp", 2}, {"vpp", 2}}), Catch::Contains("needs a 'pp' axis"));
-  REQUIRE_THAT(bad({{"pp", 1}, {"dp", 2}, {"vpp", 2}}), Catch::Contains("needs a 'pp' axis of 2 or more ranks"));
+  REQUIRE_THAT(bad({{"pp", 1}, {"dp", 2}, {"vpp", 2}}),
+               Catch::Contains("needs a 'pp' axis of 2 or more ranks"));
   REQUIRE_THAT(bad({{"pp", 64}, {"dp", 128}}), Catch::Contains("more than 4096"));
 }

@@ -4,12 +4,12 @@
 #include <map>
 #include <numeric>
 
-#include "core/strategies/distopt_engine.hpp"
+#include "core/base/rng.hpp"
 #include "core/model/markov.hpp"
 #include "core/model/model.hpp"
-#include "core/strategies/param_groups.hpp"
-#include "core/base/rng.hpp"
 #include "core/scenario/training_scenario.hpp"
+#include "core/strategies/distopt_engine.hpp"
+#include "core/strategies/param_groups.hpp"
 #include "core/strategies/training_config.hpp"
 
 using namespace shardcheck::core;
@@ -42,7 +42,8 @@ TEST_CASE("without a pipeline the tied output is the embedding itself", "[core][
   for (const auto& p : m.params()) REQUIRE_FALSE(p.shared);
   auto untied = ModelLayout::create({64, 16, 2, 8, false, 1}, 1, 1).value();
   REQUIRE(untied.num_logical() == m.num_logical() + 1);
-  REQUIRE_THAT(ModelLayout::create({64, 16, 2, 8, true, 1}, 2, 2).error().message(), Catch::Contains("at least one layer"));
+  REQUIRE_THAT(ModelLayout::create({64, 16, 2, 8, true, 1}, 2, 2).error().message(),
+               Catch::Contains("at least one layer"));
 }
 
 TEST_CASE("initial values are deterministic and differ across parameters", "[core][model]") {
@@ -65,7 +66,7 @@ TEST_CASE("initial values are deterministic and differ across parameters", "[cor
   }
   REQUIRE(m.initial_value(0) != m.initial_value(0, 8));
   REQUIRE(m.initial_value(0) != m.initial_value(m.num_logical() - 1));  // differ across parameters
-  const auto ln = m.initial_value(1);  // layers.0.ln1.weight
+  const auto ln = m.initial_value(1);                                   // layers.0.ln1.weight
   REQUIRE(ln == std::vector<float>(16, 1.0f));
   double sq = 0;
   for (float v : m.initial_value(0)) sq += v * v;
@@ -82,7 +83,8 @@ TEST_CASE("the Markov source's entropy rate matches its empirical cross-entropy"
   int64_t n = 0;
   for (int step = 0; step < 200; ++step) {
     const Batch b = src.batch(step, 0, 0, 4, 64);
-    for (size_t i = 0; i < b.inputs.size(); ++i, ++n) nll -= std::log(src.probability(b.inputs[i], b.targets[i]));
+    for (size_t i = 0; i < b.inputs.size(); ++i, ++n)
+      nll -= std::log(src.probability(b.inputs[i], b.targets[i]));
   }
   REQUIRE(nll / n == Approx(src.entropy_rate()).epsilon(0.03));
   REQUIRE(src.entropy_rate() > 0.5);
@@ -235,8 +237,12 @@ TEST_CASE("DistOpt layout: reverse order, 64-aligned, padded buckets, embedding 
 }
 
 TEST_CASE("parameters partition by dtype and requires_grad, tied entries once", "[core][groups]") {
-  const ParamKey ps[] = {{0, DType::bf16, true}, {1, DType::f32, true}, {2, DType::bf16, false},
-                         {3, DType::bf16, true}, {0, DType::bf16, true} /* tied: same id */, {4, DType::f32, true}};
+  const ParamKey ps[] = {{0, DType::bf16, true},
+                         {1, DType::f32, true},
+                         {2, DType::bf16, false},
+                         {3, DType::bf16, true},
+                         {0, DType::bf16, true} /* tied: same id */,
+                         {4, DType::f32, true}};
   REQUIRE(partition_parameters(ps) == std::vector<std::vector<int>>{{0, 3}, {1, 4}, {2}});
   REQUIRE(partition_parameters(std::span<const ParamKey>{}).empty());
 }

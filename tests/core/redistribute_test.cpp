@@ -6,14 +6,14 @@
 #include <cstring>
 #include <span>
 
-#include "core/runtime/inorder_runtime.hpp"
 #include "core/layout/redistribute.hpp"
+#include "core/runtime/inorder_runtime.hpp"
 
 using namespace shardcheck::core;
 
 namespace {
-const Placement R = Placement::replicate(), F = Placement::flat(),
-                PA = Placement::partial(ReduceOp::avg), PS = Placement::partial(ReduceOp::sum);
+const Placement R = Placement::replicate(), F = Placement::flat(), PA = Placement::partial(ReduceOp::avg),
+                PS = Placement::partial(ReduceOp::sum);
 
 using Op = RedistributePlan::Op;
 Op plan_op(std::vector<Placement> a, std::vector<Placement> b) { return plan_redistribute(a, b).value().op; }

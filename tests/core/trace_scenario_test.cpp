@@ -72,24 +72,30 @@ TEST_CASE("bad trace scenarios are rejected at their line and column", "[core][s
       {"ranks: 2", "ranks: two", "bad.yaml:3:8: ranks must be an integer, not 'two'"},
       {"ranks: 2", "ranks: 0", "bad.yaml:3:8: ranks is 0; it must be between 1 and 256"},
       {"bytes: 4096", "bytes: [1]", "bad.yaml:9:31: bytes must be an integer, not a list"},
-      {"stream: compute}\n  - kernel", "stream: cmopute}\n  - kernel", "bad.yaml:9:5: undefined stream 'cmopute'"},
+      {"stream: compute}\n  - kernel", "stream: cmopute}\n  - kernel",
+       "bad.yaml:9:5: undefined stream 'cmopute'"},
       {"input: g,", "input: h,", "bad.yaml:12:68: undefined buffer 'h' on rank 0"},
       {"group: dp", "group: tp", "bad.yaml:12:5: undefined group 'tp'"},
-      {"groups: {dp: [0, 1]}", "groups: {dp: [0, 2]}", "bad.yaml:5:18: group 'dp': rank 2 is outside the 2 ranks (0..1)"},
+      {"groups: {dp: [0, 1]}", "groups: {dp: [0, 2]}",
+       "bad.yaml:5:18: group 'dp': rank 2 is outside the 2 ranks (0..1)"},
       {"groups: {dp: [0, 1]}", "groups: {dp: [1, 0]}\nextra: 1", "unknown key 'extra'"},
       {"bytes: 16}", "bytes: 9000}", "past the end of buffer 'g' (4096 bytes)"},
-      {"  - free: g", "  - free: g\n  - kernel: {name: late, stream: compute, reads: [g]}", "bad.yaml:21:51: buffer 'g' is used after it was freed on rank 0"},
+      {"  - free: g", "  - free: g\n  - kernel: {name: late, stream: compute, reads: [g]}",
+       "bad.yaml:21:51: buffer 'g' is used after it was freed on rank 0"},
       {"on: [0]", "on: [5]", "bad.yaml:14:10: on is 5; it must be between 0 and 1"},
       {"to: 1", "to: 0", "rank 0 cannot send to or receive from itself"},
       {"event: e}\n  - sync", "event: f}\n  - sync", "event 'f' is not recorded before this wait"},
       {"op: reduce_scatter", "op: reduce_scatterr", "unknown collective 'reduce_scatterr'"},
-      {"output: s, reduce: avg", "output: g, reduce: avg", "input 4096 bytes and output 4096 bytes do not fit"},
+      {"output: s, reduce: avg", "output: g, reduce: avg",
+       "input 4096 bytes and output 4096 bytes do not fit"},
       {"[stream_race]", "[stream_racing]", "unknown finding kind 'stream_racing'"},
       {"policy: pct", "policy: fifo", "unknown schedule policy 'fifo'"},
       {"model: caching", "model: buddy", "unknown allocator 'buddy'"},
       {"  - sync: device", "  - synch: device", "bad.yaml:19:5: unknown step 'synch'"},
       {"kind: trace", "kind: training_wheels", "expected 'kind: trace'"},
-      {"{buffer: g, bytes: 4096, stream: compute}", "{buffer: g, bytes: 4096, stream: compute}\n  - alloc: {buffer: g, bytes: 8, stream: rs}", "buffer 'g' is already allocated"},
+      {"{buffer: g, bytes: 4096, stream: compute}",
+       "{buffer: g, bytes: 4096, stream: compute}\n  - alloc: {buffer: g, bytes: 8, stream: rs}",
+       "buffer 'g' is already allocated"},
   };
   for (const Case& c : cases) {
     const std::string e = error_of(c.from, c.to);
@@ -108,17 +114,21 @@ TEST_CASE("a collective on a group without the rank names the rank", "[core][sce
 }
 
 TEST_CASE("empty, non-YAML and non-map files are rejected with a position", "[core][scenario]") {
-  REQUIRE_THAT(parse_trace_scenario("", "e.yaml").error().message(), Catch::StartsWith("e.yaml:1:1: the file is empty"));
-  REQUIRE_THAT(parse_trace_scenario("kind: [trace", "e.yaml").error().message(), Catch::Contains("not valid YAML"));
-  REQUIRE_THAT(parse_trace_scenario("- a\n- b\n", "e.yaml").error().message(), Catch::Contains("e.yaml:1:1: a scenario is a YAML map"));
-  REQUIRE_THAT(load_trace_scenario("/nonexistent/x.yaml").error().message(), Catch::Contains("cannot open the file"));
+  REQUIRE_THAT(parse_trace_scenario("", "e.yaml").error().message(),
+               Catch::StartsWith("e.yaml:1:1: the file is empty"));
+  REQUIRE_THAT(parse_trace_scenario("kind: [trace", "e.yaml").error().message(),
+               Catch::Contains("not valid YAML"));
+  REQUIRE_THAT(parse_trace_scenario("- a\n- b\n", "e.yaml").error().message(),
+               Catch::Contains("e.yaml:1:1: a scenario is a YAML map"));
+  REQUIRE_THAT(load_trace_scenario("/nonexistent/x.yaml").error().message(),
+               Catch::Contains("cannot open the file"));
 }
 
 namespace {
 // A trace scenario of `ranks` ranks whose program is `steps` (YAML list items, indented).
 std::string scenario_with(int ranks, const std::string& steps) {
-  return "kind: trace\nname: big\nranks: " + std::to_string(ranks) +
-         "\nstreams: [a]\nprogram:\n" + steps + "expect: {findings: []}\n";
+  return "kind: trace\nname: big\nranks: " + std::to_string(ranks) + "\nstreams: [a]\nprogram:\n" + steps +
+         "expect: {findings: []}\n";
 }
 std::string repeated(const std::string& line, int times) {
   std::string s;
@@ -127,7 +137,8 @@ std::string repeated(const std::string& line, int times) {
 }
 }  // namespace
 
-TEST_CASE("trace scenarios past a limit are rejected with the limit and its place named", "[core][scenario][limits]") {
+TEST_CASE("trace scenarios past a limit are rejected with the limit and its place named",
+          "[core][scenario][limits]") {
   struct Case {
     std::string text;
     const char* says;
@@ -136,21 +147,31 @@ TEST_CASE("trace scenarios past a limit are rejected with the limit and its plac
   const Case cases[] = {
       {scenario_with(1, repeated("  - sync: device\n", TraceLimits::kMaxProgramSteps + 1)),
        "big.yaml:6:3: the program has 20001 steps; the limit is 20000"},
-      {scenario_with(256, repeated("  - sync: device\n", 3907)), "big.yaml:6:3: the program runs 1000192 operations over its 256 ranks; the limit is 1000000"},
-      {scenario_with(256, alloc_g + repeated("  - kernel: {stream: a, reads: [g, g, g, g, g, g, g, g]}\n", 1954)),
+      {scenario_with(256, repeated("  - sync: device\n", 3907)),
+       "big.yaml:6:3: the program runs 1000192 operations over its 256 ranks; the limit is 1000000"},
+      {scenario_with(256,
+                     alloc_g + repeated("  - kernel: {stream: a, reads: [g, g, g, g, g, g, g, g]}\n", 1954)),
        "the program's kernels make 4001792 reads and writes over its 256 ranks; the limit is 4000000"},
-      {scenario_with(1, alloc_g + "  - kernel: {stream: a, reads: [" + repeated("g, ", 64) + "g]}\n"), "big.yaml:7:32: reads lists 65 ranges"},
-      {scenario_with(1, alloc_g + "  - kernel: {stream: a, reads: [" + repeated("g, ", 40) + "g], writes: [" + repeated("g, ", 30) + "g]}\n"),
+      {scenario_with(1, alloc_g + "  - kernel: {stream: a, reads: [" + repeated("g, ", 64) + "g]}\n"),
+       "big.yaml:7:32: reads lists 65 ranges"},
+      {scenario_with(1, alloc_g + "  - kernel: {stream: a, reads: [" + repeated("g, ", 40) + "g], writes: [" +
+                            repeated("g, ", 30) + "g]}\n"),
        "big.yaml:7:13: the kernel has 72 reads and writes; the limit is 64"},
       {scenario_with(5, "  - alloc: {buffer: g, bytes: 1073741824}\n"),
-       "big.yaml:6:5: with this allocation on rank 4 the ranks hold 5368709120 bytes of device memory in all; the simulator models at most 4294967296 bytes"},
-      {scenario_with(1, "  - alloc: {buffer: g, bytes: 1073741824}\n  - alloc: {buffer: h, bytes: 1073741824}\n  - free: g\n"
-                        "  - alloc: {buffer: i, bytes: 1073741824}\n  - alloc: {buffer: j, bytes: 1073741824}\n"
-                        "  - alloc: {buffer: k, bytes: 1073741824}\n  - alloc: {buffer: l, bytes: 1}\n"),
+       "big.yaml:6:5: with this allocation on rank 4 the ranks hold 5368709120 bytes of device memory in "
+       "all; the simulator models at most 4294967296 bytes"},
+      {scenario_with(1,
+                     "  - alloc: {buffer: g, bytes: 1073741824}\n  - alloc: {buffer: h, bytes: 1073741824}\n "
+                     " - free: g\n"
+                     "  - alloc: {buffer: i, bytes: 1073741824}\n  - alloc: {buffer: j, bytes: 1073741824}\n"
+                     "  - alloc: {buffer: k, bytes: 1073741824}\n  - alloc: {buffer: l, bytes: 1}\n"),
        "big.yaml:12:5: with this allocation the ranks hold 4294967297 bytes"},
-      {scenario_with(1, "  - alloc: {buffer: " + std::string(257, 'x') + ", bytes: 8}\n"), "big.yaml:6:21: buffer is 257 bytes long; names are at most 256 bytes"},
-      {scenario_with(2, "  - sync: device\n    on: [1, 1]\n"), "big.yaml:7:13: rank 1 appears twice in `on:`"},
-      {scenario_with(2, "  - sync: device\n    on: []\n"), "big.yaml:7:9: `on:` lists the ranks that run this step"},
+      {scenario_with(1, "  - alloc: {buffer: " + std::string(257, 'x') + ", bytes: 8}\n"),
+       "big.yaml:6:21: buffer is 257 bytes long; names are at most 256 bytes"},
+      {scenario_with(2, "  - sync: device\n    on: [1, 1]\n"),
+       "big.yaml:7:13: rank 1 appears twice in `on:`"},
+      {scenario_with(2, "  - sync: device\n    on: []\n"),
+       "big.yaml:7:9: `on:` lists the ranks that run this step"},
       {scenario_with(1, "  - sync: device\n") + "description: " + std::string(size_t{1} << 20, 'x') + "\n",
        "big.yaml:1:1: the file is larger than 1048576 bytes (1 MiB), the limit for scenario files"},
   };
@@ -162,19 +183,24 @@ TEST_CASE("trace scenarios past a limit are rejected with the limit and its plac
   }
 }
 
-TEST_CASE("a program at the limits loads, and the freed bytes of a rank are not counted twice", "[core][scenario][limits]") {
+TEST_CASE("a program at the limits loads, and the freed bytes of a rank are not counted twice",
+          "[core][scenario][limits]") {
   // 4 ranks hold 1 GiB each at most: exactly the 4 GiB the simulator models.
-  auto s = parse_trace_scenario(scenario_with(4, "  - alloc: {buffer: g, bytes: 1073741824}\n  - free: g\n"
-                                                 "  - alloc: {buffer: h, bytes: 1073741824}\n"),
+  auto s = parse_trace_scenario(scenario_with(4,
+                                              "  - alloc: {buffer: g, bytes: 1073741824}\n  - free: g\n"
+                                              "  - alloc: {buffer: h, bytes: 1073741824}\n"),
                                 "ok.yaml");
   INFO((s.ok() ? "" : s.error().message()));
   REQUIRE(s.ok());
-  auto t = parse_trace_scenario(scenario_with(1, repeated("  - sync: device\n", TraceLimits::kMaxProgramSteps)), "ok.yaml");
+  auto t = parse_trace_scenario(
+      scenario_with(1, repeated("  - sync: device\n", TraceLimits::kMaxProgramSteps)), "ok.yaml");
   REQUIRE(t.ok());
 }
 
 TEST_CASE("integers are decimal or 0x hexadecimal and a leading zero is not octal", "[core][scenario]") {
-  auto s = parse_trace_scenario(scenario_with(1, "  - alloc: {buffer: g, bytes: 010}\n  - alloc: {buffer: h, bytes: 0x10}\n"), "n.yaml");
+  auto s = parse_trace_scenario(
+      scenario_with(1, "  - alloc: {buffer: g, bytes: 010}\n  - alloc: {buffer: h, bytes: 0x10}\n"),
+      "n.yaml");
   INFO((s.ok() ? "" : s.error().message()));
   REQUIRE(s.ok());
   REQUIRE(s->program[0].bytes == 10);

@@ -12,9 +12,9 @@
 #include <sstream>
 
 #include "cli/app.hpp"
-#include "run/scenario.hpp"
 #include "core/scenario/trace_scenario.hpp"
 #include "core/scenario/training_scenario.hpp"
+#include "run/scenario.hpp"
 
 namespace shardcheck::fuzz {
 
@@ -60,7 +60,8 @@ class CerrTo {
 bool digits(std::string_view s, size_t& pos, int64_t& value) {
   const size_t start = pos;
   value = 0;
-  while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9' && pos - start < 12) value = value * 10 + (s[pos++] - '0');
+  while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9' && pos - start < 12)
+    value = value * 10 + (s[pos++] - '0');
   return pos > start;
 }
 
@@ -70,12 +71,16 @@ std::string position_problem(const std::string& path, std::string_view text, std
   if (message.substr(0, head.size()) != head) return "the error does not start with '" + head + "'";
   size_t pos = head.size();
   int64_t line = 0, column = 0;
-  if (!digits(message, pos, line) || pos >= message.size() || message[pos++] != ':') return "the error has no line number";
-  if (!digits(message, pos, column) || message.substr(pos, 2) != ": ") return "the error has no column number";
+  if (!digits(message, pos, line) || pos >= message.size() || message[pos++] != ':')
+    return "the error has no line number";
+  if (!digits(message, pos, column) || message.substr(pos, 2) != ": ")
+    return "the error has no column number";
   if (line < 1 || column < 1) return "line and column count from 1";
   int64_t lines = 1;
   for (char ch : text) lines += ch == '\n';
-  if (line > lines + 1) return "line " + std::to_string(line) + " is past the end of the file (" + std::to_string(lines) + " lines)";
+  if (line > lines + 1)
+    return "line " + std::to_string(line) + " is past the end of the file (" + std::to_string(lines) +
+           " lines)";
   if (message.size() <= pos + 2) return "the error has no message after its position";
   return "";
 }
@@ -83,9 +88,12 @@ std::string position_problem(const std::string& path, std::string_view text, std
 std::string trace_limits_problem(const core::TraceScenario& t) {
   using L = core::TraceLimits;
   if (t.ranks < 1 || t.ranks > L::kMaxRanks) return "accepted " + std::to_string(t.ranks) + " ranks";
-  if (t.streams.empty() || static_cast<int>(t.streams.size()) > L::kMaxStreams) return "accepted " + std::to_string(t.streams.size()) + " streams";
-  if (static_cast<int>(t.groups.size()) > L::kMaxGroups) return "accepted " + std::to_string(t.groups.size()) + " groups";
-  if (static_cast<int64_t>(t.program.size()) > L::kMaxProgramSteps) return "accepted a program of " + std::to_string(t.program.size()) + " steps";
+  if (t.streams.empty() || static_cast<int>(t.streams.size()) > L::kMaxStreams)
+    return "accepted " + std::to_string(t.streams.size()) + " streams";
+  if (static_cast<int>(t.groups.size()) > L::kMaxGroups)
+    return "accepted " + std::to_string(t.groups.size()) + " groups";
+  if (static_cast<int64_t>(t.program.size()) > L::kMaxProgramSteps)
+    return "accepted a program of " + std::to_string(t.program.size()) + " steps";
   int64_t ops = 0, accesses = 0, device_bytes = 0;
   for (int r = 0; r < t.ranks; ++r) {
     int64_t live = 0, peak = 0;
@@ -94,10 +102,12 @@ std::string trace_limits_problem(const core::TraceScenario& t) {
       if (!t.runs_on(s, r)) continue;
       ++ops;
       const int64_t n = static_cast<int64_t>(s.reads.size() + s.writes.size());
-      if (n > L::kMaxAccessesPerKernel) return "accepted a kernel with " + std::to_string(n) + " reads and writes";
+      if (n > L::kMaxAccessesPerKernel)
+        return "accepted a kernel with " + std::to_string(n) + " reads and writes";
       accesses += n;
       if (s.kind == core::TraceStep::Kind::alloc) {
-        if (s.bytes < 1 || s.bytes > L::kMaxBufferBytes) return "accepted a buffer of " + std::to_string(s.bytes) + " bytes";
+        if (s.bytes < 1 || s.bytes > L::kMaxBufferBytes)
+          return "accepted a buffer of " + std::to_string(s.bytes) + " bytes";
         live += s.bytes;
         sizes[s.buffer] = s.bytes;
         peak = std::max(peak, live);
@@ -108,18 +118,23 @@ std::string trace_limits_problem(const core::TraceScenario& t) {
     device_bytes += peak;
   }
   if (ops > L::kMaxOperations) return "accepted " + std::to_string(ops) + " operations over all ranks";
-  if (accesses > L::kMaxAccesses) return "accepted " + std::to_string(accesses) + " kernel accesses over all ranks";
-  if (device_bytes > L::kMaxDeviceBytes) return "accepted " + std::to_string(device_bytes) + " bytes allocated at once over all ranks";
+  if (accesses > L::kMaxAccesses)
+    return "accepted " + std::to_string(accesses) + " kernel accesses over all ranks";
+  if (device_bytes > L::kMaxDeviceBytes)
+    return "accepted " + std::to_string(device_bytes) + " bytes allocated at once over all ranks";
   return "";
 }
 
 std::string training_limits_problem(const core::TrainingScenario& t) {
   using L = core::TrainingLimits;
   const core::TrainingConfig& c = t.config;
-  if (t.mesh->world_size() > L::kMaxRanks) return "accepted " + std::to_string(t.mesh->world_size()) + " ranks";
+  if (t.mesh->world_size() > L::kMaxRanks)
+    return "accepted " + std::to_string(t.mesh->world_size()) + " ranks";
   if (c.steps < 1 || c.steps > L::kMaxSteps) return "accepted " + std::to_string(c.steps) + " steps";
-  if (c.microbatches < 1 || c.microbatches > L::kMaxMicrobatches) return "accepted " + std::to_string(c.microbatches) + " microbatches";
-  if (auto why = core::training_limits_exceeded(c, *t.mesh, t.reference != "none"); !why.empty()) return "accepted: " + why;
+  if (c.microbatches < 1 || c.microbatches > L::kMaxMicrobatches)
+    return "accepted " + std::to_string(c.microbatches) + " microbatches";
+  if (auto why = core::training_limits_exceeded(c, *t.mesh, t.reference != "none"); !why.empty())
+    return "accepted: " + why;
   return "";
 }
 
@@ -127,7 +142,8 @@ std::string training_limits_problem(const core::TrainingScenario& t) {
 bool small_enough_to_train(const core::TrainingScenario& t, const ScenarioCheck& c) {
   const core::TrainingConfig& k = t.config;
   const core::ModelConfig& m = k.model;
-  const int64_t params = m.vocab * m.hidden + m.layers * (8 * m.hidden * m.hidden + 7 * m.hidden) + 2 * m.hidden;
+  const int64_t params =
+      m.vocab * m.hidden + m.layers * (8 * m.hidden * m.hidden + 7 * m.hidden) + 2 * m.hidden;
   const int64_t tokens = m.seq * k.micro_batch_size * k.microbatches * k.steps;
   return c.train_work_max > 0 && t.mesh->world_size() <= 8 && params * k.steps <= c.train_work_max &&
          tokens * (m.vocab + m.hidden * m.layers) <= c.train_work_max * 4;
@@ -155,7 +171,8 @@ std::string check_scenario_file(const std::string& path, std::string_view text, 
   auto loaded = run::load_scenario(path);
   if (!loaded) {
     const std::string& m = loaded.error().message();
-    if (auto why = position_problem(path, text, m); !why.empty()) return "rejected without a position (" + why + "): " + m;
+    if (auto why = position_problem(path, text, m); !why.empty())
+      return "rejected without a position (" + why + "): " + m;
     return "";
   }
   const run::LoadedScenario& s = *loaded;
@@ -203,8 +220,10 @@ std::string check_command_line(std::string_view input) {
   const cli::CommandLine::Parsed p = cl.parse(static_cast<int>(argv.size()), argv.data(), out, err);
   if (!p.action) {
     if (p.exit_code == run::kBadInput) return err.str().empty() ? "exit code 2 without a message" : "";
-    if (p.exit_code == run::kOk) return out.str().empty() ? "exit code 0 without running anything or printing help" : "";
-    return "parsing ended with exit code " + std::to_string(p.exit_code) + " (expected 0 for help or 2 for bad input)";
+    if (p.exit_code == run::kOk)
+      return out.str().empty() ? "exit code 0 without running anything or printing help" : "";
+    return "parsing ended with exit code " + std::to_string(p.exit_code) +
+           " (expected 0 for help or 2 for bad input)";
   }
   if (p.command != "layout") return "";
   int code = 0;
@@ -217,7 +236,8 @@ std::string check_command_line(std::string_view input) {
     return std::string("layout threw (an internal error, exit 3): ") + e.what();
   }
   if (code == run::kBadInput && errors.str().empty()) return "layout exited 2 without a message";
-  if (code != run::kOk && code != run::kBadInput) return "layout exited " + std::to_string(code) + ": " + errors.str();
+  if (code != run::kOk && code != run::kBadInput)
+    return "layout exited " + std::to_string(code) + ": " + errors.str();
   return "";
 }
 

@@ -34,7 +34,9 @@ std::string read(const fs::path& p) {
 
 }  // namespace
 
-TEST_CASE("every scenario input of the fuzz corpus loads within the limits or is rejected with file:line:column", "[fuzz]") {
+TEST_CASE(
+    "every scenario input of the fuzz corpus loads within the limits or is rejected with file:line:column",
+    "[fuzz]") {
   const auto files = files_in("scenario");
   REQUIRE(files.size() >= 30);  // the seed corpus: every shipped scenario and the bad-input cases
   for (const auto& f : files) {
@@ -55,6 +57,7 @@ TEST_CASE("every command line of the fuzz corpus parses to a command, help or ex
 TEST_CASE("fuzz command lines are split at newlines, a trailing newline ending the last argument", "[fuzz]") {
   using shardcheck::fuzz::split_arguments;
   REQUIRE(split_arguments("") == std::vector<std::string>{"shardcheck"});
-  REQUIRE(split_arguments("layout\n--ranks\n2\n") == std::vector<std::string>{"shardcheck", "layout", "--ranks", "2"});
+  REQUIRE(split_arguments("layout\n--ranks\n2\n") ==
+          std::vector<std::string>{"shardcheck", "layout", "--ranks", "2"});
   REQUIRE(split_arguments("a\n\nb") == std::vector<std::string>{"shardcheck", "a", "", "b"});
 }

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "run/scenario_run.hpp"
 #include "core/base/rng.hpp"
 #include "reports/chrome_trace.hpp"
 #include "reports/format.hpp"
+#include "run/scenario_run.hpp"
 
 namespace fs = std::filesystem;
 using namespace shardcheck;
@@ -42,9 +42,10 @@ void rng_lines(std::vector<std::string>& out) {
     for (int i = 0; i < 4; ++i) line << " " << hex(r.next());
     line << " uniform(1000)";
     for (int i = 0; i < 3; ++i) line << " " << r.uniform(1000);
-    line << " uniform_int(-5,5) " << r.uniform_int(-5, 5) << " real " << hexfloat(r.uniform_real()) << " normal "
-         << hexfloat(r.normal());
-    line << " split(scheduler) " << hex(r.split("scheduler").next()) << " split(3) " << hex(r.split(uint64_t{3}).next());
+    line << " uniform_int(-5,5) " << r.uniform_int(-5, 5) << " real " << hexfloat(r.uniform_real())
+         << " normal " << hexfloat(r.normal());
+    line << " split(scheduler) " << hex(r.split("scheduler").next()) << " split(3) "
+         << hex(r.split(uint64_t{3}).next());
     out.push_back(line.str());
   }
 }
@@ -54,7 +55,8 @@ std::vector<std::string> scenario_files(const fs::path& root) {
   for (const char* dir : {"catalog", "trace", "training"}) {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(root / dir, ec)) {
-      if (e.path().extension() == ".yaml") files.push_back(fs::relative(e.path(), root.parent_path()).string());
+      if (e.path().extension() == ".yaml")
+        files.push_back(fs::relative(e.path(), root.parent_path()).string());
     }
   }
   std::sort(files.begin(), files.end());
@@ -64,7 +66,8 @@ std::vector<std::string> scenario_files(const fs::path& root) {
 std::string explored_line(const std::string& rel, const std::string& label, const run::ScenarioOutcome& o) {
   std::ostringstream line;
   line << "explore " << rel << " " << label << " runs " << o.explored.runs_done << " combined "
-       << hex(sim::combined_digest(o.explored.digests)) << " found " << core::kinds_to_string(o.judged.found) << " digests";
+       << hex(sim::combined_digest(o.explored.digests)) << " found " << core::kinds_to_string(o.judged.found)
+       << " digests";
   for (uint64_t d : o.explored.digests) line << " " << hex(d);
   if (!o.explored.error.empty()) line << " error " << o.explored.error;
   return line.str();
@@ -112,8 +115,9 @@ bool replay_lines(const fs::path& source, std::vector<std::string>& out) {
     sim::Replay r = sim::replay(s->factory, opt);
     r.log.title = s->name + " seed " + std::to_string(opt.seed);
     const std::string json = reports::chrome_trace(r.log, r.result.findings);
-    out.push_back("replay " + std::string(rel) + " seed " + std::to_string(seed) + " digest " + hex(r.result.trace_digest) +
-                  " chrome_trace_fnv " + hex(core::fnv1a(json)) + " bytes " + std::to_string(json.size()));
+    out.push_back("replay " + std::string(rel) + " seed " + std::to_string(seed) + " digest " +
+                  hex(r.result.trace_digest) + " chrome_trace_fnv " + hex(core::fnv1a(json)) + " bytes " +
+                  std::to_string(json.size()));
   }
   return true;
 }
@@ -138,13 +142,15 @@ int check(const std::vector<std::string>& got, const std::string& path) {
     const std::string w = i < want.size() ? want[i] : "(none)";
     const std::string g = i < got.size() ? got[i] : "(none)";
     if (w == g) continue;
-    if (++differ <= 20) std::cout << "golden line " << i + 1 << " differs\n  want: " << w << "\n  got:  " << g << "\n";
+    if (++differ <= 20)
+      std::cout << "golden line " << i + 1 << " differs\n  want: " << w << "\n  got:  " << g << "\n";
   }
   if (differ == 0) {
     std::cout << got.size() << " golden lines matched " << path << "\n";
     return 0;
   }
-  std::cout << differ << " of " << want.size() << " golden lines differ. If the change is meant to alter schedules or "
+  std::cout << differ << " of " << want.size()
+            << " golden lines differ. If the change is meant to alter schedules or "
             << "traces, regenerate with `make golden` and commit the diff; otherwise determinism broke.\n";
   return 1;
 }
@@ -163,7 +169,8 @@ int main(int argc, char** argv) {
   if (std::string(argv[1]) == "--check") return check(lines, argv[2]);
   std::ofstream out(argv[2]);
   out << "# Golden digests: regenerate with `make golden` only when a change is meant to alter them.\n"
-      << "# Written by tests/golden/golden_digests.cpp; checked by the `golden_digests` test in `make test`.\n";
+      << "# Written by tests/golden/golden_digests.cpp; checked by the `golden_digests` test in `make "
+         "test`.\n";
   for (const auto& l : lines) out << l << "\n";
   std::cout << "wrote " << lines.size() << " golden lines to " << argv[2] << "\n";
   return out ? 0 : 1;

@@ -2,8 +2,8 @@
 #include <cstring>
 #include <vector>
 
-#include "core/kernels/kernels.hpp"
 #include "core/base/rng.hpp"
+#include "core/kernels/kernels.hpp"
 #include "gpu/elementwise.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 
@@ -27,11 +27,14 @@ TEST_CASE("gpu scale matches the CPU reference bit for bit", "[gpu]") {
 
   struct Mem : core::MemoryView {
     std::vector<float>* v;
-    std::byte* data(const core::TensorRef& t) override { return reinterpret_cast<std::byte*>(v->data()) + t.byte_offset(); }
+    std::byte* data(const core::TensorRef& t) override {
+      return reinterpret_cast<std::byte*>(v->data()) + t.byte_offset();
+    }
   } mem;
   std::vector<float> want = host;
   mem.v = &want;
-  core::execute_cpu(core::kernels::scale(0, core::TensorRef::f32(0, 0, n), core::TensorRef::f32(0, 0, n), 0.3f), mem);
+  core::execute_cpu(
+      core::kernels::scale(0, core::TensorRef::f32(0, 0, n), core::TensorRef::f32(0, 0, n), 0.3f), mem);
   REQUIRE(std::memcmp(got.data(), want.data(), n * 4) == 0);
   SC_CUDA_CHECK(cudaFree(d_in));
   SC_CUDA_CHECK(cudaFree(d_out));

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/kernels/kernels.hpp"
 #include "core/base/rng.hpp"
+#include "core/kernels/kernels.hpp"
 #include "gpu/kernels.hpp"
 
 namespace shardcheck::gpu_test {

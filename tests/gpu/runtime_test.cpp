@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <sstream>
 
-#include "run/scenario.hpp"
+#include "core/train/trainer.hpp"
 #include "run/gpu_backend.hpp"
 #include "run/gpu_runs.hpp"
-#include "core/train/trainer.hpp"
+#include "run/scenario.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 
 using namespace shardcheck;
@@ -68,7 +68,8 @@ std::string summaries(const std::vector<core::Finding>& findings) {
 std::vector<core::RankResult> train_ranks(const core::TrainingSetup& setup, const gpu::GpuOptions& o) {
   std::vector<core::RankResult> ranks(static_cast<size_t>(o.ranks));
   gpu::GpuWorld world(o);
-  const gpu::GpuRunResult r = world.run([&](core::Runtime& rt) { return core::train_rank(rt, setup, nullptr, &ranks[rt.rank()]); });
+  const gpu::GpuRunResult r =
+      world.run([&](core::Runtime& rt) { return core::train_rank(rt, setup, nullptr, &ranks[rt.rank()]); });
   INFO(r.error);
   REQUIRE(r.completed);
   return ranks;
@@ -76,9 +77,9 @@ std::vector<core::RankResult> train_ranks(const core::TrainingSetup& setup, cons
 
 // What each of the catalog's training bugs shows on the GPU in exact mode, without delays.
 enum class Shows : uint8_t {
-  weights_differ,        // the weights differ from DistOpt's bit for bit
-  mismatched_collective, // the run stops: a collective's members disagree in size
-  race_only,             // a race: values change only with the right timing (see the amplify test)
+  weights_differ,         // the weights differ from DistOpt's bit for bit
+  mismatched_collective,  // the run stops: a collective's members disagree in size
+  race_only,              // a race: values change only with the right timing (see the amplify test)
 };
 struct CatalogBug {
   const char* name;
@@ -98,8 +99,9 @@ constexpr CatalogBug kCatalogBugs[] = {
 
 TEST_CASE("gpu trace programs end with the simulator's in-order values", "[gpu]") {
   SC_REQUIRE_GPU();
-  for (const char* f : {"trace/reuse-fix-record-stream.yaml", "trace/p2p-safe.yaml", "trace/collective-swap.yaml",
-                        "trace/host-sync-ordering.yaml", "trace/stream-ordered-free-fix.yaml"}) {
+  for (const char* f :
+       {"trace/reuse-fix-record-stream.yaml", "trace/p2p-safe.yaml", "trace/collective-swap.yaml",
+        "trace/host-sync-ordering.yaml", "trace/stream-ordered-free-fix.yaml"}) {
     const auto s = load(f);
     gpu::GpuOptions o = options(s.options.ranks);
     if (s.options.allocator == sim::AllocatorModel::stream_ordered) o.alloc = gpu::AllocMode::async;
@@ -130,12 +132,15 @@ TEST_CASE("device-local sends are eager: a send never waits for its recv to be i
   REQUIRE(r.result.completed);
 }
 
-TEST_CASE("gpu pipelines: p2p transfers do not hold up the hosts, and the fixed catalog pipelines train", "[gpu]") {
+TEST_CASE("gpu pipelines: p2p transfers do not hold up the hosts, and the fixed catalog pipelines train",
+          "[gpu]") {
   SC_REQUIRE_GPU();
   // Pipeline schedules issue a rank's sends before the peer's matching recvs; a host that
   // waited at each send for its partner's recv would deadlock here, as the simulator does not.
-  for (const char* f : {"catalog/pp-embedding-allreduce-raw-shards-fixed.yaml", "catalog/tied-grad-norm-double-count-fixed.yaml",
-                        "catalog/vpp-separate-contexts-fixed.yaml", "catalog/main-grad-alloc-default-stream-fixed.yaml"}) {
+  for (const char* f :
+       {"catalog/pp-embedding-allreduce-raw-shards-fixed.yaml",
+        "catalog/tied-grad-norm-double-count-fixed.yaml", "catalog/vpp-separate-contexts-fixed.yaml",
+        "catalog/main-grad-alloc-default-stream-fixed.yaml"}) {
     auto s = load(f);
     const run::GpuTrainingRun r = run::run_training_gpu(*s.training, options(s.options.ranks), true);
     INFO(f << ": " << r.result.error);
@@ -148,7 +153,10 @@ TEST_CASE("gpu pipelines: p2p transfers do not hold up the hosts, and the fixed 
   }
 }
 
-TEST_CASE("gpu run in exact mode: each catalog bug shows what the simulator finds, each fix matches DistOpt bit for bit", "[gpu]") {
+TEST_CASE(
+    "gpu run in exact mode: each catalog bug shows what the simulator finds, each fix matches DistOpt bit "
+    "for bit",
+    "[gpu]") {
   SC_REQUIRE_GPU();
   for (const CatalogBug& bug : kCatalogBugs) {
     for (const bool fixed : {true, false}) {
@@ -158,8 +166,10 @@ TEST_CASE("gpu run in exact mode: each catalog bug shows what the simulator find
       const run::GpuBaseline b = run::baseline_for(s, o);
       REQUIRE(b.bitwise);
       const run::GpuTrainingRun r = run::run_training_gpu(*s.training, o, true);
-      const std::string difference = r.result.completed ? run::first_weight_difference(*s.training, r, b) : "";
-      INFO(f << ": " << (r.result.completed ? "completed" : "stopped: " + r.result.error) << "; first difference: " << difference);
+      const std::string difference =
+          r.result.completed ? run::first_weight_difference(*s.training, r, b) : "";
+      INFO(f << ": " << (r.result.completed ? "completed" : "stopped: " + r.result.error)
+             << "; first difference: " << difference);
       if (fixed || bug.shows == Shows::race_only) {
         // A fix trains like DistOpt; the race, left to the hardware's timing, still completes
         // (whether it changes values is held to in the amplify test below).
@@ -194,7 +204,8 @@ TEST_CASE("gpu training: exact mode bitwise equal to DistOpt, within tolerance o
   REQUIRE(ours.losses == distopt.losses);
 }
 
-TEST_CASE("gpu training under NCCL, one rank per GPU, is bitwise equal to the device-local run in exact mode", "[gpu]") {
+TEST_CASE("gpu training under NCCL, one rank per GPU, is bitwise equal to the device-local run in exact mode",
+          "[gpu]") {
   // On one GPU this would be a one-rank NCCL run with nothing to reduce: skip, visibly.
   SC_REQUIRE_GPUS(2);
   // Exact mode grid-rounds every contribution, so NCCL's reduction orders must not matter.
@@ -242,7 +253,8 @@ TEST_CASE("measurement switches: reversed reduction order, no communication, rec
   o.amplify_cycles = 1;
   gpu::GpuWorld forward(o);
   std::vector<core::RankResult> a(4), b(4), c(4);
-  const gpu::GpuRunResult ran = forward.run([&](core::Runtime& rt) { return core::train_rank(rt, st.setup, nullptr, &a[rt.rank()]); });
+  const gpu::GpuRunResult ran =
+      forward.run([&](core::Runtime& rt) { return core::train_rank(rt, st.setup, nullptr, &a[rt.rank()]); });
   REQUIRE(ran.completed);
   REQUIRE_FALSE(forward.collectives(0).empty());
   for (const auto& call : forward.collectives(0)) REQUIRE(call.members == 4);
@@ -251,7 +263,9 @@ TEST_CASE("measurement switches: reversed reduction order, no communication, rec
   REQUIRE(ran.delays == static_cast<int64_t>(recorded));
   o.reverse_reduction = true;
   gpu::GpuWorld reversed(o);
-  REQUIRE(reversed.run([&](core::Runtime& rt) { return core::train_rank(rt, st.setup, nullptr, &b[rt.rank()]); }).completed);
+  REQUIRE(
+      reversed.run([&](core::Runtime& rt) { return core::train_rank(rt, st.setup, nullptr, &b[rt.rank()]); })
+          .completed);
   REQUIRE(reversed.collectives(0).size() == forward.collectives(0).size());
   // Same first loss (no reduction has happened yet), close later ones.
   REQUIRE(a[0].losses[0] == b[0].losses[0]);
@@ -259,7 +273,8 @@ TEST_CASE("measurement switches: reversed reduction order, no communication, rec
   o.reverse_reduction = false;
   o.skip_communication = true;
   gpu::GpuWorld silent(o);
-  const gpu::GpuRunResult quiet = silent.run([&](core::Runtime& rt) { return core::train_rank(rt, st.setup, nullptr, &c[rt.rank()]); });
+  const gpu::GpuRunResult quiet =
+      silent.run([&](core::Runtime& rt) { return core::train_rank(rt, st.setup, nullptr, &c[rt.rank()]); });
   REQUIRE(quiet.completed);
   // Every collective was issued (and recorded) as before, and none of them ran.
   REQUIRE(silent.collectives(0).size() == forward.collectives(0).size());
@@ -285,7 +300,9 @@ TEST_CASE("amplify on NCCL's streams: the race corrupts values across GPUs, the 
   REQUIRE(fixed_corrupted == 0);
 }
 
-TEST_CASE("amplify at race sites: only the simulator's earlier access is delayed, and the race still corrupts", "[gpu]") {
+TEST_CASE(
+    "amplify at race sites: only the simulator's earlier access is delayed, and the race still corrupts",
+    "[gpu]") {
   SC_REQUIRE_GPU();
   const auto race = load("trace/reuse-race.yaml"), fix = load("trace/reuse-fix-record-stream.yaml");
   const std::vector<run::RaceSite> sites = run::race_sites({race, fix});
@@ -305,13 +322,15 @@ TEST_CASE("amplify at race sites: only the simulator's earlier access is delayed
   REQUIRE(run::run_trace_gpu(race, o).result.delays == 0);
 }
 
-TEST_CASE("amplify at race sites: the catalog's main-grad race differs from DistOpt, its fix does not", "[gpu]") {
+TEST_CASE("amplify at race sites: the catalog's main-grad race differs from DistOpt, its fix does not",
+          "[gpu]") {
   SC_REQUIRE_GPU();
   // Megatron-LM #6137 changes values only when the accumulation on the RS stream runs late:
   // delay it where the simulator's race says, as `run --amplify-at race` does. On an H200,
   // 2 to 5 of 10 runs differed from DistOpt at 20 M to 10^9 cycles (README, Running on GPUs):
   // at those rates 20 clean runs in a row happen less than once in a thousand.
-  const auto bug = load("catalog/main-grad-alloc-default-stream.yaml"), fix = load("catalog/main-grad-alloc-default-stream-fixed.yaml");
+  const auto bug = load("catalog/main-grad-alloc-default-stream.yaml"),
+             fix = load("catalog/main-grad-alloc-default-stream-fixed.yaml");
   const std::vector<run::RaceSite> sites = run::race_sites({bug, fix});
   REQUIRE(sites.size() == 1);
   const auto delayed = [&](const run::LoadedScenario& s) {
@@ -321,7 +340,8 @@ TEST_CASE("amplify at race sites: the catalog's main-grad race differs from Dist
     o.delay_sites = {{sites[0].rank, sites[0].stream, sites[0].op}};
     return o;
   };
-  const run::GpuBaseline b = run::baseline_for(bug, options(bug)), fixed_b = run::baseline_for(fix, options(fix));
+  const run::GpuBaseline b = run::baseline_for(bug, options(bug)),
+                         fixed_b = run::baseline_for(fix, options(fix));
   REQUIRE(b.bitwise);
   REQUIRE(fixed_b.bitwise);
   int runs = 0, differing = 0;

@@ -3,16 +3,16 @@
 // of DESIGN.md §4 yields a scenario that `shardcheck run` fails on; generation follows the
 // seed and nothing else; the memory formula matches a hand count; every seed bug is caught
 // by the property meant for it; and `shardcheck props` keeps its options and exit codes.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 
-#include "core/scenario/training_scenario.hpp"
-#include "run/scenario_run.hpp"
 #include "core/base/atomic_file.hpp"
+#include "core/scenario/training_scenario.hpp"
 #include "properties/harness.hpp"
 #include "properties/memory.hpp"
 #include "properties/suite.hpp"
+#include "run/scenario_run.hpp"
 #include "tests/support/run_command.hpp"
 
 using namespace shardcheck;

@@ -79,12 +79,13 @@ TEST_CASE("Chromium builds the summary table and every finding picture from the 
   REQUIRE_THAT(dom, !Catch::Contains("<b>not bold"));
 }
 
-TEST_CASE("the demo's own report renders with a row per scenario and a picture per finding", "[reports][render]") {
+TEST_CASE("the demo's own report renders with a row per scenario and a picture per finding",
+          "[reports][render]") {
   if (!std::filesystem::exists(kChromium)) SC_SKIP("chromium is not installed");
   char dir[] = "/tmp/shardcheck-demo-XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
-  const auto demo = testing::run_command(std::string(SHARDCHECK_BINARY) + " demo --scenarios " + SHARDCHECK_SOURCE_DIR +
-                                         "/scenarios --out " + dir + "/report");
+  const auto demo = testing::run_command(std::string(SHARDCHECK_BINARY) + " demo --scenarios " +
+                                         SHARDCHECK_SOURCE_DIR + "/scenarios --out " + dir + "/report");
   INFO(demo.out << demo.err);
   REQUIRE(demo.exit_code == 0);
   REQUIRE_THAT(demo.out, Catch::Contains("scenarios met their expectations"));
@@ -94,8 +95,10 @@ TEST_CASE("the demo's own report renders with a row per scenario and a picture p
   // Counts from the JSON report, then the same counts from the DOM Chromium built.
   const std::string j = json.str();
   size_t scenarios = 0, findings = 0;
-  for (size_t at = j.find("\"reproducer\""); at != std::string::npos; at = j.find("\"reproducer\"", at + 1)) ++findings;
-  for (size_t at = j.find("\"schedules\""); at != std::string::npos; at = j.find("\"schedules\"", at + 1)) ++scenarios;
+  for (size_t at = j.find("\"reproducer\""); at != std::string::npos; at = j.find("\"reproducer\"", at + 1))
+    ++findings;
+  for (size_t at = j.find("\"schedules\""); at != std::string::npos; at = j.find("\"schedules\"", at + 1))
+    ++scenarios;
   REQUIRE(scenarios >= 30);
   REQUIRE(findings >= 15);
   std::ifstream html_in(std::string(dir) + "/report/report.html");
@@ -107,7 +110,9 @@ TEST_CASE("the demo's own report renders with a row per scenario and a picture p
   const std::string rows = dom.substr(body, dom.find("</tbody>", body) - body);
   size_t row_count = 0, pictures = 0;
   for (size_t at = rows.find("<tr"); at != std::string::npos; at = rows.find("<tr", at + 1)) ++row_count;
-  for (size_t at = dom.find("finding-picture"); at != std::string::npos; at = dom.find("finding-picture", at + 1)) ++pictures;
+  for (size_t at = dom.find("finding-picture"); at != std::string::npos;
+       at = dom.find("finding-picture", at + 1))
+    ++pictures;
   REQUIRE(row_count == scenarios);
   REQUIRE(pictures >= findings);  // the CSS names the class too; every finding has one picture
 }

@@ -142,14 +142,17 @@ TEST_CASE("JSON says why a report stopped, which scenario was cut short, and eac
   reports::Report r = sample_report();
   r.scenarios[0].determinism = reports::DeterminismData{12, true, ""};
   r.scenarios[1].complete = false;
-  r.scenarios[1].determinism = reports::DeterminismData{200, false, "run 3 (seed 3): trace digest 1, then 2 on the rerun"};
+  r.scenarios[1].determinism =
+      reports::DeterminismData{200, false, "run 3 (seed 3): trace digest 1, then 2 on the rerun"};
   auto j = nlohmann::json::parse(reports::to_json(r));
   REQUIRE(j["stopped"] == "interrupted");
   REQUIRE(j["scenarios"][0]["complete"] == true);
-  REQUIRE(j["scenarios"][0]["determinism"] == nlohmann::json({{"runs", 12}, {"matched", true}, {"mismatch", ""}}));
+  REQUIRE(j["scenarios"][0]["determinism"] ==
+          nlohmann::json({{"runs", 12}, {"matched", true}, {"mismatch", ""}}));
   REQUIRE(j["scenarios"][1]["complete"] == false);
   REQUIRE(j["scenarios"][1]["determinism"]["matched"] == false);
-  REQUIRE(j["scenarios"][1]["determinism"]["mismatch"] == "run 3 (seed 3): trace digest 1, then 2 on the rerun");
+  REQUIRE(j["scenarios"][1]["determinism"]["mismatch"] ==
+          "run 3 (seed 3): trace digest 1, then 2 on the rerun");
   REQUIRE(j["scenarios"][2]["determinism"].is_null());  // not checked
   // The keys added within version 1 come after the ones a version-1 reader already knows.
   const auto ordered = nlohmann::ordered_json::parse(reports::to_json(r));
@@ -166,9 +169,13 @@ TEST_CASE("JSON says why a report stopped, which scenario was cut short, and eac
   REQUIRE(nlohmann::json::parse(reports::to_json(r))["stopped"].is_null());
 
   const std::string md = reports::to_markdown(r);
-  REQUIRE_THAT(md, Catch::Contains("Determinism: 12 schedules rerun with the same seeds: every trace digest and finding repeated"));
+  REQUIRE_THAT(
+      md,
+      Catch::Contains(
+          "Determinism: 12 schedules rerun with the same seeds: every trace digest and finding repeated"));
   REQUIRE_THAT(md, Catch::Contains("**Stopped early:** after 200 schedules"));
-  REQUIRE_THAT(md, Catch::Contains("**Nondeterministic:** 200 schedules rerun with the same seeds: run 3 (seed 3)"));
+  REQUIRE_THAT(
+      md, Catch::Contains("**Nondeterministic:** 200 schedules rerun with the same seeds: run 3 (seed 3)"));
   const std::string html = reports::to_html(r);
   REQUIRE(count(html, "<p class=\"determinism\" data-matched=\"true\">") == 1);
   REQUIRE(count(html, "<p class=\"determinism\" data-matched=\"false\">") == 1);
@@ -333,7 +340,8 @@ TEST_CASE("a race far apart in a long run still draws a bounded picture", "[repo
   reports::Report r = sample_report();
   core::TraceLog& log = r.scenarios[0].finding_traces[0];
   log.slices.clear();
-  for (int step = 0; step < 40000; ++step) log.slices.push_back({0, 1 + step % 2, step, 1, "op", "kernel", 0});
+  for (int step = 0; step < 40000; ++step)
+    log.slices.push_back({0, 1 + step % 2, step, 1, "op", "kernel", 0});
   auto& d = std::get<core::RaceDetail>(r.scenarios[0].findings[0].detail);
   d.first.step = 100;
   d.second.step = 20100;

@@ -4,8 +4,8 @@
 #include <optional>
 #include <variant>
 
-#include "run/scenario_run.hpp"
 #include "run/gpu_runs.hpp"
+#include "run/scenario_run.hpp"
 
 using namespace shardcheck;
 
@@ -17,9 +17,11 @@ run::LoadedScenario load(const std::string& rel) {
 }
 }  // namespace
 
-TEST_CASE("race sites: the earlier-issued access of each race, nothing from fixed programs", "[cli][gpu-replay]") {
-  const auto sites = run::race_sites({load("trace/reuse-race.yaml"), load("trace/reuse-fix-record-stream.yaml"),
-                                      load("trace/cross-stream-read-race.yaml")});
+TEST_CASE("race sites: the earlier-issued access of each race, nothing from fixed programs",
+          "[cli][gpu-replay]") {
+  const auto sites =
+      run::race_sites({load("trace/reuse-race.yaml"), load("trace/reuse-fix-record-stream.yaml"),
+                       load("trace/cross-stream-read-race.yaml")});
   REQUIRE(sites.size() == 2);
   // The reduce-scatter reads the block that the next allocation writes.
   CHECK(sites[0].rank == 0);
@@ -30,7 +32,9 @@ TEST_CASE("race sites: the earlier-issued access of each race, nothing from fixe
   // hardware the write is the one to hold back.
   CHECK(sites[1].stream == "side");
   CHECK(sites[1].op == "kernel 'produce'");
-  REQUIRE(run::race_sites({load("trace/reuse-fix-record-stream.yaml"), load("trace/reuse-fix-alloc-on-rs.yaml")}).empty());
+  REQUIRE(
+      run::race_sites({load("trace/reuse-fix-record-stream.yaml"), load("trace/reuse-fix-alloc-on-rs.yaml")})
+          .empty());
 }
 
 // The catalog's main-grad race, derived here rather than copied from a run. The operation
@@ -43,7 +47,8 @@ TEST_CASE("race sites: the earlier-issued access of each race, nothing from fixe
 // accumulation is the earlier-issued access. Which schedules race is the scheduler's choice:
 // the seed and rank are those of the first of the scenario's schedules (seeds 1..8) that
 // races, found by running each seed on its own.
-TEST_CASE("race sites: the catalog's main-grad race is the accumulation on the RS stream", "[cli][gpu-replay]") {
+TEST_CASE("race sites: the catalog's main-grad race is the accumulation on the RS stream",
+          "[cli][gpu-replay]") {
   const auto s = load("catalog/main-grad-alloc-default-stream.yaml");
   const core::ModelLayout& model = *s.training->setup.model;
   const core::Mesh& mesh = *s.training->setup.mesh;

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <functional>
 
+#include "core/check/training_judge.hpp"
 #include "core/train/reference.hpp"
 #include "core/train/trainer.hpp"
-#include "core/check/training_judge.hpp"
 #include "sim/oracle.hpp"
 #include "sim/world.hpp"
 

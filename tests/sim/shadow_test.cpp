@@ -33,7 +33,8 @@ TEST_CASE("unordered write after read conflicts, ordered one does not", "[sim][s
   REQUIRE(out.empty());
 }
 
-TEST_CASE("reads of the same participant never conflict and reads do not conflict with reads", "[sim][shadow]") {
+TEST_CASE("reads of the same participant never conflict and reads do not conflict with reads",
+          "[sim][shadow]") {
   Shadow s;
   std::vector<Shadow::Conflict> out;
   s.access(0, 64, {1, 1, 1, 0}, Access::write, clock_with(3, {{1, 1}}), out);

@@ -11,7 +11,8 @@ using namespace shardcheck;
 namespace {
 std::vector<std::string> trace_files() {
   std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace")) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace")) {
     if (e.path().extension() == ".yaml") files.push_back(e.path().string());
   }
   std::sort(files.begin(), files.end());
@@ -74,7 +75,8 @@ TEST_CASE("the upstream race names both accesses, both lifetimes and the fixes",
 }
 
 TEST_CASE("a deadlock reports the cycle through both ranks", "[sim][scenarios]") {
-  auto s = run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/cross-group-deadlock.yaml");
+  auto s =
+      run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/cross-group-deadlock.yaml");
   REQUIRE(s.ok());
   const auto out = run::run_scenario(*s, {});
   REQUIRE(out.explored.findings.size() == 1);
@@ -86,7 +88,8 @@ TEST_CASE("a deadlock reports the cycle through both ranks", "[sim][scenarios]")
 }
 
 TEST_CASE("a mismatch stops the run without a second, spurious deadlock finding", "[sim][scenarios]") {
-  auto s = run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/collective-mismatch.yaml");
+  auto s =
+      run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/collective-mismatch.yaml");
   REQUIRE(s.ok());
   const auto out = run::run_scenario(*s, {});
   REQUIRE(out.explored.findings.size() == 1);

@@ -8,12 +8,12 @@
 #include <cmath>
 #include <filesystem>
 
-#include "run/scenario_run.hpp"
 #include "core/base/byte_codec.hpp"
-#include "core/strategies/fsdp_engine.hpp"
 #include "core/check/training_judge.hpp"
+#include "core/strategies/fsdp_engine.hpp"
 #include "core/train/reference.hpp"
 #include "core/train/trainer.hpp"
+#include "run/scenario_run.hpp"
 #include "sim/oracle.hpp"
 #include "sim/world.hpp"
 
@@ -59,13 +59,15 @@ Outcome train(const core::TrainingConfig& c, std::vector<core::Axis> axes, uint6
   sim::TrainingOracle oracle(w, setup, &ref);
   Outcome out;
   out.ranks.resize(o.ranks);
-  out.run = w.run([&](core::Runtime& rt) { return core::train_rank(rt, setup, &oracle, &out.ranks[rt.rank()]); });
+  out.run =
+      w.run([&](core::Runtime& rt) { return core::train_rank(rt, setup, &oracle, &out.ranks[rt.rank()]); });
   out.findings = out.run.findings;
   for (auto& f : oracle.judge()) out.findings.push_back(f);
   // Every caller expects the run to finish: "no findings" from a run that stopped early (an
   // error, a deadlock, a step budget) would judge fewer steps than configured, or none. So
   // the run must complete and the oracle must have judged exactly c.steps steps.
-  INFO(core::to_string(c.strategy) << " on " << mesh->describe() << ": " << out.run.error << "\n" << kinds(out.findings));
+  INFO(core::to_string(c.strategy) << " on " << mesh->describe() << ": " << out.run.error << "\n"
+                                   << kinds(out.findings));
   REQUIRE(out.run.completed);
   REQUIRE(oracle.steps_completed() == c.steps);
   return out;
@@ -74,7 +76,8 @@ Outcome train(const core::TrainingConfig& c, std::vector<core::Axis> axes, uint6
 }  // namespace
 
 TEST_CASE("every 1-D strategy and DistOpt match the reference bit for bit on dp 1 to 8", "[sim][training]") {
-  for (Strategy s : {Strategy::no_shard, Strategy::optim, Strategy::optim_grads, Strategy::optim_grads_params, Strategy::distopt}) {
+  for (Strategy s : {Strategy::no_shard, Strategy::optim, Strategy::optim_grads, Strategy::optim_grads_params,
+                     Strategy::distopt}) {
     for (int dp : {1, 2, 3, 4, 8}) {
       const Outcome o = train(config(s), {{"dp", dp}});
       INFO(core::to_string(s) << " dp=" << dp << "\n" << kinds(o.findings) << o.run.error);
@@ -97,11 +100,14 @@ TEST_CASE("hsdp and hfsdp match the reference bit for bit on 2-D meshes", "[sim]
 }
 
 TEST_CASE("pipelines (pp 2, pp 4, vpp 2) match the reference bit for bit", "[sim][training]") {
-  for (Strategy s : {Strategy::no_shard, Strategy::optim, Strategy::optim_grads, Strategy::optim_grads_params, Strategy::distopt}) {
-    for (const auto& axes : {std::vector<core::Axis>{{"pp", 2}, {"dp", 2}}, std::vector<core::Axis>{{"pp", 4}, {"dp", 2}},
-                             std::vector<core::Axis>{{"pp", 2}, {"dp", 2}, {"vpp", 2}}}) {
+  for (Strategy s : {Strategy::no_shard, Strategy::optim, Strategy::optim_grads, Strategy::optim_grads_params,
+                     Strategy::distopt}) {
+    for (const auto& axes :
+         {std::vector<core::Axis>{{"pp", 2}, {"dp", 2}}, std::vector<core::Axis>{{"pp", 4}, {"dp", 2}},
+          std::vector<core::Axis>{{"pp", 2}, {"dp", 2}, {"vpp", 2}}}) {
       const Outcome o = train(config(s), axes);
-      INFO(core::to_string(s) << " " << core::Mesh::create(axes).value().describe() << "\n" << kinds(o.findings) << o.run.error);
+      INFO(core::to_string(s) << " " << core::Mesh::create(axes).value().describe() << "\n"
+                              << kinds(o.findings) << o.run.error);
       REQUIRE(o.run.completed);
       REQUIRE(o.findings.empty());
     }
@@ -117,14 +123,16 @@ TEST_CASE("one unified communication stream works as well as separate AG and RS 
   for (Strategy s : {Strategy::optim_grads_params, Strategy::hfsdp, Strategy::distopt}) {
     core::TrainingConfig c = config(s);
     c.unified_comm = true;
-    const Outcome o = s == Strategy::hfsdp ? train(c, {{"dp_outer", 2}, {"dp_inner", 2}}) : train(c, {{"pp", 2}, {"dp", 2}});
+    const Outcome o = s == Strategy::hfsdp ? train(c, {{"dp_outer", 2}, {"dp_inner", 2}})
+                                           : train(c, {{"pp", 2}, {"dp", 2}});
     INFO(core::to_string(s) << "\n" << kinds(o.findings));
     REQUIRE(o.run.completed);
     REQUIRE(o.findings.empty());
   }
 }
 
-TEST_CASE("exact-mode agreement is not vacuous: gradients are mostly nonzero on the grid", "[sim][training]") {
+TEST_CASE("exact-mode agreement is not vacuous: gradients are mostly nonzero on the grid",
+          "[sim][training]") {
   const core::TrainingConfig c = config(Strategy::optim);
   const core::ReferenceResult ref = core::run_reference(c, 2);
   int64_t nonzero = 0, total = 0;
@@ -135,7 +143,8 @@ TEST_CASE("exact-mode agreement is not vacuous: gradients are mostly nonzero on 
   REQUIRE(ref.steps[0].main[0] != ref.steps[1].main[0]);  // the weights move
 }
 
-TEST_CASE("mixed precision stays within tolerance and the loss falls toward the entropy rate", "[sim][training]") {
+TEST_CASE("mixed precision stays within tolerance and the loss falls toward the entropy rate",
+          "[sim][training]") {
   core::TrainingConfig c = config(Strategy::optim_grads_params, false);
   c.steps = 6;
   c.optimizer.lr = 1e-2;
@@ -160,7 +169,8 @@ TEST_CASE("the tied-embedding norm reproduces the upstream 5 vs 7.071", "[sim][t
     auto mesh = std::make_shared<const core::Mesh>(core::Mesh::create({{"pp", 2}, {"dp", 2}}).value());
     const core::TrainingSetup setup = core::make_training_setup(c, mesh).value();
     std::vector<std::vector<float>> grads;
-    for (int l = 0; l < setup.model->num_logical(); ++l) grads.emplace_back(core::numel(setup.model->logical_shape(l)), 0.0f);
+    for (int l = 0; l < setup.model->num_logical(); ++l)
+      grads.emplace_back(core::numel(setup.model->logical_shape(l)), 0.0f);
     grads[0][5] = 3.0f;
     grads[0][40 * 16 + 3] = 4.0f;
     sim::Options o;
@@ -180,7 +190,8 @@ TEST_CASE("the tied-embedding norm reproduces the upstream 5 vs 7.071", "[sim][t
       co_await engine.setup();
       co_await engine.load_gradients(grads);
       co_await engine.compute_norm();
-      co_await rt.download(engine.norm_value(), env.streams.compute, {reinterpret_cast<std::byte*>(&norms[rt.rank()]), 8});
+      co_await rt.download(engine.norm_value(), env.streams.compute,
+                           {reinterpret_cast<std::byte*>(&norms[rt.rank()]), 8});
     });
     REQUIRE(r.completed);
     for (double n : norms) REQUIRE(n == Approx(mutated ? std::sqrt(50.0) : 5.0).epsilon(1e-12));
@@ -190,14 +201,17 @@ TEST_CASE("the tied-embedding norm reproduces the upstream 5 vs 7.071", "[sim][t
 TEST_CASE("every catalog scenario meets its expectation and every mutation has one", "[sim][catalog]") {
   std::set<std::string> mutations;
   int buggy = 0, fixed = 0;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/catalog")) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/catalog")) {
     auto s = run::load_scenario(e.path().string());
     REQUIRE(s.ok());
     REQUIRE_FALSE(s->description.empty());
-    for (auto m : s->training->scenario.config.mutations.list()) mutations.insert(std::string(core::to_string(m)));
+    for (auto m : s->training->scenario.config.mutations.list())
+      mutations.insert(std::string(core::to_string(m)));
     (s->expect.findings.empty() ? fixed : buggy)++;
     const run::ScenarioOutcome out = run::run_scenario(*s, {});
-    INFO(e.path().string() << ": found " << core::kinds_to_string(out.judged.found) << " " << out.explored.error);
+    INFO(e.path().string() << ": found " << core::kinds_to_string(out.judged.found) << " "
+                           << out.explored.error);
     REQUIRE(out.explored.error.empty());
     REQUIRE(out.judged.met);
   }
@@ -206,7 +220,8 @@ TEST_CASE("every catalog scenario meets its expectation and every mutation has o
   REQUIRE(fixed == core::kMutations);
 }
 
-TEST_CASE("a judge handed every rank's bytes judges as the judge that saw them (how MPI launches gather)", "[sim][training]") {
+TEST_CASE("a judge handed every rank's bytes judges as the judge that saw them (how MPI launches gather)",
+          "[sim][training]") {
   core::TrainingConfig c = config(Strategy::optim);
   c.mutations.add(core::Mutation::grad_divisor_on_running_sum);
   auto mesh = std::make_shared<const core::Mesh>(core::Mesh::data_parallel(2));
@@ -217,7 +232,9 @@ TEST_CASE("a judge handed every rank's bytes judges as the judge that saw them (
   sim::World w(o);
   sim::TrainingOracle seen(w, setup, &ref);
   std::vector<core::RankResult> ranks(2);
-  REQUIRE(w.run([&](core::Runtime& rt) { return core::train_rank(rt, setup, &seen, &ranks[rt.rank()]); }).completed);
+  REQUIRE(w.run([&](core::Runtime& rt) {
+             return core::train_rank(rt, setup, &seen, &ranks[rt.rank()]);
+           }).completed);
   core::DownloadingJudge told(setup, &ref);
   told.import_rank(seen.export_rank(0));
   REQUIRE(told.steps_completed() == 0);  // rank 1 is still missing

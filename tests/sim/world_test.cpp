@@ -126,12 +126,14 @@ TEST_CASE("undefined bytes propagate through collectives and copies to the consu
     } else {
       REQUIRE(r.findings.size() == 1);
       REQUIRE(r.findings[0].kind == core::FindingKind::uninitialized_read);
-      REQUIRE_THAT(r.findings[0].summary, Catch::Contains("kernel 'consume' reads 32 never-written bytes of 'copy'"));
+      REQUIRE_THAT(r.findings[0].summary,
+                   Catch::Contains("kernel 'consume' reads 32 never-written bytes of 'copy'"));
     }
   }
 }
 
-TEST_CASE("stream-ordered: same-stream reuse is immediate and safe, other streams need ordering", "[sim][allocator]") {
+TEST_CASE("stream-ordered: same-stream reuse is immediate and safe, other streams need ordering",
+          "[sim][allocator]") {
   sim::Options o;
   o.allocator = sim::AllocatorModel::stream_ordered;
   sim::World w(o);
@@ -217,8 +219,8 @@ TEST_CASE("a replay's Chrome trace has ranks, streams, slices and the race's flo
   auto slice_at = [&](const core::AccessSite& a) {
     int found = 0;
     for (const auto& e : json["traceEvents"]) {
-      found += e["ph"] == "X" && e["pid"] == a.rank && e["tid"] == tid_of(a.rank, a.stream) && e["ts"] == a.step &&
-               e["args"]["op"] == a.op_id;
+      found += e["ph"] == "X" && e["pid"] == a.rank && e["tid"] == tid_of(a.rank, a.stream) &&
+               e["ts"] == a.step && e["args"]["op"] == a.op_id;
     }
     return found;
   };
