@@ -5,48 +5,12 @@
 #include <type_traits>
 
 #include "core/kernels/kernels.hpp"
+#include "core/kernels/cpu/cpu_kernels.hpp"
 #include "core/base/overloaded.hpp"
 #include "core/base/rng.hpp"
 #include "core/base/status.hpp"
 
 namespace shardcheck::core {
-
-// The grid roundings and TinyLM kernels live in kernels_model.cpp: one check and one CPU
-// execution per kernel, which the two std::visit calls below dispatch to by parameter type.
-namespace model_kernels {
-std::string check(const KernelCall& c, const kernel::RoundBf16& k);
-std::string check(const KernelCall& c, const kernel::RoundToGrid& k);
-std::string check(const KernelCall& c, const kernel::EmbeddingForward& k);
-std::string check(const KernelCall& c, const kernel::EmbeddingBackward& k);
-std::string check(const KernelCall& c, const kernel::LayerNormForward& k);
-std::string check(const KernelCall& c, const kernel::LayerNormBackward& k);
-std::string check(const KernelCall& c, const kernel::Gemm& k);
-std::string check(const KernelCall& c, const kernel::BiasAdd& k);
-std::string check(const KernelCall& c, const kernel::BiasGrad& k);
-std::string check(const KernelCall& c, const kernel::GeluForward& k);
-std::string check(const KernelCall& c, const kernel::GeluBackward& k);
-std::string check(const KernelCall& c, const kernel::SoftmaxCrossEntropy& k);
-std::string check(const KernelCall& c, const kernel::Adam& k);
-std::string check(const KernelCall& c, const kernel::Sgd& k);
-std::string check(const KernelCall& c, const kernel::SumSquares& k);
-std::string check(const KernelCall& c, const kernel::ClipCoef& k);
-void execute(const KernelCall& c, const kernel::RoundBf16& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::RoundToGrid& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::EmbeddingForward& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::EmbeddingBackward& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::LayerNormForward& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::LayerNormBackward& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::Gemm& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::BiasAdd& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::BiasGrad& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::GeluForward& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::GeluBackward& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::SoftmaxCrossEntropy& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::Adam& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::Sgd& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::SumSquares& k, MemoryView& mem);
-void execute(const KernelCall& c, const kernel::ClipCoef& k, MemoryView& mem);
-}  // namespace model_kernels
 
 namespace {
 
@@ -279,7 +243,7 @@ std::string check_kernel(const KernelCall& c) {
             if (e.empty() && d.divisor == 0.0) e = "kernel '" + c.name + "' divides by zero";
             return e.empty() ? expect_same_numel(c) : e;
           },
-          [&](const auto& k) { return model_kernels::check(c, k); },
+          [&](const auto& k) { return cpu::check(c, k); },
       },
       c.params);
 }
@@ -305,7 +269,7 @@ void execute_cpu(const KernelCall& c, MemoryView& mem) {
                  [&](const kernel::Divide& k) {
                    run([&](auto a, auto) { return a / static_cast<decltype(a)>(k.divisor); });
                  },
-                 [&](const auto& k) { model_kernels::execute(c, k, mem); },
+                 [&](const auto& k) { cpu::execute(c, k, mem); },
              },
              c.params);
 }
