@@ -23,6 +23,18 @@
 namespace shardcheck::core::cpu {
 
 // elementwise.cpp (gpu/elementwise.cu)
+std::string check(const KernelCall& c, const kernel::Opaque& k);
+void execute(const KernelCall& c, const kernel::Opaque& k, MemoryView& mem);
+std::string check(const KernelCall& c, const kernel::Fill& k);
+void execute(const KernelCall& c, const kernel::Fill& k, MemoryView& mem);
+std::string check(const KernelCall& c, const kernel::Copy& k);
+void execute(const KernelCall& c, const kernel::Copy& k, MemoryView& mem);
+std::string check(const KernelCall& c, const kernel::Add& k);
+void execute(const KernelCall& c, const kernel::Add& k, MemoryView& mem);
+std::string check(const KernelCall& c, const kernel::Scale& k);
+void execute(const KernelCall& c, const kernel::Scale& k, MemoryView& mem);
+std::string check(const KernelCall& c, const kernel::Divide& k);
+void execute(const KernelCall& c, const kernel::Divide& k, MemoryView& mem);
 std::string check(const KernelCall& c, const kernel::RoundBf16& k);
 void execute(const KernelCall& c, const kernel::RoundBf16& k, MemoryView& mem);
 std::string check(const KernelCall& c, const kernel::RoundToGrid& k);

@@ -1,5 +1,5 @@
 // The CPU reference's tensor loads and stores (operands.hpp): fp32 widening of f32 and bf16,
-// rounding once when stored, id validation and f64 scalars.
+// rounding once when stored, id validation and f64 scalars; and kernels.hpp's element access.
 #include "core/kernels/cpu/operands.hpp"
 
 #include <cstring>
@@ -62,3 +62,10 @@ double load_scalar(MemoryView& mem, const TensorRef& t) {
 void store_scalar(MemoryView& mem, const TensorRef& t, double v) { std::memcpy(mem.data(t), &v, 8); }
 
 }  // namespace shardcheck::core::cpu
+
+namespace shardcheck::core {
+
+double load_element(const std::byte* base, DType t, int64_t i) { return cpu::load<double>(base, t, i); }
+void store_element(std::byte* base, DType t, int64_t i, double v) { cpu::store<double>(base, t, i, v); }
+
+}  // namespace shardcheck::core

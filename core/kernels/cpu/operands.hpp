@@ -1,11 +1,12 @@
-// How the CPU reference reads and writes tensors: whole float tensors widened to fp32 scratch
-// vectors (Floats) and rounded to their dtype once when stored, token ids with corrupted ones
-// marked, and f64 scalars. Every layer file in this folder computes on these copies.
+// How the CPU reference reads and writes tensors: single elements of any dtype, whole float
+// tensors widened to fp32 scratch vectors (Floats) and rounded to their dtype once when stored,
+// token ids with corrupted ones marked, and f64 scalars.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <utility>
@@ -14,6 +15,34 @@
 #include "core/kernels/kernels.hpp"
 
 namespace shardcheck::core::cpu {
+
+// ---- Elements: one element of any dtype, widened to the compute type C or rounded from it.
+// The elementwise kernels compute through these, and so do load_element and store_element.
+
+template <class C>
+C load(const std::byte* base, DType t, int64_t i) {
+  switch (t) {
+    case DType::f32: { float v; std::memcpy(&v, base + 4 * i, 4); return static_cast<C>(v); }
+    case DType::bf16: { uint16_t h; std::memcpy(&h, base + 2 * i, 2); return static_cast<C>(from_bf16(h)); }
+    case DType::f64: { double v; std::memcpy(&v, base + 8 * i, 8); return static_cast<C>(v); }
+    case DType::i32: { int32_t v; std::memcpy(&v, base + 4 * i, 4); return static_cast<C>(v); }
+    case DType::i64: { int64_t v; std::memcpy(&v, base + 8 * i, 8); return static_cast<C>(v); }
+    case DType::u8: return static_cast<C>(static_cast<uint8_t>(base[i]));
+  }
+  return C{};
+}
+
+template <class C>
+void store(std::byte* base, DType t, int64_t i, C v) {
+  switch (t) {
+    case DType::f32: { float f = static_cast<float>(v); std::memcpy(base + 4 * i, &f, 4); return; }
+    case DType::bf16: { uint16_t h = to_bf16(static_cast<float>(v)); std::memcpy(base + 2 * i, &h, 2); return; }
+    case DType::f64: { double d = static_cast<double>(v); std::memcpy(base + 8 * i, &d, 8); return; }
+    case DType::i32: { int32_t x = static_cast<int32_t>(v); std::memcpy(base + 4 * i, &x, 4); return; }
+    case DType::i64: { int64_t x = static_cast<int64_t>(v); std::memcpy(base + 8 * i, &x, 8); return; }
+    case DType::u8: base[i] = static_cast<std::byte>(static_cast<uint8_t>(v)); return;
+  }
+}
 
 // ---- Scratch vectors: the fp32 copies of a kernel's operands and results, one call long.
 //
