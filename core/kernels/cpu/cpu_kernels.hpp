@@ -8,12 +8,14 @@
 //
 // Numerics, which a GPU port must reproduce: every input is widened to fp32 (bf16 exactly)
 // into a scratch vector, arithmetic is fp32 in the loop orders kernels.hpp gives, and each
-// output is rounded to its dtype once, when stored. All inputs are read before any output is
-// written, so in-place calls (Adam, Sgd, y == x) see their inputs as they were. The build
-// forbids FMA contraction (-ffp-contract=off); nothing in this folder calls std::fma. sqrt and the
-// divisions are correctly rounded IEEE operations, so a GPU port matches them bit for bit
-// (no rsqrt, no fast division); std::tanh, std::exp and std::log come from libm (tanhf,
-// expf, logf), so a GPU port of GELU and softmax is compared with a tolerance.
+// output is rounded to its dtype once, when stored; Fill, Copy, Add, Scale and Divide instead
+// take any dtype and go element by element in float, or in double when an operand is f64. All
+// inputs are read before any output is written, so in-place calls (Adam, Sgd, y == x) see their
+// inputs as they were. The build forbids FMA contraction (-ffp-contract=off); nothing in this
+// folder calls std::fma. sqrt and the divisions are correctly rounded IEEE operations, so a GPU
+// port matches them bit for bit (no rsqrt, no fast division); std::tanh, std::exp and std::log
+// come from libm (tanhf, expf, logf), so a GPU port of GELU and softmax is compared with a
+// tolerance.
 #pragma once
 
 #include <string>
