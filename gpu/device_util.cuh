@@ -1,5 +1,5 @@
 // Device-side helpers shared by the .cu files (CUDA-only: never include this from a .cpp):
-// dtype loads and stores that widen and round exactly like core/kernels/kernels.cpp's load/store,
+// dtype loads and stores that widen and round exactly like core/kernels/cpu/operands.hpp's load/store,
 // core::to_bf16's round-to-nearest-even, and launch geometry.
 // Arithmetic note: the library is compiled with -fmad=false (see CMakeLists.txt), so `a * b
 // + c` is two rounded operations, as in the CPU reference. Kernels that must match the CPU

@@ -1,6 +1,6 @@
 // Elementwise kernels (Fill, Copy, Add, Scale, Divide, RoundBf16, RoundToGrid), BiasAdd, and
-// the Opaque kernels' byte pattern. Each matches its CPU twin in core/kernels/kernels.cpp or
-// core/kernels/kernels_model.cpp bit for bit; tests/gpu/kernels_test.cpp checks that.
+// the Opaque kernels' byte pattern. Each matches its CPU twin in core/kernels/cpu/elementwise.cpp
+// bit for bit; tests/gpu/kernels_test.cpp checks that.
 //   gpu::launch_scale(in, out, 0.5, stream);   // out[i] = in[i] * 0.5
 // Fill/Copy/Add/Scale/Divide take operands of any dtype and compute in float, or in double
 // when any operand is f64 (as core::execute_cpu does); the others take f32 or bf16.

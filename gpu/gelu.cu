@@ -1,5 +1,5 @@
 // GELU through the shared elementwise map: the same constants and evaluation order as
-// core/kernels/kernels_model.cpp, with CUDA's tanhf in place of libm's.
+// core/kernels/cpu/gelu.cpp, with CUDA's tanhf in place of libm's.
 #include "gpu/device_util.cuh"
 #include "gpu/gelu.hpp"
 

@@ -7,7 +7,7 @@
 
 namespace shardcheck::gpu {
 
-// The CPU reference's constants (core/kernels/kernels_model.cpp, execute(Adam)), expression for
+// The CPU reference's constants (core/kernels/cpu/optimizer.cpp, execute(Adam)), expression for
 // expression: each is computed in double and cast to float once.
 AdamConstants adam_constants(const core::kernel::Adam& k) {
   const double step = static_cast<double>(k.step);

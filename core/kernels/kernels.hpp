@@ -1,6 +1,6 @@
 // Kernel calls: what a kernel computes (its parameters), which element ranges it reads and
 // writes, and on which stream. Every backend executes the same closed set of kernels: the
-// simulator with the CPU reference in kernels.cpp and kernels_model.cpp, the GPU backend with
+// simulator with the CPU reference in cpu/ (a file per layer, as in gpu/), the GPU backend with
 // CUDA kernels tested against that reference. Builders keep call sites short:
 //   rt.launch(kernels::scale(stream, grad, grad, 0.25));   // grad *= 0.25
 // Kernels marked elementwise propagate uninitialized bytes position by position (like

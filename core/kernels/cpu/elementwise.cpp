@@ -1,0 +1,211 @@
+// Elementwise kernels, the CPU twin of gpu/elementwise.cu: fill, copy, add, scale, divide,
+// round_bf16, round_to_grid, bias_add and the opaque pattern. Each output element comes from
+// its own inputs alone, with no sums and so no order to keep; the GPU kernels give the same bits.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/base/rng.hpp"
+#include "core/kernels/cpu/arg_check.hpp"
+#include "core/kernels/cpu/cpu_kernels.hpp"
+#include "core/kernels/cpu/operands.hpp"
+
+namespace shardcheck::core::cpu {
+
+namespace {
+
+std::string expect_counts(const KernelCall& c, size_t reads, size_t writes) {
+  if (c.reads.size() != reads || c.writes.size() != writes) {
+    return "kernel '" + c.name + "' takes " + std::to_string(reads) + " inputs and " +
+           std::to_string(writes) + " outputs";
+  }
+  return "";
+}
+
+std::string expect_same_numel(const KernelCall& c) {
+  for (const auto* list : {&c.reads, &c.writes}) {
+    for (const TensorRef& t : *list) {
+      if (t.numel != c.writes[0].numel) {
+        return "kernel '" + c.name + "': elementwise operands differ in length";
+      }
+    }
+  }
+  return "";
+}
+
+bool any_f64(const KernelCall& c) {
+  for (const auto& t : c.reads)
+    if (t.dtype == DType::f64) return true;
+  for (const auto& t : c.writes)
+    if (t.dtype == DType::f64) return true;
+  return false;
+}
+
+// The all-f32 case, which is most of the work: no per-element dtype dispatch.
+template <class F>
+bool elementwise_f32(const KernelCall& c, MemoryView& mem, F f) {
+  if (c.writes[0].dtype != DType::f32) return false;
+  for (const TensorRef& r : c.reads) {
+    if (r.dtype != DType::f32) return false;
+  }
+  std::byte* out = mem.data(c.writes[0]);
+  const std::byte* a = c.reads.size() > 0 ? mem.data(c.reads[0]) : nullptr;
+  const std::byte* b = c.reads.size() > 1 ? mem.data(c.reads[1]) : nullptr;
+  const int64_t n = c.writes[0].numel;
+  for (int64_t i = 0; i < n; ++i) {
+    float x = 0, y = 0;
+    if (a) std::memcpy(&x, a + 4 * i, 4);
+    if (b) std::memcpy(&y, b + 4 * i, 4);
+    const float r = f(x, y);
+    std::memcpy(out + 4 * i, &r, 4);
+  }
+  return true;
+}
+
+// Applies f elementwise: out[i] = f(in0[i], in1[i], ...), computing in type C.
+template <class C, class F>
+void elementwise(const KernelCall& c, MemoryView& mem, F f) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (elementwise_f32(c, mem, f)) return;
+  }
+  std::byte* out = mem.data(c.writes[0]);
+  std::vector<const std::byte*> in;
+  for (const TensorRef& r : c.reads) in.push_back(mem.data(r));
+  const int64_t n = c.writes[0].numel;
+  for (int64_t i = 0; i < n; ++i) {
+    C a = in.size() > 0 ? load<C>(in[0], c.reads[0].dtype, i) : C{};
+    C b = in.size() > 1 ? load<C>(in[1], c.reads[1].dtype, i) : C{};
+    store<C>(out, c.writes[0].dtype, i, f(a, b));
+  }
+}
+
+// Opaque kernels write a pattern that identifies the writer, so a race that lets another
+// lifetime's data through shows up as wrong bytes, not only as a finding.
+// The pattern is a run of little-endian 32-bit words, each a float in [1, 2): whatever
+// dtype a program later reads the bytes as, sums of them stay finite, so two backends agree
+// bit for bit (NaN payloads would not).
+void opaque_pattern(const KernelCall& c, MemoryView& mem) {
+  uint32_t h = static_cast<uint32_t>(fnv1a(c.name));
+  for (const TensorRef& w : c.writes) {
+    std::byte* p = mem.data(w);
+    for (int64_t i = 0; i < w.bytes(); ++i) {
+      const uint32_t word = 0x3f800000u | ((h + static_cast<uint32_t>(i / 4) * 0x9e3779b9u) & 0x7fffffu);
+      p[i] = static_cast<std::byte>((word >> ((i % 4) * 8)) & 0xff);
+    }
+  }
+}
+
+// Fill, Copy, Add, Scale and Divide compute in float for f32/bf16 operands and in double when
+// any operand is f64, as the CUDA kernels do, so the two backends agree bit for bit.
+template <class F>
+void elementwise_any(const KernelCall& c, MemoryView& mem, F f) {
+  if (any_f64(c)) {
+    elementwise<double>(c, mem, f);
+  } else {
+    elementwise<float>(c, mem, f);
+  }
+}
+
+}  // namespace
+
+std::string check(const KernelCall&, const kernel::Opaque&) { return std::string(); }
+
+void execute(const KernelCall& c, const kernel::Opaque&, MemoryView& mem) { opaque_pattern(c, mem); }
+
+std::string check(const KernelCall& c, const kernel::Fill&) { return expect_counts(c, 0, 1); }
+
+void execute(const KernelCall& c, const kernel::Fill& k, MemoryView& mem) {
+  elementwise_any(c, mem, [&](auto a, auto) { return static_cast<decltype(a)>(k.value); });
+}
+
+std::string check(const KernelCall& c, const kernel::Copy&) {
+  auto e = expect_counts(c, 1, 1);
+  return e.empty() ? expect_same_numel(c) : e;
+}
+
+void execute(const KernelCall& c, const kernel::Copy&, MemoryView& mem) {
+  elementwise_any(c, mem, [](auto a, auto) { return a; });
+}
+
+std::string check(const KernelCall& c, const kernel::Add&) {
+  auto e = expect_counts(c, 2, 1);
+  return e.empty() ? expect_same_numel(c) : e;
+}
+
+void execute(const KernelCall& c, const kernel::Add&, MemoryView& mem) {
+  elementwise_any(c, mem, [](auto a, auto b) { return a + b; });
+}
+
+std::string check(const KernelCall& c, const kernel::Scale&) {
+  auto e = expect_counts(c, 1, 1);
+  return e.empty() ? expect_same_numel(c) : e;
+}
+
+void execute(const KernelCall& c, const kernel::Scale& k, MemoryView& mem) {
+  elementwise_any(c, mem, [&](auto a, auto) { return a * static_cast<decltype(a)>(k.factor); });
+}
+
+std::string check(const KernelCall& c, const kernel::Divide& d) {
+  auto e = expect_counts(c, 1, 1);
+  if (e.empty() && d.divisor == 0.0) e = "kernel '" + c.name + "' divides by zero";
+  return e.empty() ? expect_same_numel(c) : e;
+}
+
+void execute(const KernelCall& c, const kernel::Divide& k, MemoryView& mem) {
+  elementwise_any(c, mem, [&](auto a, auto) { return a / static_cast<decltype(a)>(k.divisor); });
+}
+
+std::string check(const KernelCall& c, const kernel::RoundBf16&) {
+  ArgCheck a(c);
+  a.counts(1, 1).write(0, "out", Kind::floating, len(c.writes, 0), "any");
+  return a.read(0, "in", Kind::floating, len(c.writes, 0), "the output's length").message();
+}
+
+void execute(const KernelCall& c, const kernel::RoundBf16&, MemoryView& mem) {
+  Floats v = load_floats(mem, c.reads[0]);
+  for (float& x : v) x = round_bf16(x);
+  store_floats(mem, c.writes[0], v);
+}
+
+std::string check(const KernelCall& c, const kernel::RoundToGrid& k) {
+  ArgCheck a(c);
+  a.counts(1, 1).require(k.q > 0 && std::isfinite(k.q), "the grid step q must be positive and finite");
+  a.require(k.limit >= 0 && std::isfinite(k.limit), "limit must be non-negative and finite");
+  a.write(0, "out", Kind::floating, len(c.writes, 0), "any");
+  return a.read(0, "in", Kind::floating, len(c.writes, 0), "the output's length").message();
+}
+
+// y = (float)(q * nearbyint(clamp((double)x / q, -limit, limit))): rounds half to even in the
+// default rounding mode. NaN stays NaN; infinities clamp to the limit.
+void execute(const KernelCall& c, const kernel::RoundToGrid& k, MemoryView& mem) {
+  Floats v = load_floats(mem, c.reads[0]);
+  for (float& x : v) {
+    const double units = std::clamp(static_cast<double>(x) / k.q, -k.limit, k.limit);
+    x = static_cast<float>(k.q * std::nearbyint(units));
+  }
+  store_floats(mem, c.writes[0], v);
+}
+
+std::string check(const KernelCall& c, const kernel::BiasAdd& k) {
+  ArgCheck a(c);
+  const int64_t nc = numel_of({k.rows, k.cols});
+  a.counts(2, 1).require(nc >= 0, "rows and cols must be non-negative");
+  a.read(0, "x", Kind::floating, nc, "N x C").read(1, "bias", Kind::floating, k.cols, "C");
+  return a.write(0, "y", Kind::floating, nc, "N x C").message();
+}
+
+void execute(const KernelCall& c, const kernel::BiasAdd& k, MemoryView& mem) {
+  Floats y = load_floats(mem, c.reads[0]);
+  const Floats bias = load_floats(mem, c.reads[1]);
+  const size_t rows = static_cast<size_t>(k.rows), cols = static_cast<size_t>(k.cols);
+  for (size_t n = 0; n < rows; ++n) {
+    for (size_t j = 0; j < cols; ++j) y[n * cols + j] += bias[j];
+  }
+  store_floats(mem, c.writes[0], y);
+}
+
+}  // namespace shardcheck::core::cpu
