@@ -150,7 +150,14 @@ PropertyResult drive(const Property& p, const SuiteOptions& o, rc::Gen<Case> gen
   const rc::detail::Property prop = rc::detail::toProperty([&] {
     Case c = *gen;
     if constexpr (std::is_same_v<Case, TrainingCase>) {
-      if (mutation) c.config.mutations.add(*mutation);
+      if (mutation) {
+        // A case the seed bug cannot change says nothing about catching it, and the loader
+        // would refuse its scenario file: draw another (shrinking never moves onto one).
+        if (!core::mutation_unmet_need(*mutation, c.config, *c.mesh(), "this case").empty()) {
+          rc_result(rc::detail::CaseResult::Type::Discard, "the seed bug cannot change this case");
+        }
+        c.config.mutations.add(*mutation);
+      }
     }
     evaluate(run, c, check, o);
   });

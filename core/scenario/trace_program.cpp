@@ -77,6 +77,9 @@ Task<> run_trace_program(Runtime& rt, const TraceScenario& s) {
       case TraceStep::Kind::sync_device:
         co_await rt.sync_device();
         break;
+      case TraceStep::Kind::sync_event:
+        co_await rt.sync_event(names.event(rt, t.event));
+        break;
       case TraceStep::Kind::send:
         co_await rt.send(P2PCall{t.peer, stream, ref(t.input, DType::u8), t.tag, ""});
         break;

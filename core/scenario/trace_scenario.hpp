@@ -53,6 +53,7 @@ struct TraceStep {
     record_stream,
     sync,
     sync_device,
+    sync_event,
     send,
     recv,
     collective,
@@ -64,7 +65,7 @@ struct TraceStep {
   int64_t bytes = 0;                     // alloc
   std::string stream;                    // alloc (default stream when empty), kernel, wait, record, ...
   std::string for_stream;                // wait
-  std::string event;                     // record, wait_event
+  std::string event;                     // record, wait_event, sync_event
   std::string name;                      // kernel
   std::vector<RangeSpec> reads, writes;  // kernel
   CollectiveKind op = CollectiveKind::all_reduce;

@@ -199,6 +199,7 @@ class Parser {
       auto mu = parse_mutation(name);
       if (!mu) y_.fail(item, "unknown mutation '" + name + "' (see `shardcheck list`)");
       m.add(*mu);
+      mutation_nodes_.emplace_back(*mu, item);
     }
   }
 
@@ -218,7 +219,8 @@ class Parser {
       y_.fail(model, "unknown allocator '" + s.allocator + "'");
   }
 
-  // Cross-field checks: the mesh fits the strategy, the model fits the pipeline.
+  // Cross-field checks: the mesh fits the strategy, the model fits the pipeline, and every
+  // mutation can change what this run does.
   void check(const YAML::Node& root, const TrainingScenario& s) {
     const Mesh& m = *s.mesh;
     const TrainingConfig& c = s.config;
@@ -244,13 +246,15 @@ class Parser {
           root["microbatches"] ? root["microbatches"] : root,
           "interleaved pipelining needs microbatches to be a multiple of pp (" + std::to_string(pp) + ")");
     }
-    if (c.mutations.has(Mutation::vpp_separate_contexts) && vpp < 2) {
-      y_.fail(root["mutations"], "vpp_separate_contexts needs a mesh with vpp >= 2");
+    // A mutation that cannot change this run would let it report clean for a bug it never had.
+    for (const auto& [mu, node] : mutation_nodes_) {
+      if (const std::string why = mutation_unmet_need(mu, c, m); !why.empty()) y_.fail(node, why);
     }
   }
 
   const YamlReader& y_;
   YAML::Node strategy_node_;
+  std::vector<std::pair<Mutation, YAML::Node>> mutation_nodes_;  // each entry of `mutations:`
 };
 
 }  // namespace

@@ -81,14 +81,18 @@ SourceLoc YamlReader::key_loc(const YAML::Node& map, const std::string& key) con
 
 void YamlReader::keys(const YAML::Node& m, std::initializer_list<const char*> allowed,
                       const char* what) const {
+  keys(m, std::vector<std::string>(allowed.begin(), allowed.end()), what);
+}
+
+void YamlReader::keys(const YAML::Node& m, const std::vector<std::string>& allowed, const char* what) const {
   for (auto it = m.begin(); it != m.end(); ++it) {
     if (!it->first.IsScalar()) fail(it->first, std::string("keys of ") + what + " are names");
     const std::string& k = it->first.Scalar();
     bool ok = false;
     std::string list;
-    for (const char* a : allowed) {
+    for (const std::string& a : allowed) {
       ok |= k == a;
-      list += (list.empty() ? "" : ", ") + std::string(a);
+      list += (list.empty() ? "" : ", ") + a;
     }
     if (!ok) fail(it->first, "unknown key '" + k + "' in " + what + " (expected one of: " + list + ")");
   }

@@ -47,6 +47,7 @@ class YamlReader {
   [[noreturn]] void fail_at(const SourceLoc& at, const std::string& message) const;
 
   void keys(const YAML::Node& map, std::initializer_list<const char*> allowed, const char* what) const;
+  void keys(const YAML::Node& map, const std::vector<std::string>& allowed, const char* what) const;
   void require(const YAML::Node& map, const char* key, const char* what) const;
   YAML::Node map(const YAML::Node& n, const char* what) const;
   YAML::Node seq(const YAML::Node& n, const char* what) const;

@@ -84,7 +84,17 @@ TEST_CASE("bad trace scenarios are rejected at their line and column", "[core][s
        "bad.yaml:21:51: buffer 'g' is used after it was freed on rank 0"},
       {"on: [0]", "on: [5]", "bad.yaml:14:10: on is 5; it must be between 0 and 1"},
       {"to: 1", "to: 0", "rank 0 cannot send to or receive from itself"},
-      {"event: e}\n  - sync", "event: f}\n  - sync", "event 'f' is not recorded before this wait"},
+      {"to: 1, buffer", "on: [0], to: 1, buffer",
+       "bad.yaml:13:12: `on:` is given twice, here and beside the operation (line 14, column 5); give it "
+       "once"},
+      {"from: 0, buffer: s, stream: rs}\n    on: [1]", "from: 0, buffer: s, stream: rs, on: [2]}",
+       "bad.yaml:15:49: on is 2; it must be between 0 and 1"},
+      {"from: 0, buffer: s, stream: rs}\n    on: [1]", "from: 0, buffer: s, stream: rs, on: [1, 1]}",
+       "bad.yaml:15:52: rank 1 appears twice in `on:`"},
+      {"from: 0, buffer: s, stream: rs}\n    on: [1]", "from: 0, buffer: s, stream: rs, on: 1}",
+       "bad.yaml:15:48: on must be a list, not '1'"},
+      {"to: 1, buffer", "tow: 1, buffer",
+       "unknown key 'tow' in send (expected one of: to, buffer, stream, tag, on)"},
       {"op: reduce_scatter", "op: reduce_scatterr", "unknown collective 'reduce_scatterr'"},
       {"output: s, reduce: avg", "output: g, reduce: avg",
        "input 4096 bytes and output 4096 bytes do not fit"},
@@ -92,6 +102,15 @@ TEST_CASE("bad trace scenarios are rejected at their line and column", "[core][s
       {"policy: pct", "policy: fifo", "unknown schedule policy 'fifo'"},
       {"model: caching", "model: buddy", "unknown allocator 'buddy'"},
       {"  - sync: device", "  - synch: device", "bad.yaml:19:5: unknown step 'synch'"},
+      {"  - sync: device", "  - sync: {stream: rs, event: e}",
+       "bad.yaml:19:11: sync waits for a stream or for an event, not both"},
+      {"  - sync: device", "  - sync: {}", "bad.yaml:19:11: sync needs 'stream:' or 'event:'"},
+      {"  - sync: device", "  - sync: host",
+       "bad.yaml:19:11: sync takes {stream: NAME}, {event: NAME} or the word device"},
+      {"  - sync: device", "  - sync: {event: [e]}",
+       "bad.yaml:19:19: event must be a name or string, not a list"},
+      {"  - sync: device", "  - sync: {event: e, colour: red}",
+       "bad.yaml:19:22: unknown key 'colour' in sync (expected one of: stream, event, on)"},
       {"kind: trace", "kind: training_wheels", "expected 'kind: trace'"},
       {"{buffer: g, bytes: 4096, stream: compute}",
        "{buffer: g, bytes: 4096, stream: compute}\n  - alloc: {buffer: g, bytes: 8, stream: rs}",
@@ -216,4 +235,61 @@ TEST_CASE("steps with on: run on their ranks in any order of the list", "[core][
   REQUIRE(s->runs_on(s->program[0], 0));
   REQUIRE_FALSE(s->runs_on(s->program[0], 1));
   REQUIRE(s->runs_on(s->program[0], 2));
+}
+
+TEST_CASE("on: may be written inside the operation's map as well as beside it", "[core][scenario]") {
+  // The form a new user tried first; it used to be rejected with "unknown key 'on'".
+  std::string text = scenario_with(
+      3,
+      "  - alloc: {buffer: g, bytes: 64, on: [2, 0]}\n"
+      "  - collective: {op: all_reduce, group: all, stream: a, input: g, output: g, on: [0, 2]}\n"
+      "  - sync: {stream: a, on: [1]}\n"
+      "  - free: {buffer: g, on: [0, 2]}\n");
+  text.replace(text.find("program:"), 8, "groups: {all: [0, 2]}\nprogram:");
+  auto t = parse_trace_scenario(text, "on.yaml");
+  INFO((t.ok() ? "" : t.error().message()));
+  REQUIRE(t.ok());
+  REQUIRE(t->program[0].on == std::vector<int>{0, 2});
+  REQUIRE(t->program[1].on == std::vector<int>{0, 2});
+  REQUIRE(t->program[2].on == std::vector<int>{1});
+  REQUIRE(t->program[2].stream == "a");
+  REQUIRE(t->program[3].on == std::vector<int>{0, 2});
+}
+
+TEST_CASE("a wait on an event with no record yet loads, as CUDA runs it", "[core][scenario]") {
+  // cudaStreamWaitEvent on an event without a record does nothing, and a record after the
+  // wait does not reach back to it: the race that follows is the finding, not bad input.
+  const char* programs[] = {
+      "  - wait_event: {stream: a, event: never}\n",                                 // never recorded
+      "  - wait_event: {stream: a, event: e}\n  - record: {event: e, stream: b}\n",  // recorded later
+      ("  - record: {event: e, stream: b}\n  - wait_event: {stream: a, event: e}\n"
+       "  - record: {event: e, stream: b}\n"),  // recorded again
+      "  - record: {event: e, stream: b}\n    on: [1]\n  - wait_event: {stream: a, event: e}\n",  // on
+                                                                                                  // another
+                                                                                                  // rank only
+  };
+  for (const char* p : programs) {
+    std::string text = scenario_with(2, p);
+    text.replace(text.find("streams: [a]"), 12, "streams: [a, b]");
+    auto s = parse_trace_scenario(text, "w.yaml");
+    INFO(p << (s.ok() ? "" : s.error().message()));
+    REQUIRE(s.ok());
+  }
+}
+
+TEST_CASE("sync with an event is the host waiting for that event", "[core][scenario]") {
+  auto s = parse_trace_scenario(
+      scenario_with(1,
+                    "  - record: {event: done, stream: a}\n  - sync: {event: done}\n"
+                    "  - sync: {event: never}\n  - sync: {stream: a}\n  - sync: device\n"),
+      "s.yaml");
+  INFO((s.ok() ? "" : s.error().message()));
+  REQUIRE(s.ok());
+  REQUIRE(s->program[1].kind == TraceStep::Kind::sync_event);
+  REQUIRE(s->program[1].event == "done");
+  REQUIRE(s->program[1].stream.empty());
+  REQUIRE(s->program[2].kind == TraceStep::Kind::sync_event);  // never recorded: a no-op, as in CUDA
+  REQUIRE(s->program[3].kind == TraceStep::Kind::sync);
+  REQUIRE(s->program[3].stream == "a");
+  REQUIRE(s->program[4].kind == TraceStep::Kind::sync_device);
 }

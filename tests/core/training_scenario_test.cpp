@@ -8,21 +8,22 @@ using namespace shardcheck::core;
 
 namespace {
 const char* kGood = R"(kind: training
-name: zero1-first-step-race
-mesh: {dp: 4}
+name: zero1-interleaved-race
+mesh: {pp: 2, dp: 2, vpp: 2}
 model: {vocab: 64, hidden: 16, layers: 4, seq: 8, tied_embeddings: true}
 data: {source: markov, order: 1, seed: 7}
 strategy: optim
-precision: {param: bf16, main: fp32, grad: fp32}
+precision: {exact: true}
 microbatches: 4
 micro_batch_size: 2
 steps: 3
 optimizer: {kind: adam, lr: 1.0e-3, betas: [0.9, 0.95], eps: 1.0e-8, clip_grad: 1.0}
 streams: {unified_comm: false}
+allocator: {model: caching, reuse: earliest}
 mutations: [main_grad_alloc_default_stream]
-schedule: {policy: pct, depth: 3, seed: 1, runs: 200}
+schedule: {policy: pct, depth: 3, seed: 1, runs: 20}
 reference: single_rank
-expect: {findings: [stream_race]}
+expect: {findings: [stream_race], allow: [numerics_divergence]}
 )";
 
 std::string error_of(const std::string& from, const std::string& to) {
@@ -42,10 +43,12 @@ TEST_CASE("the DESIGN training example loads", "[core][scenario]") {
   REQUIRE(s.ok());
   REQUIRE(s->mesh->world_size() == 4);
   REQUIRE(s->config.strategy == Strategy::optim);
-  REQUIRE(s->config.precision.param == DType::bf16);
+  REQUIRE(s->config.precision.exact);
+  REQUIRE(s->config.precision.param == DType::f32);
+  REQUIRE(s->reuse == "earliest");
   REQUIRE(s->config.optimizer.beta2 == 0.95);
   REQUIRE(s->config.mutations.has(Mutation::main_grad_alloc_default_stream));
-  REQUIRE(s->schedule.runs == 200);
+  REQUIRE(s->schedule.runs == 20);
   REQUIRE(s->config.divisor() == 4);
 }
 
@@ -57,23 +60,25 @@ TEST_CASE("bad training scenarios are rejected at their line and column", "[core
   };
   const Case cases[] = {
       {"strategy: optim", "strategy: zero4", "t.yaml:6:11: unknown strategy 'zero4'"},
-      {"mesh: {dp: 4}", "mesh: {tp: 4}", "t.yaml:3:7: unknown mesh axis 'tp'"},
-      {"mesh: {dp: 4}", "mesh: {dp: 0}", "t.yaml:3:12: a mesh axis size is 0"},
+      {"mesh: {pp: 2, dp: 2, vpp: 2}", "mesh: {tp: 4}", "t.yaml:3:7: unknown mesh axis 'tp'"},
+      {"mesh: {pp: 2, dp: 2, vpp: 2}", "mesh: {dp: 0}", "t.yaml:3:12: a mesh axis size is 0"},
       {"[main_grad_alloc_default_stream]", "[main_grad_alloc_on_mars]",
-       "t.yaml:13:13: unknown mutation 'main_grad_alloc_on_mars'"},
+       "t.yaml:14:13: unknown mutation 'main_grad_alloc_on_mars'"},
       {"lr: 1.0e-3", "lr: fast", "t.yaml:11:29: lr must be a number, not 'fast'"},
       {"lr: 1.0e-3", "lr: -1", "optimizer.lr must be positive"},
       {"betas: [0.9, 0.95]", "betas: [0.9]", "optimizer.betas has two values"},
-      {"param: bf16", "param: fp8", "precision.param is fp32 or bf16, not 'fp8'"},
+      {"{exact: true}", "{exact: true, param: fp8}", "precision.param is fp32 or bf16, not 'fp8'"},
       {"layers: 4", "layers: 0", "model.layers is 0"},
       {"strategy: optim", "strategy: hsdp", "hsdp needs a mesh with dp_outer and dp_inner"},
-      {"mesh: {dp: 4}", "mesh: {pp: 8, dp: 1}", "model has 4 layers but the pipeline has 8 virtual stages"},
-      {"mesh: {dp: 4}", "mesh: {pp: 2, dp: 1, vpp: 2}\nmicrobatches_x: 1", "unknown key 'microbatches_x'"},
+      {"mesh: {pp: 2, dp: 2, vpp: 2}", "mesh: {pp: 8, dp: 1}",
+       "model has 4 layers but the pipeline has 8 virtual stages"},
+      {"mesh: {pp: 2, dp: 2, vpp: 2}", "mesh: {pp: 2, dp: 1, vpp: 2}\nmicrobatches_x: 1",
+       "unknown key 'microbatches_x'"},
       {"microbatches: 4", "microbatches: 3\nmesh_: 1", "unknown key 'mesh_'"},
       {"steps: 3", "steps: 100000", "steps is 100000; it must be between 1 and 10000"},
-      {"mesh: {dp: 4}", "mesh: {pp: 2}",
+      {"mesh: {pp: 2, dp: 2, vpp: 2}", "mesh: {pp: 2}",
        "t.yaml:3:7: optim needs a 'dp' axis in the mesh (dp: 1 for a single data-parallel rank)"},
-      {"mesh: {dp: 4}", "mesh: {}", "t.yaml:3:7: optim needs a 'dp' axis"},
+      {"mesh: {pp: 2, dp: 2, vpp: 2}", "mesh: {}", "t.yaml:3:7: optim needs a 'dp' axis"},
       {"kind: training", "kind: trace", "expected 'kind: training'"},
   };
   for (const Case& c : cases) {
@@ -86,13 +91,141 @@ TEST_CASE("bad training scenarios are rejected at their line and column", "[core
 
 TEST_CASE("interleaving and the vpp mutation check the pipeline shape", "[core][scenario]") {
   std::string text = kGood;
-  text.replace(text.find("mesh: {dp: 4}"), 13, "mesh: {pp: 2, dp: 2, vpp: 2}");
   text.replace(text.find("microbatches: 4"), 15, "microbatches: 3");
   REQUIRE_THAT(parse_training_scenario(text, "t.yaml").error().message(), Catch::Contains("multiple of pp"));
   std::string t2 = kGood;
   t2.replace(t2.find("[main_grad_alloc_default_stream]"), 32, "[vpp_separate_contexts]");
-  REQUIRE_THAT(parse_training_scenario(t2, "t.yaml").error().message(),
-               Catch::Contains("needs a mesh with vpp >= 2"));
+  t2.replace(t2.find("mesh: {pp: 2, dp: 2, vpp: 2}"), 28, "mesh: {pp: 2, dp: 2}");
+  REQUIRE_THAT(
+      parse_training_scenario(t2, "t.yaml").error().message(),
+      Catch::Contains("t.yaml:14:13: mutation 'vpp_separate_contexts' needs vpp >= 2 (this file: vpp 1)"));
+}
+
+namespace {
+// kGood with `edits` applied in order (each: the first occurrence of `from` becomes `to`).
+std::string edited(std::initializer_list<std::pair<const char*, const char*>> edits) {
+  std::string text = kGood;
+  for (const auto& [from, to] : edits) {
+    const size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, std::string(from).size(), to);
+  }
+  return text;
+}
+}  // namespace
+
+TEST_CASE("every mutation loads where it can change the run", "[core][scenario][mutations]") {
+  // ZeRO-1, interleaved over two stages, two dp ranks, a tied embedding, four microbatches:
+  // every seed bug of the catalog changes this run, so all nine load together.
+  auto s = parse_training_scenario(
+      edited({{"[main_grad_alloc_default_stream]",
+               "[main_grad_alloc_default_stream, post_step_sync_set_order, "
+               "stale_model_weight_after_step, tied_grad_norm_double_count, "
+               "pp_embedding_allreduce_raw_shards, vpp_separate_contexts, "
+               "zero1_missing_no_sync, grad_divisor_on_running_sum, no_initial_broadcast]"}}),
+      "t.yaml");
+  INFO((s.ok() ? "" : s.error().message()));
+  REQUIRE(s.ok());
+  REQUIRE(s->config.mutations.list().size() == kMutations);
+  // The places that are easy to get wrong: bf16 model weights make stale weights possible on
+  // ZeRO-3, and HFSDP gathers (and shards) on dp_outer.
+  const std::string accepted[] = {
+      edited({{"[main_grad_alloc_default_stream]", "[stale_model_weight_after_step]"},
+              {"strategy: optim", "strategy: optim_grads_params"},
+              {"{exact: true}", "{exact: true, param: bf16}"}}),
+      edited({{"[main_grad_alloc_default_stream]", "[post_step_sync_set_order]"},
+              {"strategy: optim", "strategy: hfsdp"},
+              {"dp: 2, vpp", "dp_outer: 2, dp_inner: 1, vpp"}}),
+      edited({{"[main_grad_alloc_default_stream]", "[pp_embedding_allreduce_raw_shards]"},
+              {"strategy: optim", "strategy: hfsdp"},
+              {"dp: 2, vpp", "dp_outer: 2, dp_inner: 1, vpp"}}),
+      edited({{"[main_grad_alloc_default_stream]", "[main_grad_alloc_default_stream]"},
+              {"strategy: optim", "strategy: hfsdp"},
+              {"dp: 2, vpp", "dp_outer: 2, dp_inner: 2, vpp"}}),
+      edited({{"[main_grad_alloc_default_stream]", "[tied_grad_norm_double_count, no_initial_broadcast]"},
+              {"strategy: optim", "strategy: distopt"}}),
+  };
+  for (const std::string& text : accepted) {
+    auto a = parse_training_scenario(text, "t.yaml");
+    INFO(text << (a.ok() ? "" : a.error().message()));
+    REQUIRE(a.ok());
+  }
+}
+
+TEST_CASE("a mutation that cannot change the run is refused at its entry, naming what it needs",
+          "[core][scenario][mutations]") {
+  struct Case {
+    std::initializer_list<std::pair<const char*, const char*>> edits;
+    const char* says;
+  };
+  const char* mg = "[main_grad_alloc_default_stream]";
+  const Case cases[] = {
+      {{{mg, "[post_step_sync_set_order]"},
+        {"strategy: optim", "strategy: hsdp"},
+        {"dp: 2, vpp", "dp_outer: 2, dp_inner: 2, vpp"}},
+       "t.yaml:14:13: mutation 'post_step_sync_set_order' needs strategy optim, optim_grads or hfsdp (this "
+       "file: hsdp)"},
+      {{{mg, "[post_step_sync_set_order]"}, {"strategy: optim", "strategy: optim_grads_params"}},
+       "needs strategy optim, optim_grads or hfsdp (this file: optim_grads_params)"},
+      {{{mg, "[post_step_sync_set_order]"}, {"dp: 2, vpp", "dp: 1, vpp"}},
+       "t.yaml:14:13: mutation 'post_step_sync_set_order' needs at least 2 ranks on dp, where optim gathers "
+       "the main weights "
+       "into the model weights (this file: dp 1)"},
+      {{{mg, "[post_step_sync_set_order]"},
+        {"strategy: optim", "strategy: hfsdp"},
+        {"dp: 2, vpp", "dp_outer: 1, dp_inner: 2, vpp"}},
+       "needs at least 2 ranks on dp_outer, where hfsdp gathers the main weights into the model weights "
+       "(this file: dp_outer 1)"},
+      {{{mg, "[main_grad_alloc_default_stream]"}, {"strategy: optim", "strategy: optim_grads_params"}},
+       "t.yaml:14:13: mutation 'main_grad_alloc_default_stream' needs strategy optim or hfsdp (this file: "
+       "optim_grads_params)"},
+      {{{"mesh: {pp: 2, dp: 2, vpp: 2}", "mesh: {pp: 2, dp: 2}"}},
+       "mutation 'main_grad_alloc_default_stream' needs vpp >= 2 (this file: vpp 1)"},
+      {{{mg, "[stale_model_weight_after_step]"},
+        {"strategy: optim", "strategy: hsdp"},
+        {"dp: 2, vpp", "dp_outer: 2, dp_inner: 2, vpp"}},
+       "mutation 'stale_model_weight_after_step' needs strategy optim, optim_grads or hfsdp, or bf16 model "
+       "weights "
+       "(precision.param: bf16) with no_shard, optim_grads_params or hsdp (this file: hsdp with fp32 model "
+       "weights)"},
+      {{{mg, "[stale_model_weight_after_step]"}, {"strategy: optim", "strategy: distopt"}},
+       "(this file: distopt)"},
+      {{{mg, "[tied_grad_norm_double_count]"}, {"mesh: {pp: 2, dp: 2, vpp: 2}", "mesh: {dp: 4}"}},
+       "mutation 'tied_grad_norm_double_count' needs pp >= 2 (this file: pp 1)"},
+      {{{mg, "[tied_grad_norm_double_count]"}, {"tied_embeddings: true", "tied_embeddings: false"}},
+       "mutation 'tied_grad_norm_double_count' needs model.tied_embeddings: true (this file: false)"},
+      {{{mg, "[pp_embedding_allreduce_raw_shards]"}, {"strategy: optim", "strategy: no_shard"}},
+       "needs strategy optim, optim_grads, optim_grads_params, hsdp or hfsdp (this file: no_shard)"},
+      {{{mg, "[pp_embedding_allreduce_raw_shards]"},
+        {"strategy: optim", "strategy: hsdp"},
+        {"dp: 2, vpp", "dp_outer: 2, dp_inner: 1, vpp"}},
+       "needs at least 2 ranks on dp_inner, where hsdp shards the main weights (this file: dp_inner 1)"},
+      {{{mg, "[vpp_separate_contexts]"}, {"strategy: optim", "strategy: distopt"}},
+       "mutation 'vpp_separate_contexts' needs strategy no_shard, optim, optim_grads, optim_grads_params, "
+       "hsdp or hfsdp (this file: distopt)"},
+      {{{mg, "[zero1_missing_no_sync]"}, {"strategy: optim", "strategy: optim_grads"}},
+       "mutation 'zero1_missing_no_sync' needs strategy no_shard, optim, hsdp or hfsdp (this file: "
+       "optim_grads)"},
+      {{{mg, "[zero1_missing_no_sync]"},
+        {"mesh: {pp: 2, dp: 2, vpp: 2}", "mesh: {dp: 2}"},
+        {"microbatches: 4", "microbatches: 1"}},
+       "mutation 'zero1_missing_no_sync' needs microbatches >= 2 (this file: microbatches 1)"},
+      {{{mg, "[grad_divisor_on_running_sum]"}, {"steps: 3", "steps: 3\ngradient_divisor: 1"}},
+       "t.yaml:15:13: mutation 'grad_divisor_on_running_sum' needs a gradient divisor other than 1 (this "
+       "file: gradient_divisor 1)"},
+      // The entry is named where several are listed, and the reason follows the need.
+      {{{mg, "[no_initial_broadcast,\n  tied_grad_norm_double_count]"},
+        {"mesh: {pp: 2, dp: 2, vpp: 2}", "mesh: {dp: 4}"}},
+       "t.yaml:15:3: mutation 'tied_grad_norm_double_count' needs pp >= 2 (this file: pp 1): only a last "
+       "pipeline stage holds"},
+  };
+  for (const Case& c : cases) {
+    auto s = parse_training_scenario(edited(c.edits), "t.yaml");
+    REQUIRE_FALSE(s.ok());
+    INFO(s.error().message());
+    REQUIRE_THAT(s.error().message(), Catch::Contains(c.says));
+    REQUIRE_THAT(s.error().message(), Catch::StartsWith("t.yaml:"));
+  }
 }
 
 TEST_CASE("training scenarios past a memory limit are rejected with the limit named",
@@ -124,6 +257,8 @@ TEST_CASE("the reference's history bounds parameters times steps, unless there i
   std::string text = kGood;
   text.replace(text.find("model: {vocab: 64, hidden: 16, layers: 4, seq: 8, tied_embeddings: true}"), 72,
                "model: {vocab: 65536, hidden: 1024, layers: 1, seq: 8}");
+  text.replace(text.find("mesh: {pp: 2, dp: 2, vpp: 2}"), 28, "mesh: {dp: 4}");
+  text.replace(text.find("[main_grad_alloc_default_stream]"), 32, "[]");
   text.replace(text.find("steps: 3"), 8, "steps: 5");
   auto s = parse_training_scenario(text, "t.yaml");
   REQUIRE_FALSE(s.ok());

@@ -278,6 +278,34 @@ TEST_CASE("long runs grow past the small space, bounded runs do not", "[properti
   CHECK(grown.world <= 32);
 }
 
+// A seed bug is forced only on the cases it can change (core::mutation_unmet_need), so no case
+// passes because the bug was never there and every saved case loads. Would fail if the suite
+// forced a mutation on every generated case again.
+TEST_CASE("a seed bug is forced only on cases it can change", "[properties][mutations]") {
+  for (core::Mutation m :
+       {core::Mutation::tied_grad_norm_double_count, core::Mutation::post_step_sync_set_order}) {
+    int cases = 0;
+    std::vector<std::string> wrong;  // cases the mutation was forced on but cannot change
+    properties::Property p;
+    p.name = "record";
+    p.check_training = [&](const properties::TrainingCase& c) {
+      ++cases;
+      const bool tied_pipeline = c.pp >= 2 && c.config.model.tied;
+      if (!c.config.mutations.has(m) || !core::mutation_unmet_need(m, c.config, *c.mesh()).empty() ||
+          (m == core::Mutation::tied_grad_norm_double_count && !tied_pipeline)) {
+        wrong.push_back(properties::describe(c));
+      }
+      return properties::Verdict::pass();
+    };
+    properties::SuiteOptions o = options(40, "forced");
+    o.mutation = m;
+    INFO(core::to_string(m));
+    REQUIRE(properties::check_property(p, o).status == PropertyResult::Status::passed);
+    REQUIRE(cases == 40);
+    REQUIRE(wrong.empty());
+  }
+}
+
 // Each seed bug, forced on, is caught by the property aimed at it, on a small budget (the
 // full score, every property per bug, is `shardcheck props --mutations`). Would fail if a
 // generator stopped covering the configuration a bug needs, or a property went blind.
