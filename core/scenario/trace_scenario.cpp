@@ -452,7 +452,7 @@ Expected<TraceScenario> load_trace_scenario(const std::string& path) {
   } catch (const LoadError& e) {
     return Error(e.what());
   } catch (const YAML::Exception& e) {
-    return Error(y.exception_loc(e).str() + ": " + e.msg);
+    return Error(YamlReader::error_text(y.exception_loc(e), e.msg));
   }
 }
 
@@ -463,7 +463,7 @@ Expected<TraceScenario> parse_trace_scenario(const std::string& text, const std:
   } catch (const LoadError& e) {
     return Error(e.what());
   } catch (const YAML::Exception& e) {
-    return Error(y.exception_loc(e).str() + ": " + e.msg);
+    return Error(YamlReader::error_text(y.exception_loc(e), e.msg));
   }
 }
 

@@ -245,7 +245,7 @@ Expected<TrainingScenario> load_training_scenario(const std::string& path) {
   } catch (const LoadError& e) {
     return Error(e.what());
   } catch (const YAML::Exception& e) {
-    return Error(y.exception_loc(e).str() + ": " + e.msg);
+    return Error(YamlReader::error_text(y.exception_loc(e), e.msg));
   }
 }
 
@@ -256,7 +256,7 @@ Expected<TrainingScenario> parse_training_scenario(const std::string& text, cons
   } catch (const LoadError& e) {
     return Error(e.what());
   } catch (const YAML::Exception& e) {
-    return Error(y.exception_loc(e).str() + ": " + e.msg);
+    return Error(YamlReader::error_text(y.exception_loc(e), e.msg));
   }
 }
 
