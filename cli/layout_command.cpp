@@ -78,7 +78,9 @@ Action add_layout_command(CLI::App& app) {
   auto args = std::make_shared<LayoutArgs>();
   CLI::App* cmd = app.add_subcommand("layout", "Show the global layout of a parameter group's flat buffer");
   cmd->add_option("--shapes", args->shapes, "Tensor shapes, comma-separated, dims joined by x (5x4,2x6,3)")->required();
-  cmd->add_option("--ranks", args->ranks, "Number of ranks D sharing the buffer")->required();
+  cmd->add_option("--ranks", args->ranks, "Number of ranks D sharing the buffer")
+      ->required()
+      ->transform(in_range(1, core::GlobalLayout::kMaxRanks));
   cmd->add_flag("--json", args->json, "Print JSON instead of tables");
   return [args]() -> int {
     if (args->ranks < 1 || args->ranks > core::GlobalLayout::kMaxRanks) {

@@ -139,9 +139,8 @@ Action add_props_command(CLI::App& app) {
   auto a = std::make_shared<PropsArgs>();
   CLI::App* cmd = app.add_subcommand(
       "props", "Property-test the sharding strategies (RapidCheck), or score the seed-bug mutations");
-  cmd->add_option("--cases", a->cases, "Cases per property (default 100)")->check(CLI::PositiveNumber);
-  cmd->add_option("--seed", a->seed, "Seed of the generated cases (default 1)")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--cases", a->cases, "Cases per property (default 100)")->transform(in_range(1, INT32_MAX));
+  cmd->add_option("--seed", a->seed, "Seed of the generated cases (default 1)")->transform(in_range(0, INT64_MAX));
   cmd->add_option("--only", a->only, "Run one property (see properties/README.md)");
   cmd->add_flag("--mutations", a->mutations, "Run the suite once per seed bug and print the mutation score");
   cmd->add_option("--out", a->out, "Folder for counterexamples (written to DIR/props/; default out)");
