@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "core/base/text.hpp"
 #include "run/compare.hpp"
 #include "run/scenario.hpp"
 #include "run/gpu_runs.hpp"
@@ -86,16 +87,16 @@ void print_table(const CompareResult& r) {
 int run_compare(const CompareArgs& a) {
   auto s = load_scenario(a.file);
   if (!s) {
-    std::cerr << s.error().message() << "\n";
+    std::cerr << core::printable(s.error().message()) << "\n";
     return kBadInput;
   }
   if (!s->training) {
-    std::cerr << a.file << ":1:1: compare needs a training scenario (this one is kind: " << s->kind << ")\n";
+    std::cerr << core::printable(a.file) << ":1:1: compare needs a training scenario (this one is kind: " << s->kind << ")\n";
     return kBadInput;
   }
   const bool on_gpu = a.gpu.backend != "sim";
   if (a.against != "single_rank" && a.against != "distopt" && !(on_gpu && a.against == "sim")) {
-    std::cerr << "shardcheck compare: --against is single_rank or distopt" << (on_gpu ? " or sim" : "") << " (not '" << a.against << "')\n";
+    std::cerr << "shardcheck compare: --against is single_rank or distopt" << (on_gpu ? " or sim" : "") << " (not '" << core::printable(a.against) << "')\n";
     return kBadInput;
   }
   if (on_gpu) return compare_on_gpu(*s, a.gpu, a.against, a.steps);

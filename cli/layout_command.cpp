@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "core/base/text.hpp"
 #include "core/layout/layout.hpp"
 
 namespace shardcheck::cli {
@@ -90,7 +91,7 @@ Action add_layout_command(CLI::App& app) {
     }
     auto shapes = core::parse_shapes(args->shapes);
     if (!shapes) {
-      std::cerr << "shardcheck layout: --shapes: " << shapes.error().message() << "\n";
+      std::cerr << "shardcheck layout: --shapes: " << core::printable(shapes.error().message()) << "\n";
       return kBadInput;
     }
     auto layout = core::GlobalLayout::create(std::move(shapes).value(), args->ranks);

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "core/base/text.hpp"
 #include "properties/suite.hpp"
 
 namespace shardcheck::cli {
@@ -96,7 +97,7 @@ int run_mutations(const properties::SuiteOptions& o, const properties::Property*
 int replay(const PropsArgs& a) {
   const properties::ReplayResult r = properties::replay_scenario(a.replay, a.only);
   if (!r.error.empty()) {
-    std::cerr << r.error << "\n";
+    std::cerr << core::printable(r.error) << "\n";
     return kBadInput;
   }
   using K = properties::Verdict::Kind;
@@ -115,7 +116,7 @@ int props(const PropsArgs& a) {
   if (!a.only.empty()) {
     only = properties::find_property(a.only);
     if (!only) {
-      std::cerr << "shardcheck: unknown property '" << a.only << "'; properties:";
+      std::cerr << "shardcheck: unknown property '" << core::printable(a.only) << "'; properties:";
       for (const auto& p : properties::all_properties()) std::cerr << " " << p.name;
       std::cerr << "\n";
       return kBadInput;

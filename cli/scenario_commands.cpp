@@ -61,12 +61,12 @@ bool load_all(const std::vector<std::string>& files, const ScheduleArgs& a, std:
   for (const auto& f : files) {
     auto s = load_scenario(f);
     if (!s) {
-      std::cerr << s.error().message() << "\n";
+      std::cerr << core::printable(s.error().message()) << "\n";
       ok = false;
       continue;
     }
     if (auto opt = options_for(*s, overrides(a)); !opt) {
-      std::cerr << "shardcheck: " << opt.error().message() << "\n";
+      std::cerr << "shardcheck: " << core::printable(opt.error().message()) << "\n";
       ok = false;
       continue;
     }
@@ -169,7 +169,7 @@ int run_files(const RunArgs& a) {
   if (!load_all(a.files, a.schedule, scenarios)) return kBadInput;
   if (a.gpu.backend != "sim") {
     if (a.check_determinism) {
-      std::cerr << "shardcheck: --check-determinism reruns simulated schedules; it does not apply to --backend " << a.gpu.backend << "\n";
+      std::cerr << "shardcheck: --check-determinism reruns simulated schedules; it does not apply to --backend " << core::printable(a.gpu.backend) << "\n";
       return kBadInput;
     }
     return run_on_gpu(scenarios, a.gpu, a.schedule.runs > 0 ? a.schedule.runs : 1);
@@ -265,7 +265,7 @@ int replay_file(const ReplayArgs& a) {
   if (!a.trace.empty()) {
     r.log.title = s.name + " seed " + std::to_string(opt.seed);
     if (auto st = core::write_file_atomic(a.trace, reports::chrome_trace(r.log, r.result.findings)); !st) {
-      std::cerr << "shardcheck: " << st.message() << "\n";
+      std::cerr << "shardcheck: " << core::printable(st.message()) << "\n";
       return kBadInput;
     }
     std::cout << "trace written to " << a.trace << " (open it in https://ui.perfetto.dev)\n";

@@ -132,5 +132,12 @@ TEST_CASE("control characters in arguments are escaped in every error", "[cli][h
   const CommandResult value = run_shardcheck("layout --shapes 3 --ranks '1\x1b[2J'");
   REQUIRE(value.exit_code == 2);
   REQUIRE_THAT(value.err, Catch::Contains("--ranks: '1\\x1b[2J' is not a decimal integer"));
-  for (const auto* r : {&unknown, &option, &value}) REQUIRE(r->err.find('\x1b') == std::string::npos);
+  // Values a command reads itself, after parsing, come back escaped too.
+  const CommandResult shapes = run_shardcheck("layout --shapes '5x\x1b[2J' --ranks 1");
+  REQUIRE(shapes.exit_code == 2);
+  REQUIRE_THAT(shapes.err, Catch::Contains("dimension '\\x1b[2J' is not a positive integer"));
+  const CommandResult policy = run_shardcheck("run " + scenario("reuse-race.yaml") + " --policy '\x1b[2J'");
+  REQUIRE(policy.exit_code == 2);
+  REQUIRE_THAT(policy.err, Catch::Contains("unknown policy '\\x1b[2J'"));
+  for (const auto* r : {&unknown, &option, &value, &shapes, &policy}) REQUIRE(r->err.find('\x1b') == std::string::npos);
 }
