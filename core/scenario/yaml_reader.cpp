@@ -79,8 +79,15 @@ class StructureCheck : public YAML::EventHandler {
   }
   void OnDocumentEnd() override {}
   void OnNull(const YAML::Mark& m, YAML::anchor_t) override { node(m, nullptr); }
-  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { node(m, nullptr); }
-  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string& value) override { node(m, &value); }
+  // An alias of a scalar is that scalar as a key too: `&k a: 1` then `*k: 2` repeats 'a'.
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t anchor) override {
+    const auto it = scalar_anchors_.find(anchor);
+    node(m, it == scalar_anchors_.end() ? nullptr : &it->second);
+  }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t anchor, const std::string& value) override {
+    if (anchor != YAML::NullAnchor) scalar_anchors_[anchor] = value;
+    node(m, &value);
+  }
   void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
     node(m, nullptr);
     open(m, false);
@@ -129,6 +136,7 @@ class StructureCheck : public YAML::EventHandler {
   int max_depth_;
   int documents_ = 0;
   std::vector<Frame> frames_;
+  std::map<YAML::anchor_t, std::string> scalar_anchors_;
 };
 }  // namespace
 

@@ -139,5 +139,6 @@ TEST_CASE("control characters in arguments are escaped in every error", "[cli][h
   const CommandResult policy = run_shardcheck("run " + scenario("reuse-race.yaml") + " --policy '\x1b[2J'");
   REQUIRE(policy.exit_code == 2);
   REQUIRE_THAT(policy.err, Catch::Contains("unknown policy '\\x1b[2J'"));
-  for (const auto* r : {&unknown, &option, &value, &shapes, &policy}) REQUIRE(r->err.find('\x1b') == std::string::npos);
+  for (const auto* r : {&unknown, &option, &value, &shapes, &policy})
+    REQUIRE(r->err.find('\x1b') == std::string::npos);
 }

@@ -113,6 +113,8 @@ TEST_CASE("a key given twice is refused at the second, naming the first, in ever
   // Equal after unquoting is equal: yaml-cpp looks both up by the same string.
   REQUIRE_THAT(refused(with("ranks: 1\n", "ranks: 1\n\"ranks\": 2\n")),
                Catch::StartsWith("h.yaml:4:1: duplicate key 'ranks'"));
+  REQUIRE_THAT(refused(with("ranks: 1\n", "&r ranks: 1\n*r : 2\n")),
+               Catch::StartsWith("h.yaml:4:1: duplicate key 'ranks'"));
   // The same key in two maps, and equal values under different keys, are fine.
   REQUIRE(parse_trace_scenario(with("{buffer: x, bytes: 64}", "{buffer: x, bytes: 64, stream: compute}"),
                                "h.yaml")
