@@ -1,11 +1,14 @@
 // The CLI11 app of `shardcheck` and parsing without running: unknown commands and options,
-// malformed or out-of-range values all end here as exit code 2 with a message.
+// malformed or out-of-range values all end here as exit code 2 with a message, its control
+// characters escaped.
 #include "cli/app.hpp"
 
 #include <ostream>
 #include <string>
 
 #include "cli/version.hpp"
+
+#include "core/base/text.hpp"
 
 namespace shardcheck::cli {
 
@@ -27,7 +30,7 @@ CommandLine::Parsed CommandLine::parse(int argc, const char* const* argv, std::o
   Parsed p;
   // CLI11 would only say "a subcommand is required"; name the unknown word instead.
   if (argc > 1 && argv[1][0] != '-' && actions_.count(argv[1]) == 0) {
-    err << "shardcheck: unknown command '" << argv[1] << "'; commands:";
+    err << "shardcheck: unknown command '" << core::printable(argv[1]) << "'; commands:";
     for (const auto& [name, action] : actions_) err << " " << name;
     err << "\nrun 'shardcheck --help' for usage\n";
     p.exit_code = kBadInput;
@@ -45,7 +48,8 @@ CommandLine::Parsed CommandLine::parse(int argc, const char* const* argv, std::o
     p.exit_code = app_.exit(e, out, err);
     return p;
   } catch (const CLI::ParseError& e) {
-    err << "shardcheck: " << e.what() << "\nrun 'shardcheck --help' for usage\n";
+    // CLI11's messages quote the arguments: a control character in one must not reach the terminal raw.
+    err << "shardcheck: " << core::printable(e.what()) << "\nrun 'shardcheck --help' for usage\n";
     p.exit_code = kBadInput;
     return p;
   }

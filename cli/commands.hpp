@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 
 #include "run/exit_code.hpp"
@@ -24,6 +25,12 @@ Action add_replay_command(CLI::App& app);
 Action add_compare_command(CLI::App& app);
 Action add_list_command(CLI::App& app);
 Action add_props_command(CLI::App& app);
+
+// An integer option's bounds: decimal, within lo..hi, or exit 2 with
+// "--runs: 0 is out of range 1..100000" (cli/option_range.cpp). Attach it with
+// `->transform(in_range(lo, hi))`, not `check`: it rewrites the value it read ("010" is 10),
+// and CLI11 lets only a transform change the value it then converts.
+CLI::Validator in_range(int64_t lo, int64_t hi);
 
 // `--backend`, `--comm`, `--alloc`, `--amplify`, `--amplify-at` on run and compare.
 void add_gpu_options(CLI::App* cmd, GpuArgs& a);

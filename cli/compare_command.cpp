@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "core/base/text.hpp"
 #include "run/compare.hpp"
 #include "run/gpu_runs.hpp"
 #include "run/interrupt.hpp"
@@ -87,17 +88,18 @@ void print_table(const CompareResult& r) {
 int run_compare(const CompareArgs& a) {
   auto s = load_scenario(a.file);
   if (!s) {
-    std::cerr << s.error().message() << "\n";
+    std::cerr << core::printable(s.error().message()) << "\n";
     return kBadInput;
   }
   if (!s->training) {
-    std::cerr << a.file << ":1:1: compare needs a training scenario (this one is kind: " << s->kind << ")\n";
+    std::cerr << core::printable(a.file)
+              << ":1:1: compare needs a training scenario (this one is kind: " << s->kind << ")\n";
     return kBadInput;
   }
   const bool on_gpu = a.gpu.backend != "sim";
   if (a.against != "single_rank" && a.against != "distopt" && !(on_gpu && a.against == "sim")) {
     std::cerr << "shardcheck compare: --against is single_rank or distopt" << (on_gpu ? " or sim" : "")
-              << " (not '" << a.against << "')\n";
+              << " (not '" << core::printable(a.against) << "')\n";
     return kBadInput;
   }
   if (on_gpu) return compare_on_gpu(*s, a.gpu, a.against, a.steps);
@@ -135,7 +137,8 @@ Action add_compare_command(CLI::App& app) {
       app.add_subcommand("compare", "Train a scenario and compare losses and weights against a baseline");
   cmd->add_option("file", a->file, "Training scenario file")->required();
   cmd->add_option("--against", a->against, "single_rank (the reference trainer) or distopt");
-  cmd->add_option("--steps", a->steps, "Steps to train (default: the file's)")->check(CLI::Range(1, 10000));
+  cmd->add_option("--steps", a->steps, "Steps to train (default: the file's)")
+      ->transform(in_range(1, core::TrainingLimits::kMaxSteps));
   add_gpu_options(cmd, a->gpu);
   cmd->add_option("--report", a->report, "Write a report with the loss curves to this folder");
   return [a] { return run_compare(*a); };

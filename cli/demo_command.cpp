@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "core/base/text.hpp"
 #include "reports/format.hpp"
 #include "run/interrupt.hpp"
 #include "run/report.hpp"
@@ -76,7 +77,7 @@ std::vector<LoadedScenario> load_demo(const std::vector<std::string>& files, boo
   for (const auto& f : files) {
     auto s = load_scenario(f);
     if (!s) {
-      std::cerr << s.error().message() << "\n";
+      std::cerr << core::printable(s.error().message()) << "\n";
       ok = false;
       return {};
     }
@@ -118,7 +119,8 @@ int run_demo(const DemoArgs& a) {
   std::vector<std::string> files = yaml_files(root + "/catalog");
   for (auto& f : yaml_files(root + "/trace")) files.push_back(f);
   if (files.empty()) {
-    std::cerr << "shardcheck demo: no scenarios under " << root << "/catalog or " << root << "/trace\n";
+    std::cerr << "shardcheck demo: no scenarios under " << core::printable(root) << "/catalog or "
+              << core::printable(root) << "/trace\n";
     return kBadInput;
   }
   bool ok = false;

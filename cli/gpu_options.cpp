@@ -11,7 +11,7 @@ void add_gpu_options(CLI::App* cmd, GpuArgs& a) {
       "gpu: caching (PyTorch's semantics) or async (cudaMallocAsync); default: the scenario's allocator");
   cmd->add_option("--amplify", a.amplify,
                   "gpu: spin this many cycles on a communication stream before each collective")
-      ->check(CLI::NonNegativeNumber);
+      ->transform(in_range(0, INT64_MAX));
   cmd->add_option("--amplify-at", a.amplify_at,
                   "gpu: collectives (default), or race: spin only before the earlier-issued access of each "
                   "race the simulator finds in the "

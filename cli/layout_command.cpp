@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "core/base/text.hpp"
 #include "core/layout/layout.hpp"
 
 namespace shardcheck::cli {
@@ -80,7 +81,9 @@ Action add_layout_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("layout", "Show the global layout of a parameter group's flat buffer");
   cmd->add_option("--shapes", args->shapes, "Tensor shapes, comma-separated, dims joined by x (5x4,2x6,3)")
       ->required();
-  cmd->add_option("--ranks", args->ranks, "Number of ranks D sharing the buffer")->required();
+  cmd->add_option("--ranks", args->ranks, "Number of ranks D sharing the buffer")
+      ->required()
+      ->transform(in_range(1, core::GlobalLayout::kMaxRanks));
   cmd->add_flag("--json", args->json, "Print JSON instead of tables");
   return [args]() -> int {
     if (args->ranks < 1 || args->ranks > core::GlobalLayout::kMaxRanks) {
@@ -90,7 +93,7 @@ Action add_layout_command(CLI::App& app) {
     }
     auto shapes = core::parse_shapes(args->shapes);
     if (!shapes) {
-      std::cerr << "shardcheck layout: --shapes: " << shapes.error().message() << "\n";
+      std::cerr << "shardcheck layout: --shapes: " << core::printable(shapes.error().message()) << "\n";
       return kBadInput;
     }
     auto layout = core::GlobalLayout::create(std::move(shapes).value(), args->ranks);

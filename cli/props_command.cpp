@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "core/base/text.hpp"
 #include "properties/suite.hpp"
 
 namespace shardcheck::cli {
@@ -96,7 +97,7 @@ int run_mutations(const properties::SuiteOptions& o, const properties::Property*
 int replay(const PropsArgs& a) {
   const properties::ReplayResult r = properties::replay_scenario(a.replay, a.only);
   if (!r.error.empty()) {
-    std::cerr << r.error << "\n";
+    std::cerr << core::printable(r.error) << "\n";
     return kBadInput;
   }
   using K = properties::Verdict::Kind;
@@ -115,7 +116,7 @@ int props(const PropsArgs& a) {
   if (!a.only.empty()) {
     only = properties::find_property(a.only);
     if (!only) {
-      std::cerr << "shardcheck: unknown property '" << a.only << "'; properties:";
+      std::cerr << "shardcheck: unknown property '" << core::printable(a.only) << "'; properties:";
       for (const auto& p : properties::all_properties()) std::cerr << " " << p.name;
       std::cerr << "\n";
       return kBadInput;
@@ -139,9 +140,9 @@ Action add_props_command(CLI::App& app) {
   auto a = std::make_shared<PropsArgs>();
   CLI::App* cmd = app.add_subcommand(
       "props", "Property-test the sharding strategies (RapidCheck), or score the seed-bug mutations");
-  cmd->add_option("--cases", a->cases, "Cases per property (default 100)")->check(CLI::PositiveNumber);
+  cmd->add_option("--cases", a->cases, "Cases per property (default 100)")->transform(in_range(1, INT32_MAX));
   cmd->add_option("--seed", a->seed, "Seed of the generated cases (default 1)")
-      ->check(CLI::NonNegativeNumber);
+      ->transform(in_range(0, INT64_MAX));
   cmd->add_option("--only", a->only, "Run one property (see properties/README.md)");
   cmd->add_flag("--mutations", a->mutations, "Run the suite once per seed bug and print the mutation score");
   cmd->add_option("--out", a->out, "Folder for counterexamples (written to DIR/props/; default out)");

@@ -4,6 +4,7 @@
 #include "cli/commands.hpp"
 #include "cli/findings_text.hpp"
 #include "core/base/atomic_file.hpp"
+#include "core/base/text.hpp"
 #include "reports/chrome_trace.hpp"
 #include "run/gpu_runs.hpp"
 #include "run/interrupt.hpp"
@@ -18,16 +19,37 @@ struct ScheduleArgs {
   std::string policy;
   int64_t seed = -1;
   int runs = 0;
+  bool with_runs = true;  // false for replay, which runs one schedule
 };
 
+// The bounds of the file's `schedule:` (core::ScheduleLimits): a seed that replay takes, and
+// at most as many runs as a file may ask for.
 void add_schedule_options(CLI::App* cmd, ScheduleArgs& a, bool with_runs) {
+  using L = core::ScheduleLimits;
+  a.with_runs = with_runs;
   cmd->add_option("--policy", a.policy,
                   "Schedule policy: in_order, random, pct or delay_comm (default: the file's)");
   cmd->add_option("--seed", a.seed, "First schedule seed (default: the file's)")
-      ->check(CLI::NonNegativeNumber);
-  if (with_runs)
+      ->transform(in_range(0, L::kMaxSeed));
+  if (with_runs) {
     cmd->add_option("--runs", a.runs, "Schedules to explore (default: the file's)")
-        ->check(CLI::PositiveNumber);
+        ->transform(in_range(1, L::kMaxRuns));
+  }
+}
+
+// "" when the seeds a scenario will run under these options can each be replayed; else the
+// message, saying which of the seed and the runs came from the command line.
+std::string seeds_problem(const LoadedScenario& s, const ScheduleArgs& a) {
+  const uint64_t seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : s.schedule.seed;
+  const int runs = !a.with_runs ? 1 : a.runs > 0 ? a.runs : s.schedule.runs;
+  const std::string why = core::schedule_seeds_exceeded(seed, runs);
+  if (why.empty()) return "";
+  const std::string seed_from =
+      a.seed >= 0 ? "--seed " + std::to_string(a.seed) : "the file's seed " + std::to_string(seed);
+  const std::string runs_from =
+      a.runs > 0 ? "--runs " + std::to_string(a.runs) : "the file's " + std::to_string(runs) + " runs";
+  return s.file + ": " + seed_from + " with " + runs_from + ": " + why +
+         "; choose a smaller seed or fewer runs";
 }
 
 ScheduleOverrides overrides(const ScheduleArgs& a) {
@@ -47,12 +69,17 @@ bool load_all(const std::vector<std::string>& files, const ScheduleArgs& a,
   for (const auto& f : files) {
     auto s = load_scenario(f);
     if (!s) {
-      std::cerr << s.error().message() << "\n";
+      std::cerr << core::printable(s.error().message()) << "\n";
       ok = false;
       continue;
     }
     if (auto opt = options_for(*s, overrides(a)); !opt) {
-      std::cerr << "shardcheck: " << opt.error().message() << "\n";
+      std::cerr << "shardcheck: " << core::printable(opt.error().message()) << "\n";
+      ok = false;
+      continue;
+    }
+    if (auto why = seeds_problem(*s, a); !why.empty()) {
+      std::cerr << "shardcheck: " << core::printable(why) << "\n";
       ok = false;
       continue;
     }
@@ -154,7 +181,7 @@ int run_files(const RunArgs& a) {
     if (a.check_determinism) {
       std::cerr
           << "shardcheck: --check-determinism reruns simulated schedules; it does not apply to --backend "
-          << a.gpu.backend << "\n";
+          << core::printable(a.gpu.backend) << "\n";
       return kBadInput;
     }
     return run_on_gpu(scenarios, a.gpu, a.schedule.runs > 0 ? a.schedule.runs : 1);
@@ -257,7 +284,7 @@ int replay_file(const ReplayArgs& a) {
   if (!a.trace.empty()) {
     r.log.title = s.name + " seed " + std::to_string(opt.seed);
     if (auto st = core::write_file_atomic(a.trace, reports::chrome_trace(r.log, r.result.findings)); !st) {
-      std::cerr << "shardcheck: " << st.message() << "\n";
+      std::cerr << "shardcheck: " << core::printable(st.message()) << "\n";
       return kBadInput;
     }
     std::cout << "trace written to " << a.trace << " (open it in https://ui.perfetto.dev)\n";

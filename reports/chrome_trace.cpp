@@ -109,7 +109,9 @@ std::string chrome_trace(const core::TraceLog& log, const std::vector<core::Find
   root["traceEvents"] = std::move(events);
   root["displayTimeUnit"] = "ns";
   root["otherData"] = {{"title", log.title}, {"time", "one microsecond per scheduler step"}};
-  return root.dump(1);
+  // JSON strings are UTF-8: a kernel, stream or buffer name that is not must still give a
+  // trace (U+FFFD in its place), never an exception that loses the trace and the report.
+  return root.dump(1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
 }  // namespace shardcheck::reports

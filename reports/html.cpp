@@ -2,6 +2,7 @@
 // with the summary table, each scenario's findings with their pictures, and compare results.
 #include <sstream>
 
+#include "core/base/text.hpp"
 #include "reports/format.hpp"
 #include "reports/pictures.hpp"
 #include "reports/report.hpp"
@@ -160,7 +161,8 @@ std::string to_html(const Report& r) {
   const auto traces = trace_file_names(r);
   for (size_t i = 0; i < r.scenarios.size(); ++i) out << scenario_html(r.scenarios[i], i, traces[i]);
   out << "</body></html>\n";
-  return out.str();
+  // A name or message that is not UTF-8 (the page says charset=utf-8) is shown with U+FFFD.
+  return core::to_valid_utf8(out.str());
 }
 
 }  // namespace shardcheck::reports

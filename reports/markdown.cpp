@@ -2,6 +2,7 @@
 // reproducer in code blocks) and, for a compare run, a per-step loss table.
 #include <sstream>
 
+#include "core/base/text.hpp"
 #include "reports/format.hpp"
 #include "reports/report.hpp"
 
@@ -102,7 +103,8 @@ std::string to_markdown(const Report& r) {
   summary_table(out, r);
   const auto traces = trace_file_names(r);
   for (size_t i = 0; i < r.scenarios.size(); ++i) scenario_section(out, r.scenarios[i], traces[i]);
-  return out.str();
+  // Markdown is read as UTF-8: a name or message that is not is shown with U+FFFD.
+  return core::to_valid_utf8(out.str());
 }
 
 }  // namespace shardcheck::reports

@@ -44,9 +44,7 @@ core::Status write_report(const Report& r, const std::string& dir) {
     core::Status s = core::write_file_atomic(dir + "/" + name, text);
     if (!s && first) first = s;
   };
-  write("report.md", to_markdown(r));
-  write("report.html", to_html(r));
-  write("report.json", to_json(r));
+  // The traces first: the pages name them, so a reader who finds the pages finds the traces.
   const auto traces = trace_file_names(r);
   for (size_t i = 0; i < r.scenarios.size(); ++i) {
     const ScenarioResult& s = r.scenarios[i];
@@ -54,6 +52,9 @@ core::Status write_report(const Report& r, const std::string& dir) {
       if (!traces[i][f].empty()) write(traces[i][f], chrome_trace(s.finding_traces[f], {s.findings[f]}));
     }
   }
+  write("report.md", to_markdown(r));
+  write("report.html", to_html(r));
+  write("report.json", to_json(r));
   return first;
 }
 

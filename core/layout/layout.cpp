@@ -170,8 +170,14 @@ Expected<GlobalLayout> GlobalLayout::create(std::vector<Shape> shapes, int ranks
     t.row = t.numel / s[0];
     total += t.numel;
     if (total > kMaxElements) return fail("the tensors hold more than 2^40 elements");
-    l.chunk_ = std::lcm(l.chunk_, t.row);
-    if (l.chunk_ > kMaxElements) return fail("the lcm of the row sizes exceeds 2^40 elements");
+    // lcm(a, b) = a / gcd(a, b) * b, checked before the product: two rows just under 2^40
+    // have an lcm near 2^80, which std::lcm wrapped into a negative chunk.
+    const int64_t part = l.chunk_ / std::gcd(l.chunk_, t.row);
+    if (part > kMaxElements / t.row) {
+      return fail("the chunk, the lcm of the row sizes (", l.chunk_, " and tensor ", i, "'s ", t.row,
+                  "), exceeds 2^40 elements");
+    }
+    l.chunk_ = part * t.row;
     l.tensors_.push_back(std::move(t));
   }
   for (TensorSlot& t : l.tensors_) t.fragment = t.numel < l.chunk_;
@@ -179,7 +185,26 @@ Expected<GlobalLayout> GlobalLayout::create(std::vector<Shape> shapes, int ranks
   const int64_t unit = l.chunk_ * ranks;
   if (l.end_ > kMaxElements || unit > kMaxElements) return fail("the layout exceeds 2^40 elements");
   l.size_ = round_up(l.end_, unit);
+  l.check_invariants();
   return l;
+}
+
+void GlobalLayout::check_invariants() const {
+  // The impossible, asserted: a wrapped product shows up here as an internal error (exit 3),
+  // never as a layout printed with a negative chunk and exit 0.
+  const bool sized = chunk_ >= 1 && end_ >= 0 && size_ >= end_ && size_ % (chunk_ * ranks_) == 0;
+  if (!sized)
+    throw InternalError("GlobalLayout: chunk " + std::to_string(chunk_) + ", end " + std::to_string(end_) +
+                        ", size " + std::to_string(size_) + " over " + std::to_string(ranks_) + " ranks");
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const TensorSlot& t = tensors_[i];
+    if (t.row < 1 || chunk_ % t.row != 0 || t.offset < 0 || t.offset % t.row != 0 ||
+        t.offset + t.numel > end_) {
+      throw InternalError("GlobalLayout: tensor " + std::to_string(i) + " at " + std::to_string(t.offset) +
+                          " with rows of " + std::to_string(t.row) + " does not fit chunk " +
+                          std::to_string(chunk_));
+    }
+  }
 }
 
 std::vector<ElementRange> GlobalLayout::unused() const {

@@ -65,6 +65,10 @@ class GlobalLayout {
   friend bool operator==(const GlobalLayout&, const GlobalLayout&);
 
  private:
+  // Throws InternalError unless every tensor sits on a row boundary inside the buffer, every
+  // row divides the chunk, and the size is a whole number of chunks per rank.
+  void check_invariants() const;
+
   int ranks_ = 1;
   int64_t size_ = 0;
   int64_t chunk_ = 1;

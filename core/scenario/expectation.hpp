@@ -5,6 +5,7 @@
 //   if (!r.met) print(r.missing, r.unexpected);
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,18 @@ struct ScheduleSpec {
   int runs = 1;
   int depth = 3;
 };
+
+// Bounds of `schedule:` and of the command line's --seed and --runs (README, "Limits"). Run
+// i of an exploration uses seed + i, and each of those seeds must be one `replay --seed`
+// takes, so seed + runs - 1 stays at or below kMaxSeed.
+struct ScheduleLimits {
+  static constexpr int kMaxRuns = 100000;
+  static constexpr int kMaxDepth = 64;  // PCT's change points
+  static constexpr int64_t kMaxSeed = INT64_MAX;
+};
+// "" when `runs` runs from `seed` use only seeds up to ScheduleLimits::kMaxSeed; else why
+// not, as a clause: "20 runs from seed S would use seeds up to T, past the largest, 2^63-1".
+std::string schedule_seeds_exceeded(uint64_t seed, int64_t runs);
 
 struct ExpectationResult {
   bool met = true;

@@ -541,7 +541,7 @@ Expected<TraceScenario> load_trace_scenario(const std::string& path) {
   } catch (const LoadError& e) {
     return Error(e.what());
   } catch (const YAML::Exception& e) {
-    return Error(y.exception_loc(e).str() + ": " + e.msg);
+    return Error(YamlReader::error_text(y.exception_loc(e), e.msg));
   }
 }
 
@@ -552,7 +552,7 @@ Expected<TraceScenario> parse_trace_scenario(const std::string& text, const std:
   } catch (const LoadError& e) {
     return Error(e.what());
   } catch (const YAML::Exception& e) {
-    return Error(y.exception_loc(e).str() + ": " + e.msg);
+    return Error(YamlReader::error_text(y.exception_loc(e), e.msg));
   }
 }
 

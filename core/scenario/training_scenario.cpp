@@ -287,7 +287,7 @@ Expected<TrainingScenario> load_training_scenario(const std::string& path) {
   } catch (const LoadError& e) {
     return Error(e.what());
   } catch (const YAML::Exception& e) {
-    return Error(y.exception_loc(e).str() + ": " + e.msg);
+    return Error(YamlReader::error_text(y.exception_loc(e), e.msg));
   }
 }
 
@@ -298,7 +298,7 @@ Expected<TrainingScenario> parse_training_scenario(const std::string& text, cons
   } catch (const LoadError& e) {
     return Error(e.what());
   } catch (const YAML::Exception& e) {
-    return Error(y.exception_loc(e).str() + ": " + e.msg);
+    return Error(YamlReader::error_text(y.exception_loc(e), e.msg));
   }
 }
 

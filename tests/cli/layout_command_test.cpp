@@ -36,12 +36,12 @@ TEST_CASE("malformed layout input exits 2 and says what is wrong", "[cli][layout
     const char* args;
     const char* says;
   };
-  for (Case c :
-       {Case{"layout --shapes 5x0 --ranks 2", "at least 1"},
-        Case{"layout --shapes 5xq --ranks 2", "not a positive integer"},
-        Case{"layout --shapes 5,,3 --ranks 2", "0-D"}, Case{"layout --shapes 5 --ranks 0", "at least 1"},
-        Case{"layout --shapes 5 --ranks two", "ranks"}, Case{"layout --ranks 2", "shapes"},
-        Case{"nosuchcommand", "nosuchcommand"}}) {
+  for (Case c : {Case{"layout --shapes 5x0 --ranks 2", "at least 1"},
+                 Case{"layout --shapes 5xq --ranks 2", "not a positive integer"},
+                 Case{"layout --shapes 5,,3 --ranks 2", "0-D"},
+                 Case{"layout --shapes 5 --ranks 0", "--ranks: 0 is out of range 1..4096"},
+                 Case{"layout --shapes 5 --ranks two", "ranks"}, Case{"layout --ranks 2", "shapes"},
+                 Case{"nosuchcommand", "nosuchcommand"}}) {
     auto r = run_shardcheck(c.args);
     INFO(c.args << " -> " << r.err);
     REQUIRE(r.exit_code == 2);

@@ -337,3 +337,19 @@ TEST_CASE("layout invariants hold over random shape lists", "[core][layout]") {
     REQUIRE(owned == total);
   }
 }
+
+TEST_CASE("rows whose lcm passes 2^40 are refused, not wrapped into a negative chunk", "[core][layout]") {
+  // 2^39 and 2^39 - 1 are coprime: their lcm is near 2^78, which std::lcm wrapped to a
+  // negative int64 that the 2^40 check after it let through.
+  const int64_t big = int64_t{1} << 39;
+  auto l = GlobalLayout::create({{1, big}, {1, big - 1}}, 1);
+  REQUIRE_FALSE(l.ok());
+  REQUIRE_THAT(l.error().message(),
+               Catch::Contains("the chunk, the lcm of the row sizes (549755813888 and tensor 1's "
+                               "549755813887), exceeds 2^40 elements"));
+  // Up to 2^40 the same check lets it through: rows 2^20 and 2^20 - 1 have an lcm just under 2^40.
+  auto fits = GlobalLayout::create({{1, int64_t{1} << 20}, {1, (int64_t{1} << 20) - 1}}, 1);
+  REQUIRE(fits.ok());
+  REQUIRE(fits->chunk() == (int64_t{1} << 20) * ((int64_t{1} << 20) - 1));
+  REQUIRE(fits->size() % fits->chunk() == 0);
+}

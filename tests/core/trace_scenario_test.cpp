@@ -293,3 +293,17 @@ TEST_CASE("sync with an event is the host waiting for that event", "[core][scena
   REQUIRE(s->program[3].stream == "a");
   REQUIRE(s->program[4].kind == TraceStep::Kind::sync_device);
 }
+
+TEST_CASE("a schedule whose seeds would pass 2^63-1 is refused: replay could not repeat the last runs",
+          "[core][scenario][limits]") {
+  REQUIRE_THAT(
+      error_of("seed: 3, runs: 7", "seed: 9223372036854775802, runs: 7"),
+      Catch::StartsWith("bad.yaml:7:31: schedule: 7 runs from seed 9223372036854775802 would use seeds up to "
+                        "9223372036854775808, past the largest seed, 2^63-1 (9223372036854775807)"));
+  std::string top = kGood;
+  top.replace(top.find("seed: 3, runs: 7"), 16, "seed: 9223372036854775801, runs: 7");
+  REQUIRE(parse_trace_scenario(top, "top.yaml").ok());  // its last run has seed 2^63-1
+  REQUIRE(schedule_seeds_exceeded(0, ScheduleLimits::kMaxRuns).empty());
+  REQUIRE_THAT(schedule_seeds_exceeded(uint64_t{1} << 63, 1),
+               Catch::Contains("seed 9223372036854775808 is past"));
+}

@@ -12,8 +12,10 @@
 #include <sstream>
 
 #include "cli/app.hpp"
+#include "core/base/text.hpp"
 #include "core/scenario/trace_scenario.hpp"
 #include "core/scenario/training_scenario.hpp"
+#include "reports/chrome_trace.hpp"
 #include "run/scenario.hpp"
 
 namespace shardcheck::fuzz {
@@ -65,6 +67,20 @@ bool digits(std::string_view s, size_t& pos, int64_t& value) {
   return pos > start;
 }
 
+// "" when `message` can go to a terminal as it is: UTF-8 without control characters but
+// line breaks (a byte from the input must come back escaped, never raw).
+std::string printable_problem(std::string_view message) {
+  if (!core::is_valid_utf8(message)) return "the message is not UTF-8";
+  for (size_t i = 0; i < message.size();) {
+    const core::Utf8Sequence seq = core::utf8_sequence_at(message, i);
+    if (core::is_control(seq.code_point) && seq.code_point != '\n') {
+      return "the message holds the raw control character " + core::printable(message.substr(i, seq.length));
+    }
+    i += seq.length;
+  }
+  return "";
+}
+
 // "" when `message` is `path:line:column: text` with a line inside the file.
 std::string position_problem(const std::string& path, std::string_view text, std::string_view message) {
   const std::string head = path + ":";
@@ -82,7 +98,7 @@ std::string position_problem(const std::string& path, std::string_view text, std
     return "line " + std::to_string(line) + " is past the end of the file (" + std::to_string(lines) +
            " lines)";
   if (message.size() <= pos + 2) return "the error has no message after its position";
-  return "";
+  return printable_problem(message);
 }
 
 std::string trace_limits_problem(const core::TraceScenario& t) {
@@ -150,15 +166,27 @@ bool small_enough_to_train(const core::TrainingScenario& t, const ScenarioCheck&
 }
 
 // One schedule on the simulator with small bounds: a validated scenario may run out of them
-// (that is reported, not an error), but must not make the simulator fail otherwise.
+// (that is reported, not an error), but must not make the simulator fail otherwise. A trace
+// scenario's names are the file's: its run is rendered as a Chrome trace too.
 std::string run_problem(const run::LoadedScenario& s) {
   auto opt = run::options_for(s, {});
   if (!opt) return "options_for rejected a loaded scenario: " + opt.error().message();
   sim::Options o = opt.value();
   o.max_steps = 200'000;
   o.max_device_bytes = int64_t{64} << 20;
-  sim::World w(o);
-  const sim::RunResult r = sim::run_once(w, s.factory);
+  sim::RunResult r;
+  if (s.kind == "trace") {
+    const sim::Replay replay = sim::replay(s.factory, o);
+    r = replay.result;
+    try {
+      (void)reports::chrome_trace(replay.log, r.findings);
+    } catch (const std::exception& e) {
+      return std::string("the Chrome trace of an accepted scenario threw: ") + e.what();
+    }
+  } else {
+    sim::World w(o);
+    r = sim::run_once(w, s.factory);
+  }
   if (r.error.empty()) return "";
   if (r.error.find("simulated device memory exhausted") != std::string::npos) return "";
   if (r.error.find("exceeded its bound of") != std::string::npos) return "";
@@ -219,7 +247,9 @@ std::string check_command_line(std::string_view input) {
   cli::CommandLine cl;
   const cli::CommandLine::Parsed p = cl.parse(static_cast<int>(argv.size()), argv.data(), out, err);
   if (!p.action) {
-    if (p.exit_code == run::kBadInput) return err.str().empty() ? "exit code 2 without a message" : "";
+    if (p.exit_code == run::kBadInput && err.str().empty()) return "exit code 2 without a message";
+    if (auto why = printable_problem(err.str()); !why.empty()) return why + ": " + core::printable(err.str());
+    if (p.exit_code == run::kBadInput) return "";
     if (p.exit_code == run::kOk)
       return out.str().empty() ? "exit code 0 without running anything or printing help" : "";
     return "parsing ended with exit code " + std::to_string(p.exit_code) +
@@ -236,6 +266,7 @@ std::string check_command_line(std::string_view input) {
     return std::string("layout threw (an internal error, exit 3): ") + e.what();
   }
   if (code == run::kBadInput && errors.str().empty()) return "layout exited 2 without a message";
+  if (auto why = printable_problem(errors.str()); !why.empty()) return "layout: " + why;
   if (code != run::kOk && code != run::kBadInput)
     return "layout exited " + std::to_string(code) + ": " + errors.str();
   return "";

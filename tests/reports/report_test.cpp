@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/base/text.hpp"
+#include "reports/chrome_trace.hpp"
 #include "reports/report.hpp"
 #include "tests/reports/sample_report.hpp"
 
@@ -380,4 +382,48 @@ TEST_CASE("empty and degenerate details still render a picture each", "[reports]
   REQUIRE_THAT(html, !Catch::Contains("nan\""));  // no NaN coordinates
   REQUIRE(nlohmann::json::parse(reports::to_json(r))["totals"]["findings"] == 6);
   REQUIRE_THAT(reports::to_markdown(r), Catch::Contains("| edge |"));
+}
+
+TEST_CASE("names and messages that are not UTF-8 give every report file, with U+FFFD, and never throw",
+          "[reports]") {
+  // A raw byte such as \xff in a kernel name once made the Chrome trace writer throw after
+  // report.json was written: the folder said "complete" and named a trace that did not exist.
+  reports::Report r = sample_report();
+  reports::ScenarioResult& race = r.scenarios[0];
+  race.name = "reuse\xFFrace";
+  race.description = "bad \xC3 byte";
+  race.findings[0].summary = "kernel 'next\xFF' writes 'act'";
+  race.findings[0].explanation = "kernel 'next\xFF' \xED\xA0\x80";
+  std::get<core::RaceDetail>(race.findings[0].detail).second.op = "kernel 'next\xFF'";
+  race.finding_traces[0].slices[1].name = "kernel 'next\xFF'";
+  race.finding_traces[0].threads[1].name = "comp\xFFute";
+  race.finding_traces[0].title = "reuse\xFFrace seed 7";
+  const std::string fffd = "\xEF\xBF\xBD";
+
+  std::string trace;
+  REQUIRE_NOTHROW(trace = reports::chrome_trace(race.finding_traces[0], {race.findings[0]}));
+  REQUIRE(core::is_valid_utf8(trace));
+  const auto parsed = nlohmann::json::parse(trace);
+  REQUIRE(parsed["otherData"]["title"] == "reuse" + fffd + "race seed 7");
+  REQUIRE(core::is_valid_utf8(reports::to_html(r)));
+  REQUIRE_THAT(reports::to_html(r), Catch::Contains("next" + fffd));
+  REQUIRE(core::is_valid_utf8(reports::to_markdown(r)));
+  REQUIRE(core::is_valid_utf8(reports::to_json(r)));
+
+  const std::string root = temp_dir();
+  REQUIRE(reports::write_report(r, root).ok());
+  const auto json = nlohmann::json::parse(read(root + "/report.json"));
+  int traces = 0;
+  for (const auto& s : json["scenarios"]) {
+    for (const auto& f : s["findings"]) {
+      if (f["trace"].is_null()) continue;
+      ++traces;
+      INFO(f["trace"]);
+      REQUIRE(std::filesystem::exists(root + "/" + f["trace"].get<std::string>()));
+      REQUIRE(nlohmann::json::parse(read(root + "/" + f["trace"].get<std::string>()))["traceEvents"].size() >
+              24);
+    }
+  }
+  REQUIRE(traces == 1);
+  std::filesystem::remove_all(root);
 }
