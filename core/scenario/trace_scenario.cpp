@@ -535,25 +535,11 @@ bool TraceScenario::runs_on(const TraceStep& s, int rank) const {
 }
 
 Expected<TraceScenario> load_trace_scenario(const std::string& path) {
-  YamlReader y(path);
-  try {
-    return parse(y, y.load());
-  } catch (const LoadError& e) {
-    return Error(e.what());
-  } catch (const YAML::Exception& e) {
-    return Error(YamlReader::error_text(y.exception_loc(e), e.msg));
-  }
+  return YamlReader::parse_file<TraceScenario>(path, std::nullopt, parse);
 }
 
 Expected<TraceScenario> parse_trace_scenario(const std::string& text, const std::string& path) {
-  YamlReader y(path);
-  try {
-    return parse(y, y.load_string(text));
-  } catch (const LoadError& e) {
-    return Error(e.what());
-  } catch (const YAML::Exception& e) {
-    return Error(YamlReader::error_text(y.exception_loc(e), e.msg));
-  }
+  return YamlReader::parse_file<TraceScenario>(path, text, parse);
 }
 
 }  // namespace shardcheck::core

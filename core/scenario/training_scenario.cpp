@@ -281,25 +281,11 @@ Expected<TrainingScenario> parse(YamlReader& y, const YAML::Node& root) {
 }  // namespace
 
 Expected<TrainingScenario> load_training_scenario(const std::string& path) {
-  YamlReader y(path);
-  try {
-    return parse(y, y.load());
-  } catch (const LoadError& e) {
-    return Error(e.what());
-  } catch (const YAML::Exception& e) {
-    return Error(YamlReader::error_text(y.exception_loc(e), e.msg));
-  }
+  return YamlReader::parse_file<TrainingScenario>(path, std::nullopt, parse);
 }
 
 Expected<TrainingScenario> parse_training_scenario(const std::string& text, const std::string& path) {
-  YamlReader y(path);
-  try {
-    return parse(y, y.load_string(text));
-  } catch (const LoadError& e) {
-    return Error(e.what());
-  } catch (const YAML::Exception& e) {
-    return Error(YamlReader::error_text(y.exception_loc(e), e.msg));
-  }
+  return YamlReader::parse_file<TrainingScenario>(path, text, parse);
 }
 
 }  // namespace shardcheck::core

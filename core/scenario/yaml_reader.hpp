@@ -13,9 +13,12 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "core/base/status.hpp"
 
 namespace shardcheck::core {
 
@@ -82,6 +85,22 @@ class YamlReader {
   SourceLoc key_loc(const YAML::Node& map, const std::string& key) const;
   // The position of a yaml-cpp exception (its mark is null for some errors: then 1:1).
   SourceLoc exception_loc(const YAML::Exception& e) const;
+
+  // Loads the file (or `text`, when given) and runs `parse(reader, root)` on it; every failure,
+  // ours or yaml-cpp's, becomes an Error reading "file:line:column: message".
+  //   return YamlReader::parse_file<TraceScenario>(path, std::nullopt, parse);
+  template <class T, class Parse>
+  static Expected<T> parse_file(const std::string& path, const std::optional<std::string>& text,
+                                Parse parse) {
+    YamlReader y(path);
+    try {
+      return parse(y, text ? y.load_string(*text) : y.load());
+    } catch (const LoadError& e) {
+      return Error(e.what());
+    } catch (const YAML::Exception& e) {
+      return Error(error_text(y.exception_loc(e), e.msg));
+    }
+  }
 
  private:
   std::string read_file() const;
