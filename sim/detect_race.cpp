@@ -21,6 +21,18 @@ std::string access_verb(Access k) {
   }
   return "?";
 }
+
+// An operation as the de-duplication key names it: a send or recv without its peer rank, which
+// differs across ranks for one line of the program ("recv 'g' from 2" on rank 0, "from 3" on 1).
+std::string key_op(const std::string& op) {
+  if (op.rfind("send '", 0) == 0 || op.rfind("recv '", 0) == 0) return op.substr(0, op.rfind('\'') + 1);
+  return op;
+}
+
+int access_stream(const AccessRec& a) {
+  return static_cast<int>(a.participant) % (1 + Options::kMaxStreamsPerRank) - 1;
+}
+
 }  // namespace
 
 core::AccessSite World::site(int rank, const AccessRec& a, Access kind, uint64_t begin, uint64_t end) {
@@ -44,20 +56,58 @@ core::AccessSite World::site(int rank, const AccessRec& a, Access kind, uint64_t
 }
 
 void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c) {
-  const Lifetime& lp = lifetimes_[std::min(c.prior.lifetime, cur.lifetime)];
-  const Lifetime& lc = lifetimes_[cur.lifetime];
-  core::RaceDetail d;
-  const Lifetime& lprior = lifetimes_[c.prior.lifetime];
-  d.first = site(rank, c.prior, c.prior_kind, lprior.addr, lprior.addr + lprior.bytes);
-  d.second = site(rank, cur, cur_kind, lc.addr, lc.addr + lc.bytes);
-  d.first.step = op_info_[c.prior.op].exec_step;
-  d.second.step = step_;
-  d.reuse = c.prior.lifetime != cur.lifetime;
-  // Tell a reuse race from the old lifetime's side, whichever access happened to run first.
-  if (d.reuse && c.prior.lifetime > cur.lifetime) {
-    std::swap(d.first, d.second);
-    cur_kind = c.prior_kind;
+  // Orient the pair by the program: `first` is the access issued first (for a reuse race, the one
+  // on the older lifetime), whichever ran first in this schedule, so both execution orders of one
+  // race give one finding and the fixes only add edges the issue order allows.
+  const AccessRec* a = &c.prior;
+  const AccessRec* b = &cur;
+  Access a_kind = c.prior_kind, b_kind = cur_kind;
+  const bool reuse = c.prior.lifetime != cur.lifetime;
+  if (reuse ? c.prior.lifetime > cur.lifetime : c.prior.op > cur.op) {
+    std::swap(a, b);
+    std::swap(a_kind, b_kind);
   }
+  // Why a wait_event on b's stream, issued before its event was first recorded (on a's stream),
+  // does not order a before b; empty when there is no such wait.
+  auto early_wait = [this](int rank, const AccessRec& a, const AccessRec& b) -> std::string {
+    const Rank& r = *ranks_[rank];
+    const int sa = access_stream(a), sb = access_stream(b);
+    if (sa < 0 || sb < 0) return "";
+    for (const auto& w : r.early_waits) {
+      if (w.stream != sb || w.op > b.op) continue;
+      for (uint32_t i = w.op + 1; i < op_info_.size(); ++i) {
+        const OpInfo& o = op_info_[i];
+        if (o.rank == rank && o.stream == sa && o.kind == OpKind::record && names_[o.name] == w.record) {
+          const std::string ev = w.record.substr(7);  // "record 'x'" -> "'x'"
+          return q(r.streams[sb].name) + " waits for " + ev + " before " + ev +
+                 " is ever recorded, so the wait orders nothing (an event with no record counts as " +
+                 "complete) and the later record on " + q(r.streams[sa].name) + " does not reach back to it";
+        }
+      }
+    }
+    return "";
+  };
+  const Lifetime& la = lifetimes_[a->lifetime];
+  const Lifetime& lb = lifetimes_[b->lifetime];
+  const Lifetime& lp = la;
+  core::RaceDetail d;
+  d.first = site(rank, *a, a_kind, la.addr, la.addr + la.bytes);
+  d.second = site(rank, *b, b_kind, lb.addr, lb.addr + lb.bytes);
+  d.first.step = op_info_[a->op].exec_step >= 0 ? op_info_[a->op].exec_step : step_;
+  d.second.step = op_info_[b->op].exec_step >= 0 ? op_info_[b->op].exec_step : step_;
+  d.reuse = reuse;
+  if (reuse) {
+    // Name the lifetimes of the bytes the two share: a split block's later lifetime may begin at
+    // another address (generation 1 there), yet it is a later lifetime of these bytes.
+    const uint64_t lo = std::max(la.addr, lb.addr), hi = std::min(la.addr + la.bytes, lb.addr + lb.bytes);
+    int later = 0;
+    for (uint32_t i = a->lifetime + 1; i <= b->lifetime; ++i) {
+      const Lifetime& l = lifetimes_[i];
+      if (l.rank == rank && l.addr < hi && lo < l.addr + l.bytes) ++later;
+    }
+    d.second.lifetime = d.first.lifetime + std::max(later, 1);
+  }
+  cur_kind = b_kind;
   const auto& A = d.first;
   const auto& B = d.second;
   const std::string alloc_stream = ranks_[rank]->streams[lp.stream].name;
@@ -66,6 +116,9 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
                      " on " + q(A.stream) + " could still be running: nothing made " + q(B.stream) +
                      " wait for " + q(A.stream) + " after it, the host did not sync with " + q(A.stream) +
                      ", and no record_stream held the block back";
+  } else if (const std::string early = early_wait(rank, *a, *b); !early.empty()) {
+    d.missing_edge = "no happens-before edge from " + A.op + " on " + q(A.stream) + " to " + B.op + " on " +
+                     q(B.stream) + ": " + early;
   } else {
     d.missing_edge = "no happens-before edge from " + A.op + " on " + q(A.stream) + " to " + B.op + " on " +
                      q(B.stream) + ": " + q(B.stream) + " never waits for an event recorded on " +
@@ -112,15 +165,11 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
                   std::to_string(B.lifetime) + "), step " + std::to_string(B.step) +
                   "\n  missing: " + d.missing_edge + "\n  fixes:";
   for (const auto& fix : d.fixes) f.explanation += "\n    - " + fix;
-  // One bug repeated over layers, tensors and chunks is one finding: digits are folded.
-  auto fold = [](std::string s) {
-    for (char& ch : s) {
-      if (ch >= '0' && ch <= '9') ch = '#';
-    }
-    return s;
-  };
-  const std::string sa = fold(A.stream + ":" + (d.reuse ? "" : A.op) + ":" + A.buffer),
-                    sb = fold(B.stream + ":" + B.buffer);
+  // Same key = same bug: the same two operations on the same buffers, on other ranks, steps or
+  // schedules. Names are kept whole (t0 and t1 are two races) but for a send's or recv's peer, and
+  // the pair is oriented above, so both execution orders of one race share the key.
+  const std::string sa = A.stream + ":" + key_op(A.op) + ":" + A.buffer + ":" + access_verb(a_kind),
+                    sb = B.stream + ":" + key_op(B.op) + ":" + B.buffer + ":" + access_verb(b_kind);
   f.key = std::string(d.reuse ? "reuse|" : "race|") + sa + "|" + sb;
   f.detail = std::move(d);
   f.seed = options_.seed;

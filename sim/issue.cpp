@@ -75,6 +75,10 @@ void SimRuntime::do_wait_event(core::StreamId s, core::EventId e) {
   // As in CUDA, the wait is for the event's most recent record at the time of the call; an
   // event never recorded is already complete.
   world_.wait(rank_, s, r.event_latest[e], "wait_event " + quoted(r.event_names[e]));
+  if (r.event_latest[e] == kNone) {
+    r.early_waits.push_back(
+        {s, "record " + quoted(r.event_names[e]), static_cast<uint32_t>(world_.op_info_.size() - 1)});
+  }
 }
 
 void SimRuntime::do_wait_stream(core::StreamId waiter, core::StreamId waited) {

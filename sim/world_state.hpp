@@ -54,6 +54,13 @@ struct World::Rank {
   std::vector<uint32_t> event_latest;  // EventId -> latest record (kNone: never recorded)
   std::vector<std::string> event_names;
   std::vector<int> groups;  // GroupId -> world group index
+  // wait_event calls issued while their event had no record yet: as in CUDA, they order nothing.
+  struct EarlyWait {
+    int stream = 0;
+    std::string record;  // "record 'name'": how the event's later records are named
+    uint32_t op = 0;     // the wait
+  };
+  std::vector<EarlyWait> early_waits;
   Rank(AllocatorModel m, Reuse r, int64_t* bytes, int64_t limit) : heap(m, r, bytes, limit) {}
 };
 

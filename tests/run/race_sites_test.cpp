@@ -84,9 +84,14 @@ TEST_CASE("race sites: the catalog's main-grad race is the accumulation on the R
   CHECK(later.stream == "p2p.bwd.recv");
 
   const auto sites = run::race_sites({s, load("catalog/main-grad-alloc-default-stream-fixed.yaml")});
-  REQUIRE(sites.size() == 1);
+  // Two operations on 'rs' use the freed block, the accumulation and the finalizing
+  // reduce-scatter that reads it: two races, two sites, on the same rank and schedule.
+  REQUIRE(sites.size() == 2);
   CHECK(sites[0].rank == earlier.rank);
   CHECK(sites[0].stream == "rs");
   CHECK(sites[0].op == "kernel '" + last_block + ".accumulate'");
   CHECK(sites[0].seed == race_seed);
+  CHECK(sites[1].rank == earlier.rank);
+  CHECK(sites[1].stream == "rs");
+  CHECK(sites[1].op == "reduce_scatter '" + last_block + ":grad.finalize'");
 }
