@@ -70,6 +70,7 @@ void World::touch_range(int rank, int stream, uint32_t op, uint32_t lifetime, ui
   // that runs later (a race) reads NaN.
   for (const auto& [x, y] : ranges_) std::memset(ranks_[rank]->heap.bytes(x), 0xff, y - x);
   for (const auto& c : conflicts_) report_race(rank, cur, kind, c);
+  if (options_.allocator == AllocatorModel::caching) note_lifetime_access(lifetime, cur, kind, s.clock);
 }
 
 void World::touch(int rank, int stream, uint32_t op, const core::TensorRef& t, Access kind) {
