@@ -83,10 +83,13 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
                "allocate " + q(A.buffer) + " on " + q(A.stream) + ", the stream that uses it last"};
   } else if (d.reuse) {
     f.summary = "rank " + std::to_string(rank) + ": the block of " + q(A.buffer) + " (lifetime " +
-                std::to_string(A.lifetime) + ") is reused by " + q(B.buffer) + " (lifetime " +
-                std::to_string(B.lifetime) + "): " + B.op + " on " + q(B.stream) + " " +
-                access_verb(cur_kind) + " it while " + A.op + " on " + q(A.stream) + " may still " +
-                (A.write ? "write" : "read") + " it";
+                std::to_string(A.lifetime) + ") " +
+                // A block only record_stream events kept back (report_held_reuse_races).
+                (A.address == B.address
+                     ? "is reused by " + q(B.buffer) + " (lifetime " + std::to_string(B.lifetime) + ")"
+                     : "can be handed to " + q(B.buffer) + " once the record_stream events complete") +
+                ": " + B.op + " on " + q(B.stream) + " " + access_verb(cur_kind) + " it while " + A.op +
+                " on " + q(A.stream) + " may still " + (A.write ? "write" : "read") + " it";
     d.fixes = {"call record_stream(" + q(A.buffer) + ", " + q(A.stream) + ") before freeing " + q(A.buffer) +
                    ", so its block is not reused until " + q(A.stream) + " is done with it",
                "allocate " + q(A.buffer) + " on " + q(A.stream) + " (it is allocated on " + q(alloc_stream) +
