@@ -136,10 +136,13 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
                "allocate " + q(A.buffer) + " on " + q(A.stream) + ", the stream that uses it last"};
   } else if (d.reuse) {
     f.summary = "rank " + std::to_string(rank) + ": the block of " + q(A.buffer) + " (lifetime " +
-                std::to_string(A.lifetime) + ") is reused by " + q(B.buffer) + " (lifetime " +
-                std::to_string(B.lifetime) + "): " + B.op + " on " + q(B.stream) + " " +
-                access_verb(cur_kind) + " it while " + A.op + " on " + q(A.stream) + " may still " +
-                (A.write ? "write" : "read") + " it";
+                std::to_string(A.lifetime) + ") " +
+                // A block only record_stream events kept back (report_held_reuse_races).
+                (A.address == B.address
+                     ? "is reused by " + q(B.buffer) + " (lifetime " + std::to_string(B.lifetime) + ")"
+                     : "can be handed to " + q(B.buffer) + " once the record_stream events complete") +
+                ": " + B.op + " on " + q(B.stream) + " " + access_verb(cur_kind) + " it while " + A.op +
+                " on " + q(A.stream) + " may still " + (A.write ? "write" : "read") + " it";
     d.fixes = {"call record_stream(" + q(A.buffer) + ", " + q(A.stream) + ") before freeing " + q(A.buffer) +
                    ", so its block is not reused until " + q(A.stream) + " is done with it",
                "allocate " + q(A.buffer) + " on " + q(A.stream) + " (it is allocated on " + q(alloc_stream) +
@@ -174,6 +177,54 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
   f.detail = std::move(d);
   f.seed = options_.seed;
   core::add_finding(findings_, std::move(f));
+}
+
+void World::note_lifetime_access(uint32_t lifetime, const AccessRec& cur, Access kind,
+                                 const VectorClock& clock) {
+  const bool write = kind != Access::read;
+  auto& mine = lifetime_accesses_[lifetime];
+  auto same = std::find_if(mine.begin(), mine.end(), [&](const auto& e) {
+    return e.first.participant == cur.participant && (e.second != Access::read) == write;
+  });
+  if (same == mine.end()) {
+    mine.emplace_back(cur, kind);
+  } else {
+    *same = {cur, kind};  // the latest: it is ordered after the participant's earlier ones
+  }
+  const auto it = held_reuses_.find(lifetime);
+  if (it == held_reuses_.end()) return;
+  for (HeldReuse& h : it->second) {
+    const bool seen = std::any_of(h.accesses.begin(), h.accesses.end(), [&](const auto& e) {
+      return std::get<0>(e).participant == cur.participant && (std::get<1>(e) != Access::read) == write;
+    });
+    if (!seen) h.accesses.emplace_back(cur, kind, clock);  // the first: ordered before the later ones
+  }
+}
+
+void World::report_held_reuse_races() {
+  const int64_t end_step = step_;
+  for (const auto& [lifetime, holds] : held_reuses_) {
+    for (const HeldReuse& h : holds) {
+      // In the schedule where the held block is handed over, the allocator has seen every
+      // record_stream event complete: the new lifetime's accesses come after all of them.
+      const bool complete = std::all_of(h.records.begin(), h.records.end(),
+                                        [&](uint64_t rec) { return records_[rec].executed; });
+      if (!complete) continue;  // the block could never have been handed over
+      for (const auto& [cur, kind, clock] : h.accesses) {
+        VectorClock c = clock;
+        for (uint64_t rec : h.records) c.join(records_[rec].clock);
+        for (const auto& [prior, prior_kind] : lifetime_accesses_[h.old_lifetime]) {
+          if (kind == Access::read && prior_kind == Access::read) continue;  // reads change no byte
+          if (prior.participant == kNoParticipant || prior.participant == cur.participant ||
+              c.covers(prior.participant, prior.epoch))
+            continue;
+          step_ = op_info_[cur.op].exec_step;
+          report_race(h.rank, cur, kind, {prior, prior_kind});
+        }
+      }
+    }
+  }
+  step_ = end_step;
 }
 
 }  // namespace shardcheck::sim

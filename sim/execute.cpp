@@ -65,11 +65,12 @@ void World::touch_range(int rank, int stream, uint32_t op, uint32_t lifetime, ui
   ranges_.clear();
   const bool poison = options_.reuse == Reuse::earliest;
   ranks_[rank]->shadow.access(a, b, cur, kind, s.clock, conflicts_, poison ? &ranges_ : nullptr);
-  // reuse: earliest poisons a block when its new lifetime first touches it, in stream order:
+  // reuse: earliest poisons a block when its new lifetime first writes it, in stream order:
   // a correctly ordered program never sees the poison; an operation of the old lifetime
   // that runs later (a race) reads NaN.
   for (const auto& [x, y] : ranges_) std::memset(ranks_[rank]->heap.bytes(x), 0xff, y - x);
   for (const auto& c : conflicts_) report_race(rank, cur, kind, c);
+  if (options_.allocator == AllocatorModel::caching) note_lifetime_access(lifetime, cur, kind, s.clock);
 }
 
 void World::touch(int rank, int stream, uint32_t op, const core::TensorRef& t, Access kind) {

@@ -182,11 +182,14 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
   if (stream < 0 || stream >= static_cast<int>(r.streams.size()))
     throw InternalError("alloc on an unknown stream");
   if (bytes < 0) throw InternalError("alloc of a negative size");
+  std::vector<const Block*> held;  // same-stream blocks only their record_stream events keep back
   auto legal = [&](const Block& b, int s) {
     if (b.stream == s) {
       if (options_.allocator == AllocatorModel::stream_ordered) return true;  // stream order
-      return std::all_of(b.pending.begin(), b.pending.end(),
-                         [&](uint64_t rec) { return records_[rec].executed; });
+      const bool ready = std::all_of(b.pending.begin(), b.pending.end(),
+                                     [&](uint64_t rec) { return records_[rec].executed; });
+      if (!ready) held.push_back(&b);
+      return ready;
     }
     if (options_.allocator == AllocatorModel::caching) return false;  // per-stream pools
     // cudaMallocAsync reuses across streams when the free is ordered before the new stream.
@@ -195,7 +198,22 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
     const int p = participant(rank, b.stream);
     return r.streams[s].clock.covers(p, f.epoch) || r.host.clock.covers(p, f.epoch);
   };
+  // Where a held block fits no worse than the one taken, the allocation could have taken it had
+  // its streams run ahead: remembered (before the pool changes) for report_held_reuse_races.
+  std::vector<HeldReuse> could;
+  auto note_held = [&](uint64_t taken_size) {
+    if (!options_.detectors) return;
+    for (const Block* b : held) {
+      if (taken_size != 0 && b->size > taken_size) continue;
+      if (std::find(held_taken_.begin(), held_taken_.end(), b->free_op) != held_taken_.end()) continue;
+      const auto it = freed_lifetime_.find(b->free_op);
+      if (it == freed_lifetime_.end()) continue;
+      held_taken_.push_back(b->free_op);
+      could.push_back({rank, it->second, b->pending, {}});
+    }
+  };
   Heap::Allocation a = r.heap.allocate(static_cast<uint64_t>(bytes), stream, legal);
+  note_held(a.reused ? r.heap.block(a.addr).size : 0);
   if (!a.waited.empty()) {
     // The allocator saw those record_stream events complete (cudaEventQuery): a host sync.
     for (uint64_t rec : a.waited) r.host.clock.join(records_[rec].clock);
@@ -212,7 +230,9 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
       new_op(rank, -1, OpKind::host_alloc, "alloc " + quoted(name) + " on " + quoted(r.streams[stream].name));
   lifetimes_.push_back(l);
   lifetime_maps_.emplace_back();
+  lifetime_accesses_.emplace_back();
   const uint32_t index = static_cast<uint32_t>(lifetimes_.size() - 1);
+  if (!could.empty()) held_reuses_[index] = std::move(could);
   r.buffers.push_back(index);
   return static_cast<core::BufferId>(r.buffers.size() - 1);
 }
@@ -233,6 +253,7 @@ void World::free(int rank, core::BufferId b) {
     for (int s : l.recorded_streams)
       pending.push_back(record(rank, s, "record (record_stream " + bname + ")"));
     l.free_op = new_op(rank, -1, OpKind::host_free, "free " + bname);
+    if (!pending.empty()) freed_lifetime_[l.free_op] = index;
     r.heap.release(l.addr, std::move(pending), l.free_op);
     return;
   }

@@ -69,7 +69,10 @@ void Shadow::access(uint64_t a, uint64_t b, const AccessRec& cur, Access kind, c
                     std::vector<Conflict>& conflicts, Ranges* started) {
   if (a >= b) return;
   for_each(a, b, [&](uint64_t start, uint64_t end, Cell& c) {
-    if (cur.lifetime > c.lifetime) {
+    // Only a write (or a free) ends the older lifetime's data: a read by the newer lifetime
+    // changes no byte, so the old lifetime's operations still in flight keep seeing theirs.
+    // The bytes stay undefined for the newer lifetime (`undefined` compares lifetimes).
+    if (cur.lifetime > c.lifetime && kind != Access::read) {
       c.lifetime = cur.lifetime;
       c.defined = false;
       if (started) started->emplace_back(start, end);

@@ -40,9 +40,10 @@ class Shadow {
 
   // Checks the access [a, b) by `cur` at `clock` against the recorded history, appends every
   // prior access not ordered before it (once per prior operation), then records it. The
-  // first access of a newer lifetime (a larger lifetime index) starts that lifetime on the
-  // bytes: they become undefined until written. This happens when the access runs, not when
-  // the host allocates, so operations of the previous lifetime still in flight see its data.
+  // first write (or free) of a newer lifetime (a larger lifetime index) starts that lifetime
+  // on the bytes. This happens when the access runs, not when the host allocates, so
+  // operations of the previous lifetime still in flight see its data; a read by the newer
+  // lifetime changes no byte and starts nothing, though the bytes are undefined for it.
   // `started`, when given, receives the ranges whose new lifetime this access began.
   void access(uint64_t a, uint64_t b, const AccessRec& cur, Access kind, const VectorClock& clock,
               std::vector<Conflict>& conflicts, Ranges* started = nullptr);

@@ -305,6 +305,7 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
     done = ranks_[r]->host.status == Host::Status::done;
     for (const auto& s : ranks_[r]->streams) done = done && s.queue.empty();
   }
+  if (result.error.empty() && !result.cancelled && options_.detectors) report_held_reuse_races();
   // A cancelled run stopped with work left: that is not a deadlock.
   if (!done && result.error.empty() && !result.cancelled && options_.detectors) report_deadlock();
   result.completed = done;

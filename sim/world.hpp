@@ -179,6 +179,12 @@ class World {
   // --- detectors: one detect_<family>.cpp per finding family, each opening with how ---
   // stream_race (detect_race.cpp): a conflict touch_range found, as a finding.
   void report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c);
+  // A reuse race that the schedule did not act out (caching allocator): an allocation could
+  // have taken a freed block that only its record_stream events held back (a schedule where
+  // those streams ran ahead). Decided at the end of the run from happens-before over the two
+  // lifetimes' accesses, with the new lifetime's joined with those events.
+  void note_lifetime_access(uint32_t lifetime, const AccessRec& cur, Access kind, const VectorClock& clock);
+  void report_held_reuse_races();
   core::AccessSite site(int rank, const AccessRec& a, Access kind, uint64_t begin, uint64_t end);
   // uninitialized_read (detect_uninit.cpp): definedness, in bytes relative to a tensor's start.
   Shadow::Ranges undefined_rel(int rank, const core::TensorRef& t);
@@ -236,6 +242,19 @@ class World {
   int64_t device_bytes_ = 0;
   uint64_t digest_ = 0xcbf29ce484222325ULL;
   std::vector<Shadow::Conflict> conflicts_;
+  // Per lifetime (parallel to lifetimes_, caching allocator only): its latest read and latest
+  // write per participant, for report_held_reuse_races.
+  std::vector<std::vector<std::pair<AccessRec, Access>>> lifetime_accesses_;
+  struct HeldReuse {
+    int rank = 0;
+    uint32_t old_lifetime = 0;
+    std::vector<uint64_t> records;  // the record_stream events that held the block back
+    // The new lifetime's first read and first write per participant, with their clocks.
+    std::vector<std::tuple<AccessRec, Access, VectorClock>> accesses;
+  };
+  std::map<uint32_t, std::vector<HeldReuse>> held_reuses_;  // by the new lifetime
+  std::unordered_map<uint64_t, uint32_t> freed_lifetime_;   // free op -> the lifetime it ended
+  std::vector<uint64_t> held_taken_;                        // free ops whose block got a HeldReuse
   Shadow::Ranges ranges_;
   int participants_ = 0;
   bool mismatch_seen_ = false;

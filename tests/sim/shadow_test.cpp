@@ -68,6 +68,35 @@ TEST_CASE("history survives a new lifetime, which starts undefined when first to
   REQUIRE(undef.empty());
 }
 
+TEST_CASE("a read by a newer lifetime leaves the old lifetime's bytes defined", "[sim][shadow]") {
+  Shadow s;
+  std::vector<Shadow::Conflict> out;
+  Shadow::Ranges started;
+  s.access(0, 128, {1, 1, 1, 0}, Access::write, clock_with(3, {{1, 1}}), out);
+  // Lifetime 1 (the block handed to a new buffer, after the write) only reads: no byte changes.
+  s.access(0, 128, {2, 1, 2, 1}, Access::read, clock_with(3, {{1, 1}, {2, 1}}), out, &started);
+  REQUIRE(out.empty());
+  REQUIRE(started.empty());
+  // Its read is of never-written bytes, for lifetime 1.
+  Shadow::Ranges undef;
+  s.undefined(0, 128, 1, undef);
+  REQUIRE(undef == Shadow::Ranges{{0, 128}});
+  // A later, correctly ordered read of lifetime 0 still sees the bytes its write defined.
+  undef.clear();
+  s.undefined(0, 128, 0, undef);
+  REQUIRE(undef.empty());
+  s.access(0, 128, {1, 2, 3, 0}, Access::read, clock_with(3, {{1, 2}}), out);
+  REQUIRE(out.empty());
+  // Lifetime 1's first write ends lifetime 0 and meets its unordered read.
+  s.access(0, 64, {2, 2, 4, 1}, Access::write, clock_with(3, {{1, 1}, {2, 2}}), out, &started);
+  REQUIRE(started == Shadow::Ranges{{0, 64}});
+  REQUIRE(out.size() == 1);
+  REQUIRE(out[0].prior.op == 3);
+  undef.clear();
+  s.undefined(0, 128, 1, undef);
+  REQUIRE(undef == Shadow::Ranges{{64, 128}});
+}
+
 TEST_CASE("equal neighbouring intervals coalesce", "[sim][shadow]") {
   Shadow s;
   std::vector<Shadow::Conflict> out;
