@@ -3,6 +3,8 @@
 
 #include <ostream>
 
+#include "core/base/text.hpp"
+
 namespace shardcheck::cli {
 
 void print_findings(std::ostream& out, const run::LoadedScenario& s,
@@ -11,7 +13,8 @@ void print_findings(std::ostream& out, const run::LoadedScenario& s,
     out << "[" << core::to_string(f.kind) << "] " << f.explanation << "\n";
     if (f.occurrences > 1)
       out << "  (seen " << f.occurrences << " times: on several ranks, steps or schedules)\n";
-    out << "  reproduce: shardcheck replay " << s.file << " --seed " << f.seed << policy_flag << "\n\n";
+    out << "  reproduce: shardcheck replay " << core::shell_word(s.file) << " --seed " << f.seed
+        << policy_flag << "\n\n";
   }
 }
 
