@@ -26,6 +26,17 @@ void print_verdict(std::ostream& out, const run::LoadedScenario& s, const core::
   out << "\n";
 }
 
+void print_verdict(std::ostream& out, const run::LoadedScenario& s, const run::CheckedRun& c) {
+  // A run that ended in an error has no verdict: never "ok" beside it.
+  if (!c.bad_input.empty()) {
+    out << "ERROR   " << s.name << ": bad input, no verdict (the run reached the simulator's limit)\n";
+  } else if (!c.error.empty()) {
+    out << "ERROR   " << s.name << ": internal error, no verdict\n";
+  } else {
+    print_verdict(out, s, c.outcome.judged);
+  }
+}
+
 void print_determinism(std::ostream& out, const run::LoadedScenario& s, const run::DeterminismCheck& d) {
   if (d.matched) {
     out << "determinism: " << d.runs << " schedule" << (d.runs == 1 ? "" : "s")

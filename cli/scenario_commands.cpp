@@ -97,6 +97,7 @@ struct Tally {
   size_t ran = 0;
   int failed = 0;               // expectations not met
   std::string internal_error;   // the first: "scenario: what"
+  std::string bad_input;        // the first run that reached the simulator's own bound
   int determinism_checked = 0;  // scenarios
   int digests_matched = 0;      // schedules whose rerun repeated
   int nondeterministic = 0;     // scenarios
@@ -105,6 +106,7 @@ struct Tally {
     ++ran;
     failed += c.outcome.judged.met ? 0 : 1;
     if (!c.error.empty() && internal_error.empty()) internal_error = s.name + ": " + c.error;
+    if (!c.bad_input.empty() && bad_input.empty()) bad_input = c.bad_input;
     if (c.outcome.determinism) {
       ++determinism_checked;
       digests_matched += c.outcome.determinism->matched ? c.outcome.determinism->runs : 0;
@@ -138,10 +140,13 @@ void print_ending(const Tally& t, size_t total) {
 int finish(reports::Report& report, const Tally& t, const std::string& partial) {
   if (!t.internal_error.empty()) {
     mark_incomplete(report, reports::Report::kInternalError, "internal error in " + t.internal_error);
+  } else if (!t.bad_input.empty()) {
+    mark_incomplete(report, reports::Report::kBadInput, t.bad_input);
   } else if (interrupted()) {
     mark_incomplete(report, reports::Report::kInterrupted, interrupt_reason() + partial);
   }
-  return exit_code(!t.internal_error.empty(), t.nondeterministic > 0, t.failed ? kExpectationFailed : kOk);
+  return exit_code(!t.internal_error.empty(), t.nondeterministic > 0, t.failed ? kExpectationFailed : kOk,
+                   !t.bad_input.empty());
 }
 
 void print_run(const LoadedScenario& s, const CheckedRun& c, const std::string& policy) {
@@ -150,8 +155,9 @@ void print_run(const LoadedScenario& s, const CheckedRun& c, const std::string& 
             << (c.stopped ? ", stopped early by an interrupt" : "") << "\n";
   print_findings(std::cout, s, c.outcome.explored.findings, policy);
   if (!c.error.empty()) std::cout << "internal error: " << c.error << "\n";
+  if (!c.bad_input.empty()) std::cout << core::printable(c.bad_input) << "\n";
   if (c.outcome.determinism) print_determinism(std::cout, s, *c.outcome.determinism);
-  print_verdict(std::cout, s, c.outcome.judged);
+  print_verdict(std::cout, s, c);
   std::cout << std::flush;  // a reader of a pipe sees each scenario as it finishes
 }
 
@@ -230,8 +236,9 @@ int explore_file(const ExploreArgs& a) {
   print_explored(s, c, opt);
   print_findings(std::cout, s, c.outcome.explored.findings, policy_flag(a.schedule));
   if (!c.error.empty()) std::cout << "internal error: " << c.error << "\n";
+  if (!c.bad_input.empty()) std::cout << core::printable(c.bad_input) << "\n";
   if (c.outcome.determinism) print_determinism(std::cout, s, *c.outcome.determinism);
-  if (c.error.empty()) print_verdict(std::cout, s, c.outcome.judged);
+  print_verdict(std::cout, s, c);
   Tally t;
   t.add(s, c);
   reports::Report report;
@@ -269,6 +276,12 @@ int replay_file(const ReplayArgs& a) {
       return kBadInput;
     }
     std::cout << "trace written to " << a.trace << " (open it in https://ui.perfetto.dev)\n";
+  }
+  if (r.result.limit) {
+    std::cout << core::printable(s.file)
+              << ": bad input: this file needs more than the simulator allows one run: " << r.result.error
+              << " (seed " << opt.seed << ")\n";
+    return kBadInput;
   }
   if (!r.result.error.empty()) {
     std::cout << "internal error: " << r.result.error << "\n";

@@ -1,6 +1,7 @@
 // The run layer holds every command-line override of a file's value to the file's own bounds
 // (README, "Limits"), so no command can run what the file could not have asked for: the
-// schedule overrides in options_for, `compare --steps` in compare_steps_problem.
+// schedule overrides in options_for, `compare --steps` in compare_steps_problem. A run that
+// reaches the simulator's own bound is bad input with no verdict, not an internal error.
 #include <unistd.h>
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -8,6 +9,7 @@
 
 #include "core/scenario/expectation.hpp"
 #include "run/compare.hpp"
+#include "run/report.hpp"
 #include "run/scenario.hpp"
 
 using namespace shardcheck;
@@ -88,3 +90,19 @@ TEST_CASE("compare --steps is held to the reference bound before anything runs",
   REQUIRE(r.error.empty());
 }
 
+TEST_CASE("a run that reaches the simulated memory bound is bad input with no verdict", "[run][limits]") {
+  run::LoadedScenario s = load(shipped("trace/reuse-race.yaml"));
+  s.options.max_device_bytes = 4096;  // less than its program allocates
+  const run::CheckedRun c =
+      run::run_checked(s, {}, /*determinism*/ true, run::ResultOptions{.traces = false});
+  REQUIRE(c.error.empty());  // not shardcheck's fault
+  REQUIRE_THAT(c.bad_input, Catch::Contains("bad input: this file needs more than"));
+  REQUIRE_THAT(c.bad_input, Catch::Contains("simulated device memory exhausted"));
+  REQUIRE_FALSE(c.outcome.judged.met);  // never "ok" beside it
+  REQUIRE(c.outcome.explored.limit);
+  REQUIRE(c.outcome.explored.findings.empty());  // nothing claimed for the cut run
+  REQUIRE_FALSE(c.outcome.determinism);
+  REQUIRE(c.result);
+  REQUIRE_FALSE(c.result->met);
+  REQUIRE_FALSE(c.result->complete);
+}
