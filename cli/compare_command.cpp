@@ -102,9 +102,17 @@ int run_compare(const CompareArgs& a) {
               << " (not '" << core::printable(a.against) << "')\n";
     return kBadInput;
   }
+  if (auto why = compare_steps_problem(*s, a.against, a.steps); !why.empty()) {
+    std::cerr << "shardcheck compare: " << core::printable(why) << "\n";
+    return kBadInput;
+  }
   if (on_gpu) return compare_on_gpu(*s, a.gpu, a.against, a.steps);
   InterruptScope interrupts;
   CompareResult r = compare_guarded(*s, a);
+  if (!r.bad_input.empty()) {
+    std::cerr << "shardcheck compare: " << core::printable(r.bad_input) << "\n";
+    return kBadInput;
+  }
   if (!r.error.empty() || r.cancelled) {
     if (r.error.empty()) {
       std::cout << "compare: " << interrupt_reason() << " before the comparison finished\n";

@@ -94,6 +94,7 @@ struct DemoTally {
   int digests = 0;  // trace digests that repeated on the determinism rerun
   std::vector<std::string> nondeterministic;
   std::string internal_error;  // the first: "scenario: what"
+  std::string bad_input;       // the first run that reached the simulator's own bound
 };
 
 void print_ending(const DemoTally& t, size_t total) {
@@ -148,6 +149,7 @@ int run_demo(const DemoArgs& a) {
     if (c.outcome.determinism && c.outcome.determinism->matched) t.digests += c.outcome.determinism->runs;
     if (c.nondeterministic()) t.nondeterministic.push_back(loaded[i].name);
     if (!c.error.empty() && t.internal_error.empty()) t.internal_error = loaded[i].name + ": " + c.error;
+    if (!c.bad_input.empty() && t.bad_input.empty()) t.bad_input = c.bad_input;
     progress(tty, i, loaded.size(), loaded[i].name,
              c.stopped              ? "stopped"
              : c.nondeterministic() ? "NONDETERMINISTIC"
@@ -158,6 +160,8 @@ int run_demo(const DemoArgs& a) {
   print_ending(t, loaded.size());
   if (!t.internal_error.empty()) {
     mark_incomplete(report, reports::Report::kInternalError, "internal error in " + t.internal_error);
+  } else if (!t.bad_input.empty()) {
+    mark_incomplete(report, reports::Report::kBadInput, t.bad_input);
   } else if (interrupted()) {
     mark_incomplete(report, reports::Report::kInterrupted,
                     interrupt_reason() + ", after " + std::to_string(t.ran) + " of " +
@@ -165,7 +169,7 @@ int run_demo(const DemoArgs& a) {
   }
   if (!write_report_to(report, a.out)) return kInternalError;
   return exit_code(!t.internal_error.empty(), !t.nondeterministic.empty(),
-                   t.failed ? kExpectationFailed : kOk);
+                   t.failed ? kExpectationFailed : kOk, !t.bad_input.empty());
 }
 
 }  // namespace

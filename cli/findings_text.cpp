@@ -3,6 +3,8 @@
 
 #include <ostream>
 
+#include "core/base/text.hpp"
+
 namespace shardcheck::cli {
 
 void print_findings(std::ostream& out, const run::LoadedScenario& s,
@@ -11,7 +13,8 @@ void print_findings(std::ostream& out, const run::LoadedScenario& s,
     out << "[" << core::to_string(f.kind) << "] " << f.explanation << "\n";
     if (f.occurrences > 1)
       out << "  (seen " << f.occurrences << " times: on several ranks, steps or schedules)\n";
-    out << "  reproduce: shardcheck replay " << s.file << " --seed " << f.seed << policy_flag << "\n\n";
+    out << "  reproduce: shardcheck replay " << core::shell_word(s.file) << " --seed " << f.seed
+        << policy_flag << "\n\n";
   }
 }
 
@@ -21,6 +24,17 @@ void print_verdict(std::ostream& out, const run::LoadedScenario& s, const core::
   if (!r.missing.empty()) out << "; missing " << core::kinds_to_string(r.missing);
   if (!r.unexpected.empty()) out << "; unexpected " << core::kinds_to_string(r.unexpected);
   out << "\n";
+}
+
+void print_verdict(std::ostream& out, const run::LoadedScenario& s, const run::CheckedRun& c) {
+  // A run that ended in an error has no verdict: never "ok" beside it.
+  if (!c.bad_input.empty()) {
+    out << "ERROR   " << s.name << ": bad input, no verdict (the run reached the simulator's limit)\n";
+  } else if (!c.error.empty()) {
+    out << "ERROR   " << s.name << ": internal error, no verdict\n";
+  } else {
+    print_verdict(out, s, c.outcome.judged);
+  }
 }
 
 void print_determinism(std::ostream& out, const run::LoadedScenario& s, const run::DeterminismCheck& d) {

@@ -10,6 +10,7 @@
 
 #include "core/check/findings.hpp"
 #include "core/scenario/expectation.hpp"
+#include "run/report.hpp"
 #include "run/scenario_run.hpp"
 
 namespace shardcheck::cli {
@@ -18,6 +19,8 @@ namespace shardcheck::cli {
 void print_findings(std::ostream& out, const run::LoadedScenario& s,
                     const std::vector<core::Finding>& findings, const std::string& policy_flag);
 void print_verdict(std::ostream& out, const run::LoadedScenario& s, const core::ExpectationResult& r);
+// A checked run's verdict, or "ERROR" when its run ended in an error (no "ok" beside an error).
+void print_verdict(std::ostream& out, const run::LoadedScenario& s, const run::CheckedRun& c);
 // "determinism: 20 schedules rerun with the same seeds, every trace digest repeated", or the
 // mismatch, said to be shardcheck's fault rather than the scenario's.
 void print_determinism(std::ostream& out, const run::LoadedScenario& s, const run::DeterminismCheck& d);

@@ -37,26 +37,12 @@ void add_schedule_options(CLI::App* cmd, ScheduleArgs& a, bool with_runs) {
   }
 }
 
-// "" when the seeds a scenario will run under these options can each be replayed; else the
-// message, saying which of the seed and the runs came from the command line.
-std::string seeds_problem(const LoadedScenario& s, const ScheduleArgs& a) {
-  const uint64_t seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : s.schedule.seed;
-  const int runs = !a.with_runs ? 1 : a.runs > 0 ? a.runs : s.schedule.runs;
-  const std::string why = core::schedule_seeds_exceeded(seed, runs);
-  if (why.empty()) return "";
-  const std::string seed_from =
-      a.seed >= 0 ? "--seed " + std::to_string(a.seed) : "the file's seed " + std::to_string(seed);
-  const std::string runs_from =
-      a.runs > 0 ? "--runs " + std::to_string(a.runs) : "the file's " + std::to_string(runs) + " runs";
-  return s.file + ": " + seed_from + " with " + runs_from + ": " + why +
-         "; choose a smaller seed or fewer runs";
-}
-
 ScheduleOverrides overrides(const ScheduleArgs& a) {
   ScheduleOverrides o;
   if (!a.policy.empty()) o.policy = a.policy;
   if (a.seed >= 0) o.seed = static_cast<uint64_t>(a.seed);
   if (a.runs > 0) o.runs = a.runs;
+  if (!a.with_runs) o.runs = 1;  // replay runs the one schedule of its seed
   return o;
 }
 
@@ -75,11 +61,6 @@ bool load_all(const std::vector<std::string>& files, const ScheduleArgs& a,
     }
     if (auto opt = options_for(*s, overrides(a)); !opt) {
       std::cerr << "shardcheck: " << core::printable(opt.error().message()) << "\n";
-      ok = false;
-      continue;
-    }
-    if (auto why = seeds_problem(*s, a); !why.empty()) {
-      std::cerr << "shardcheck: " << core::printable(why) << "\n";
       ok = false;
       continue;
     }
@@ -116,6 +97,7 @@ struct Tally {
   size_t ran = 0;
   int failed = 0;               // expectations not met
   std::string internal_error;   // the first: "scenario: what"
+  std::string bad_input;        // the first run that reached the simulator's own bound
   int determinism_checked = 0;  // scenarios
   int digests_matched = 0;      // schedules whose rerun repeated
   int nondeterministic = 0;     // scenarios
@@ -124,6 +106,7 @@ struct Tally {
     ++ran;
     failed += c.outcome.judged.met ? 0 : 1;
     if (!c.error.empty() && internal_error.empty()) internal_error = s.name + ": " + c.error;
+    if (!c.bad_input.empty() && bad_input.empty()) bad_input = c.bad_input;
     if (c.outcome.determinism) {
       ++determinism_checked;
       digests_matched += c.outcome.determinism->matched ? c.outcome.determinism->runs : 0;
@@ -157,10 +140,13 @@ void print_ending(const Tally& t, size_t total) {
 int finish(reports::Report& report, const Tally& t, const std::string& partial) {
   if (!t.internal_error.empty()) {
     mark_incomplete(report, reports::Report::kInternalError, "internal error in " + t.internal_error);
+  } else if (!t.bad_input.empty()) {
+    mark_incomplete(report, reports::Report::kBadInput, t.bad_input);
   } else if (interrupted()) {
     mark_incomplete(report, reports::Report::kInterrupted, interrupt_reason() + partial);
   }
-  return exit_code(!t.internal_error.empty(), t.nondeterministic > 0, t.failed ? kExpectationFailed : kOk);
+  return exit_code(!t.internal_error.empty(), t.nondeterministic > 0, t.failed ? kExpectationFailed : kOk,
+                   !t.bad_input.empty());
 }
 
 void print_run(const LoadedScenario& s, const CheckedRun& c, const std::string& policy) {
@@ -169,8 +155,9 @@ void print_run(const LoadedScenario& s, const CheckedRun& c, const std::string& 
             << (c.stopped ? ", stopped early by an interrupt" : "") << "\n";
   print_findings(std::cout, s, c.outcome.explored.findings, policy);
   if (!c.error.empty()) std::cout << "internal error: " << c.error << "\n";
+  if (!c.bad_input.empty()) std::cout << core::printable(c.bad_input) << "\n";
   if (c.outcome.determinism) print_determinism(std::cout, s, *c.outcome.determinism);
-  print_verdict(std::cout, s, c.outcome.judged);
+  print_verdict(std::cout, s, c);
   std::cout << std::flush;  // a reader of a pipe sees each scenario as it finishes
 }
 
@@ -249,8 +236,9 @@ int explore_file(const ExploreArgs& a) {
   print_explored(s, c, opt);
   print_findings(std::cout, s, c.outcome.explored.findings, policy_flag(a.schedule));
   if (!c.error.empty()) std::cout << "internal error: " << c.error << "\n";
+  if (!c.bad_input.empty()) std::cout << core::printable(c.bad_input) << "\n";
   if (c.outcome.determinism) print_determinism(std::cout, s, *c.outcome.determinism);
-  if (c.error.empty()) print_verdict(std::cout, s, c.outcome.judged);
+  print_verdict(std::cout, s, c);
   Tally t;
   t.add(s, c);
   reports::Report report;
@@ -288,6 +276,12 @@ int replay_file(const ReplayArgs& a) {
       return kBadInput;
     }
     std::cout << "trace written to " << a.trace << " (open it in https://ui.perfetto.dev)\n";
+  }
+  if (r.result.limit) {
+    std::cout << core::printable(s.file)
+              << ": bad input: this file needs more than the simulator allows one run: " << r.result.error
+              << " (seed " << opt.seed << ")\n";
+    return kBadInput;
   }
   if (!r.result.error.empty()) {
     std::cout << "internal error: " << r.result.error << "\n";

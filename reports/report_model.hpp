@@ -64,9 +64,11 @@ struct Report {
   std::string command;   // the command line that produced it
   bool complete = true;  // false when the run was interrupted or hit an internal error
   std::string incomplete_reason;
-  std::string stopped;  // why it is incomplete, as a stable name: kInterrupted or kInternalError
+  std::string stopped;  // why it is incomplete, as a stable name: kInterrupted, kInternalError or kBadInput
   static constexpr const char* kInterrupted = "interrupted";
   static constexpr const char* kInternalError = "internal_error";
+  // A run reached the simulator's own bound (memory, steps): the file needs more than a run may take.
+  static constexpr const char* kBadInput = "bad_input";
   std::vector<ScenarioResult> scenarios;
 };
 

@@ -7,6 +7,7 @@
 #include <exception>
 #include <thread>
 
+#include "core/scenario/training_scenario.hpp"
 #include "run/training_run.hpp"
 
 namespace shardcheck::run {
@@ -41,8 +42,21 @@ std::string first_difference(const core::ModelLayout& m,
 
 }  // namespace
 
+std::string compare_steps_problem(const LoadedScenario& s, const std::string& against, int steps) {
+  if (steps <= 0 || !s.training) return "";
+  core::TrainingConfig c = s.training->setup.config;
+  c.steps = steps;
+  const bool with_reference = against == "single_rank" || s.training->scenario.reference != "none";
+  const std::string why = core::training_limits_exceeded(c, *s.training->scenario.mesh, with_reference);
+  if (why.empty()) return "";
+  return s.file + ": --steps " + std::to_string(steps) + ": " + why;
+}
+
 CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against, int steps) {
   CompareResult r;
+  r.against = against;
+  r.bad_input = compare_steps_problem(s, against, steps);
+  if (!r.bad_input.empty()) return r;
   TrainingState& state = *s.training;
   if (steps > 0) state.setup.config.steps = steps;
   r.label = std::string(core::to_string(state.setup.config.strategy));

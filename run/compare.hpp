@@ -19,8 +19,15 @@ struct CompareResult {
   std::string first_divergent;  // empty when every step's weights are bitwise equal
   double entropy_rate = 0;
   std::string error;
+  std::string bad_input;   // the run was refused before it started (compare_steps_problem)
   bool cancelled = false;  // a signal stopped a training run: the result holds what ran before it
 };
+
+// "" when `compare --steps steps` (0: the file's) stays within the bounds the file's own steps
+// passed (core::training_limits_exceeded: 1..10000 and, with a reference, parameters * steps
+// at most 2^28); else the message, naming the file and --steps. Every compare path checks it
+// before anything runs; compare_on_sim returns it as `bad_input`.
+std::string compare_steps_problem(const LoadedScenario& s, const std::string& against, int steps);
 
 CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against, int steps);
 

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <variant>
 
+#include "core/base/text.hpp"
+#include "run/compare.hpp"
 #include "run/exit_code.hpp"
 #include "run/scenario_run.hpp"
 #include "run/training_run.hpp"
@@ -57,11 +59,11 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
     return false;
   }
   if (a.comm != "local" && a.comm != "nccl") {
-    std::cerr << "shardcheck: --comm is local or nccl, not '" << a.comm << "'\n";
+    std::cerr << "shardcheck: --comm is local or nccl, not '" << core::printable(a.comm) << "'\n";
     return false;
   }
   if (!a.alloc.empty() && a.alloc != "caching" && a.alloc != "async") {
-    std::cerr << "shardcheck: --alloc is caching or async, not '" << a.alloc << "'\n";
+    std::cerr << "shardcheck: --alloc is caching or async, not '" << core::printable(a.alloc) << "'\n";
     return false;
   }
   o.ranks = scenario.ranks;
@@ -71,7 +73,8 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
       a.alloc.empty() ? scenario.allocator == sim::AllocatorModel::stream_ordered : a.alloc == "async";
   o.alloc = async ? gpu::AllocMode::async : gpu::AllocMode::caching;
   if (a.amplify_at != "collectives" && a.amplify_at != "race") {
-    std::cerr << "shardcheck: --amplify-at is collectives or race, not '" << a.amplify_at << "'\n";
+    std::cerr << "shardcheck: --amplify-at is collectives or race, not '" << core::printable(a.amplify_at)
+              << "'\n";
     return false;
   }
   o.amplify_cycles = a.amplify;
@@ -254,6 +257,10 @@ int run_on_gpu(const std::vector<LoadedScenario>& scenarios, const GpuArgs& a, i
 
 int compare_on_gpu(const LoadedScenario& s, const GpuArgs& a, const std::string& against, int steps) {
   quiet_unless_first_process();
+  if (auto why = compare_steps_problem(s, against, steps); !why.empty()) {
+    std::cerr << "shardcheck compare: " << core::printable(why) << "\n";
+    return kBadInput;
+  }
   return in_step(compare_one(s, a, against, steps));
 }
 

@@ -114,10 +114,24 @@ CheckedRun run_checked(const LoadedScenario& s, const ScheduleOverrides& o, bool
     c.outcome = run_scenario(s, o);
     const sim::ExploreResult& e = c.outcome.explored;
     c.stopped = e.cancelled;
-    if (!e.error.empty()) c.error = e.error + " (seed " + std::to_string(e.error_seed) + ")";
-    if (determinism && !c.stopped && !interrupted())
+    if (e.limit) {
+      c.bad_input = s.file +
+                    ": bad input: this file needs more than the simulator allows one run: " + e.error +
+                    " (seed " + std::to_string(e.error_seed) + ")";
+      c.outcome.judged.met = false;  // no verdict on a file whose run was cut
+    } else if (!e.error.empty()) {
+      c.error = e.error + " (seed " + std::to_string(e.error_seed) + ")";
+    }
+    if (determinism && !c.stopped && !interrupted() && c.bad_input.empty())
       c.outcome.determinism = check_determinism(s, o, c.outcome);
-    if (report) c.result = scenario_result(s, c.outcome, o, *report);
+    if (report) {
+      c.result = scenario_result(s, c.outcome, o, *report);
+      if (!c.bad_input.empty()) {
+        c.result->error = c.bad_input;
+        c.result->complete = false;
+        c.result->met = false;
+      }
+    }
   } catch (const std::exception& ex) {
     c.error = ex.what();
     if (report) {
@@ -137,8 +151,9 @@ void mark_incomplete(reports::Report& r, const char* stopped, const std::string&
   r.incomplete_reason = reason;
 }
 
-int exit_code(bool internal_error, bool nondeterministic, int verdict) {
+int exit_code(bool internal_error, bool nondeterministic, int verdict, bool bad_input) {
   if (internal_error || nondeterministic) return kInternalError;
+  if (bad_input) return kBadInput;
   if (interrupted()) return interrupt_exit_code();
   return verdict;
 }

@@ -30,18 +30,22 @@ struct CheckedRun {
   ScenarioOutcome outcome;
   std::optional<reports::ScenarioResult> result;  // when ResultOptions were given
   std::string error;                              // an internal error, ending in "(seed S)" when a run had it
-  bool stopped = false;                           // a signal cut the exploration short
+  // A run reached the simulator's own bound (memory, steps): "FILE: bad input: this file needs
+  // more than ... (seed S)". The scenario is not met, and the cut run's findings are not claimed.
+  std::string bad_input;
+  bool stopped = false;  // a signal cut the exploration short
   bool nondeterministic() const { return outcome.determinism && !outcome.determinism->matched; }
 };
 CheckedRun run_checked(const LoadedScenario& s, const ScheduleOverrides& o, bool determinism,
                        std::optional<ResultOptions> report);
 
-// Marks a report incomplete: `stopped` is reports::Report::kInterrupted or kInternalError.
+// Marks a report incomplete: `stopped` is reports::Report::kInterrupted, kInternalError or kBadInput.
 void mark_incomplete(reports::Report& r, const char* stopped, const std::string& reason);
 
 // The exit code of a command whose verdict on the expectations is `verdict` (0 or 1): 3 when
 // shardcheck itself failed (an internal error, a nondeterministic rerun), else
 // interrupt_exit_code() when a signal stopped it (130 SIGINT, 3 SIGTERM), else the verdict.
-int exit_code(bool internal_error, bool nondeterministic, int verdict);
+// A run that reached the simulator's own bound (`bad_input`) makes it 2, after 3 and before a signal.
+int exit_code(bool internal_error, bool nondeterministic, int verdict, bool bad_input = false);
 
 }  // namespace shardcheck::run

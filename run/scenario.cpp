@@ -78,19 +78,39 @@ core::Expected<LoadedScenario> load_scenario(const std::string& path) {
   if (!t) return t.error();
   LoadedScenario s = from_training(std::move(t).value());
   auto setup = core::make_training_setup(s.training->scenario.config, s.training->scenario.mesh);
-  if (!setup) return core::Error(path + ":1:1: " + setup.error().message());
+  if (!setup) return core::Error(core::YamlReader::error_text({path, 1, 1}, setup.error().message()));
   s.training->setup = std::move(setup).value();
   s.factory = training_factory(s.training);
   return s;
 }
 
 core::Expected<sim::Options> options_for(const LoadedScenario& s, const ScheduleOverrides& o) {
+  // Every override passes the bounds the file's own value passed when it loaded (README,
+  // "Limits"): no command can run a schedule the file could not have asked for.
+  using L = core::ScheduleLimits;
   sim::Options opt = s.options;
   const std::string policy = o.policy.value_or(s.schedule.policy);
   auto p = sim::parse_policy(policy);
   if (!p) return core::fail("unknown policy '", policy, "' (expected in_order, random, pct or delay_comm)");
-  opt.policy = *p;
+  if (*p == sim::Policy::pct && (s.schedule.depth < 1 || s.schedule.depth > L::kMaxDepth))
+    return core::fail(s.file, ": policy pct with depth ", s.schedule.depth, " is out of range 1..",
+                      L::kMaxDepth);
+  const int runs = o.runs.value_or(s.schedule.runs);
+  if (runs < 1 || runs > L::kMaxRuns) {
+    return core::fail(s.file, ": ", o.runs ? "--runs " : "the file's runs ", runs, " is out of range 1..",
+                      L::kMaxRuns);
+  }
   opt.seed = o.seed.value_or(s.schedule.seed);
+  if (opt.seed > static_cast<uint64_t>(L::kMaxSeed))
+    return core::fail(s.file, ": --seed ", opt.seed, " is out of range 0..", L::kMaxSeed);
+  if (const std::string why = core::schedule_seeds_exceeded(opt.seed, runs); !why.empty()) {
+    const std::string seed_from = (o.seed ? "--seed " : "the file's seed ") + std::to_string(opt.seed);
+    const std::string runs_from =
+        o.runs ? "--runs " + std::to_string(runs) : "the file's " + std::to_string(runs) + " runs";
+    return core::fail(s.file, ": ", seed_from, " with ", runs_from, ": ", why,
+                      "; choose a smaller seed or fewer runs");
+  }
+  opt.policy = *p;
   opt.pct_depth = s.schedule.depth;
   opt.cancel = &interrupt_flag();
   return opt;

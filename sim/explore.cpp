@@ -1,6 +1,8 @@
 // Schedule exploration and replay.
 #include "sim/explore.hpp"
 
+#include "sim/heap.hpp"
+
 namespace shardcheck::sim {
 
 Factory plain(Program program) {
@@ -13,6 +15,10 @@ RunResult run_once(World& world, const Factory& factory) {
   try {
     setup = factory(world);
     r = world.run(setup.program);
+  } catch (const ResourceError& e) {
+    r.error = e.what();
+    r.limit = true;
+    return r;
   } catch (const std::exception& e) {
     r.error = e.what();
     return r;
@@ -63,7 +69,9 @@ ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
     if (!run.error.empty() && r.error.empty()) {
       r.error = run.error;
       r.error_seed = opts.seed;
+      r.limit = run.limit;
     }
+    if (run.limit) break;  // no findings claimed for a cut run, and the next would be cut too
     for (auto& f : run.findings) core::add_finding(r.findings, std::move(f));
     if (!run.findings.empty() && r.first_hit < 0) r.first_hit = i;
     if (o.stop_at_first && (r.first_hit >= 0 || !r.error.empty())) break;

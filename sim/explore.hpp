@@ -40,6 +40,9 @@ struct ExploreResult {
   std::vector<uint64_t> digests;
   std::string error;  // an internal error in some run
   uint64_t error_seed = 0;
+  // That run reached the simulator's own bound (RunResult::limit): bad input, not an internal
+  // error. Its findings are left out: a cut run proves nothing about the file.
+  bool limit = false;
   // Options::cancel was set: exploration ended early. A run it cut short is not counted in
   // runs_done and has no digest, but what its detectors had found is kept: each finding is
   // sound when it is reported, and its seed replays it.

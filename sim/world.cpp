@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/base/status.hpp"
+#include "sim/heap.hpp"
 #include "sim/runtime.hpp"
 #include "sim/world_state.hpp"
 
@@ -201,6 +202,8 @@ void World::step_host(int rank) {
     h.status = Host::Status::done;
     try {
       h.task.take();  // a host program's exception ends the run as an internal error
+    } catch (const ResourceError& ex) {
+      throw ResourceError("rank " + std::to_string(rank) + ": " + ex.what());  // still the limit
     } catch (const std::exception& ex) {
       throw InternalError("rank " + std::to_string(rank) + ": " + ex.what());
     }
@@ -264,7 +267,8 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
   try {
     while (true) {
       if (step_ >= options_.max_steps) {
-        throw InternalError("the run exceeded its bound of " + std::to_string(options_.max_steps) + " steps");
+        throw ResourceError("the run exceeded its bound of " + std::to_string(options_.max_steps) +
+                            " scheduler steps");
       }
       // A cancelled run ends here, between steps, where the world is consistent.
       if ((step_ & 4095) == 0 && options_.cancel && options_.cancel->load(std::memory_order_relaxed)) {
@@ -297,6 +301,9 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
         step_stream(rank, slot - 1);
       }
     }
+  } catch (const ResourceError& ex) {
+    result.error = ex.what();
+    result.limit = true;
   } catch (const std::exception& ex) {
     result.error = ex.what();
   }

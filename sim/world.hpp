@@ -88,6 +88,10 @@ struct RunResult {
   bool completed = false;    // every host program finished and every stream drained
   bool cancelled = false;    // stopped early because Options::cancel was set: a partial run
   std::string error;         // set when a host program threw (an internal error)
+  // The run reached the simulator's own bound (simulated device memory, scheduler steps), not
+  // a fault of shardcheck: the file needs more than a run may take, and `error` says which.
+  // Whatever the cut run had found is not a verdict on the file.
+  bool limit = false;
 };
 
 class SimRuntime;

@@ -36,4 +36,9 @@ std::string to_valid_utf8(std::string_view s);
 // \u0080-\u009F (C1), and bytes that are not UTF-8 as \xNN; everything else as it is.
 std::string printable(std::string_view s);
 
+// `s` as one word a POSIX shell reads back as `s`: as it is when it holds only characters no
+// shell treats specially, else in single quotes (a quote inside written '\''). For the
+// reproducer lines, so a printed command runs as printed.
+std::string shell_word(std::string_view s);
+
 }  // namespace shardcheck::core

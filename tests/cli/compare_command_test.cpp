@@ -1,6 +1,9 @@
 // `shardcheck compare`: side-by-side losses, bitwise weight agreement in exact mode, and the
 // first divergent tensor when a seed bug is on.
+#include <unistd.h>
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
 
 #include "tests/support/run_command.hpp"
 
@@ -34,4 +37,19 @@ TEST_CASE("compare rejects trace scenarios and unknown baselines", "[cli][compar
   REQUIRE(run_shardcheck("compare " + file("trace/reuse-race.yaml")).exit_code == 2);
   REQUIRE(run_shardcheck("compare " + file("training/zero1-exact.yaml") + " --against megatron").exit_code ==
           2);
+}
+
+TEST_CASE("compare --steps past the reference bound exits 2 before anything runs", "[cli][compare]") {
+  // zero1-exact with hidden 64 loads with its 3 steps; 10000 steps would keep 2^28+ weights.
+  std::ifstream in(file("training/zero1-exact.yaml"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("hidden: 16"), 10, "hidden: 64");
+  const std::string path = "/tmp/shardcheck-compare-wide-" + std::to_string(getpid()) + ".yaml";
+  std::ofstream(path) << text;
+  auto r = run_shardcheck("compare " + path + " --steps 10000");
+  std::remove(path.c_str());
+  REQUIRE(r.exit_code == 2);
+  REQUIRE_THAT(r.err, Catch::Contains("--steps 10000"));
+  REQUIRE_THAT(r.err, Catch::Contains("2^28"));
+  REQUIRE(r.out.empty());
 }

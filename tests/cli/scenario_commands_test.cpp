@@ -1,5 +1,6 @@
 // run / explore / replay through the real binary: exit codes (0 met, 1 not met, 2 bad input),
 // the reproducer line, exploration counts, and a Chrome trace Perfetto can open.
+#include <unistd.h>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
@@ -102,4 +103,24 @@ TEST_CASE("replay writes a Chrome trace with ranks, streams, slices, the finding
   auto a = run_shardcheck("replay " + scenario("reuse-race.yaml") + " --seed 9");
   auto b = run_shardcheck("replay " + scenario("reuse-race.yaml") + " --seed 9");
   REQUIRE(a.out == b.out);
+}
+
+TEST_CASE("a reproducer line quotes a path that needs it, so it runs as printed", "[cli][run]") {
+  char dir[] = "/tmp/shardcheck dir 'q'-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string path = std::string(dir) + "/reuse race.yaml";
+  {
+    std::ifstream in(scenario("reuse-race.yaml"));
+    std::ofstream(path) << in.rdbuf();
+  }
+  // The path in single quotes, each quote in it written '\''.
+  std::string quoted = "'";
+  for (const char c : path) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  quoted += "'";
+  auto r = run_shardcheck("run " + quoted);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE_THAT(r.out, Catch::Contains("reproduce: shardcheck replay " + quoted + " --seed 1"));
+  REQUIRE(run_shardcheck("replay " + quoted + " --seed 1").exit_code == 0);
+  std::remove(path.c_str());
+  rmdir(dir);
 }

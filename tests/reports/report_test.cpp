@@ -315,6 +315,23 @@ TEST_CASE("write_report writes every file atomically and leaves no temporary fil
   std::filesystem::remove_all(root);
 }
 
+TEST_CASE("write_report into a reused folder leaves no trace of the earlier report", "[reports]") {
+  const std::string root = temp_dir(), dir = root + "/out";
+  REQUIRE(reports::write_report(sample_report(), dir).ok());
+  REQUIRE(std::filesystem::exists(dir + "/trace-reuse-race-0.json"));
+  std::ofstream(dir + "/notes.txt") << "mine";  // not a report's file: kept
+  reports::Report clean = sample_report();
+  for (auto& s : clean.scenarios) {
+    s.findings.clear();
+    s.finding_traces.clear();
+  }
+  REQUIRE(reports::write_report(clean, dir).ok());
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.insert(e.path().filename().string());
+  REQUIRE(names == std::set<std::string>{"report.md", "report.html", "report.json", "notes.txt"});
+  std::filesystem::remove_all(root);
+}
+
 TEST_CASE("write_report returns the error when the folder cannot be made", "[reports]") {
   const std::string root = temp_dir();
   std::ofstream(root + "/file") << "x";
