@@ -96,10 +96,14 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
   d.first.step = op_info_[a->op].exec_step >= 0 ? op_info_[a->op].exec_step : step_;
   d.second.step = op_info_[b->op].exec_step >= 0 ? op_info_[b->op].exec_step : step_;
   d.reuse = reuse;
+  // A held reuse (report_held_reuse_races) pairs lifetimes that do not share bytes in this
+  // schedule: the block was kept back, so the new lifetime sits elsewhere.
+  bool shares_bytes = true;
   if (reuse) {
     // Name the lifetimes of the bytes the two share: a split block's later lifetime may begin at
     // another address (generation 1 there), yet it is a later lifetime of these bytes.
     const uint64_t lo = std::max(la.addr, lb.addr), hi = std::min(la.addr + la.bytes, lb.addr + lb.bytes);
+    shares_bytes = lo < hi;
     int later = 0;
     for (uint32_t i = a->lifetime + 1; i <= b->lifetime; ++i) {
       const Lifetime& l = lifetimes_[i];
@@ -135,14 +139,14 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
                "call record_stream(" + q(A.buffer) + ", " + q(A.stream) + ") before freeing it",
                "allocate " + q(A.buffer) + " on " + q(A.stream) + ", the stream that uses it last"};
   } else if (d.reuse) {
-    f.summary = "rank " + std::to_string(rank) + ": the block of " + q(A.buffer) + " (lifetime " +
-                std::to_string(A.lifetime) + ") " +
-                // A block only record_stream events kept back (report_held_reuse_races).
-                (A.address == B.address
-                     ? "is reused by " + q(B.buffer) + " (lifetime " + std::to_string(B.lifetime) + ")"
-                     : "can be handed to " + q(B.buffer) + " once the record_stream events complete") +
-                ": " + B.op + " on " + q(B.stream) + " " + access_verb(cur_kind) + " it while " + A.op +
-                " on " + q(A.stream) + " may still " + (A.write ? "write" : "read") + " it";
+    f.summary =
+        "rank " + std::to_string(rank) + ": the block of " + q(A.buffer) + " (lifetime " +
+        std::to_string(A.lifetime) + ") " +
+        // A block only record_stream events kept back (report_held_reuse_races).
+        (shares_bytes ? "is reused by " + q(B.buffer) + " (lifetime " + std::to_string(B.lifetime) + ")"
+                      : "can be handed to " + q(B.buffer) + " once the record_stream events complete") +
+        ": " + B.op + " on " + q(B.stream) + " " + access_verb(cur_kind) + " it while " + A.op + " on " +
+        q(A.stream) + " may still " + (A.write ? "write" : "read") + " it";
     d.fixes = {"call record_stream(" + q(A.buffer) + ", " + q(A.stream) + ") before freeing " + q(A.buffer) +
                    ", so its block is not reused until " + q(A.stream) + " is done with it",
                "allocate " + q(A.buffer) + " on " + q(A.stream) + " (it is allocated on " + q(alloc_stream) +
