@@ -83,8 +83,8 @@ void print_mutation(const properties::MutationResult& r) {
 int run_mutations(const properties::SuiteOptions& o, const properties::Property* only) {
   const auto t0 = std::chrono::steady_clock::now();
   int caught = 0;
-  std::cout << "mutations: the training properties, once per seed bug of DESIGN.md §4 forced on (" << o.cases
-            << " cases per property, seed " << o.seed << ")\n\n";
+  std::cout << "mutations: the training properties, once per seed bug of docs/semantics.md §4 forced on ("
+            << o.cases << " cases per property, seed " << o.seed << ")\n\n";
   for (int i = 0; i < core::kMutations; ++i) {
     const properties::MutationResult r = properties::check_mutation(static_cast<core::Mutation>(i), o, only);
     print_mutation(r);

@@ -1,5 +1,5 @@
 // What the property generators produce: plain configuration structs, each describable in one
-// line and writable as a runnable scenario file (DESIGN.md §5), so a shrunk counterexample
+// line and writable as a runnable scenario file (docs/semantics.md §5), so a shrunk counterexample
 // can be replayed with `shardcheck run`.
 //   TrainingCase c;  c.config.strategy = core::Strategy::optim;  c.pp = 2;  c.dp = 2;  c.vpp = 2;
 //   describe(c)  ->  "optim on (pp=2, dp=2, vpp=2), model V64 H16 L4 S8 tied, exact fp32, ..."
@@ -61,7 +61,7 @@ std::string layout_command(const LayoutCase& c);
 // The expectation a saved counterexample carries, as YAML flow text ("{findings: []}").
 std::string training_scenario_yaml(const TrainingCase& c, const std::string& name,
                                    const std::string& description, const std::string& expect);
-// A trace program (DESIGN.md §5) that writes every tensor of the layout and nothing else,
+// A trace program (docs/semantics.md §5) that writes every tensor of the layout and nothing else,
 // reduce-scatters, all-gathers and reads each tensor back: it exercises the same byte
 // ranges the layout property judged, so gaps or overlaps show as findings when run.
 std::string layout_scenario_yaml(const LayoutCase& c, const std::string& name,

@@ -1,4 +1,4 @@
-// The layout and redistribute properties: DESIGN.md §2's global layout partitions a group's
+// The layout and redistribute properties: docs/semantics.md §2's global layout partitions a group's
 // logical elements among ranks, and redistribute moves values without changing them (or
 // reading gaps). The round trips run on the simulator, whose detectors see every byte.
 #include <algorithm>

@@ -31,7 +31,7 @@ struct Property {
   std::string name;
   std::string why;  // one sentence: why it must hold
   // Exactly one of the two checks is set: layout properties draw LayoutCases, training
-  // properties TrainingCases (and are the ones a mutation of DESIGN.md §4 can break).
+  // properties TrainingCases (and are the ones a mutation of docs/semantics.md §4 can break).
   std::function<Verdict(const LayoutCase&)> check_layout;
   std::function<Verdict(const TrainingCase&)> check_training;
   CaseSpace space;  // for training properties

@@ -1,4 +1,4 @@
-// The reproducer line every finding carries (DESIGN.md §6).
+// The reproducer line every finding carries (docs/semantics.md §6).
 #include "reports/report_model.hpp"
 
 #include "core/base/text.hpp"

@@ -1,4 +1,4 @@
-// Task<T>: the lazy C++20 coroutine every host program is written as (DESIGN.md §7).
+// Task<T>: the lazy C++20 coroutine every host program is written as (docs/semantics.md §7).
 // A Task starts when awaited and resumes its awaiter when it finishes (symmetric transfer,
 // so deep call chains do not grow the OS stack). A backend drives root tasks with start().
 //   Task<int> twice(Runtime& rt) { co_await rt.sync_device(); co_return 2; }

@@ -1,8 +1,9 @@
-// Findings: what a detector or oracle reports. Kinds have stable names (DESIGN.md §4) used in
+// Findings: what a detector or oracle reports. Kinds have stable names (docs/semantics.md §4) used in
 // scenario `expect:` lists and JSON reports. Each finding carries a one-line summary, a
 // longer explanation, a key that identifies "the same bug" across ranks, steps and
 // schedules (for reporting each once), and structured detail for the report pictures.
-//   Finding f = make_finding(FindingKind::stream_race, "rs read of grad races ...", key);
+//   Finding f{.kind = FindingKind::stream_race, .summary = "rank 0: ...", .key = key};
+//   add_finding(list, f);                    // or counts it, when its key is already there
 //   to_string(f.kind) == "stream_race"
 #pragma once
 

@@ -56,7 +56,7 @@ struct RoundBf16 {
   static constexpr bool kElementwise = true;
 };
 // writes[0][i] = q * rint(clamp(reads[0][i] / q, -limit, limit)), computed in double: the
-// exact-mode grid rounding of one gradient contribution (DESIGN.md §3). Precisely
+// exact-mode grid rounding of one gradient contribution (docs/semantics.md §3). Precisely
 // (float)(q * nearbyint(clamp((double)x / q, -limit, limit))): ties to even; NaN stays NaN,
 // infinities clamp. f32 or bf16 operands; needs q > 0 and limit >= 0.
 struct RoundToGrid {

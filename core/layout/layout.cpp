@@ -1,4 +1,4 @@
-// GlobalLayout construction, exactly as DESIGN.md §2 steps 1-5, plus local ranges and
+// GlobalLayout construction, exactly as docs/semantics.md §2 steps 1-5, plus local ranges and
 // per-tensor row ownership.
 #include "core/layout/layout.hpp"
 
@@ -18,7 +18,7 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// State of one layout construction; each method is one step of the DESIGN algorithm.
+// State of one layout construction; each method is one step of the semantics.md algorithm.
 class LayoutBuilder {
  public:
   explicit LayoutBuilder(std::vector<TensorSlot>& t, int64_t chunk) : t_(t), chunk_(chunk) {

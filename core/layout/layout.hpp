@@ -1,4 +1,4 @@
-// The global layout of a parameter group's flat buffer (DESIGN.md §2): where each tensor
+// The global layout of a parameter group's flat buffer (docs/semantics.md §2): where each tensor
 // lives, chosen so that every rank-shard boundary falls on a row boundary of every tensor.
 // It depends only on the shapes and the number of ranks D, never on dtype or placement.
 //   GlobalLayout l = GlobalLayout::create({{5, 4}, {2, 6}, {3}}, 2).value();

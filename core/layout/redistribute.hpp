@@ -1,4 +1,4 @@
-// Redistribute: change the placement of exactly one mesh axis of a DBuffer (DESIGN.md §2).
+// Redistribute: change the placement of exactly one mesh axis of a DBuffer (docs/semantics.md §2).
 // The planner is pure; the executor issues the plan on a Runtime. The layout never changes.
 //   plan_redistribute({Partial(avg)}, {Flat})  ->  reduce_scatter on axis 0
 //   DBuffer o = co_await redistribute(rt, g, {Placement::flat()}, {.stream = rs, .tag = "grad"});

@@ -1,4 +1,4 @@
-// TinyLM (DESIGN.md §3): an embedding V x H tied with the output projection, L blocks of
+// TinyLM (docs/semantics.md §3): an embedding V x H tied with the output projection, L blocks of
 // LayerNorm -> Linear(H,4H) -> GELU -> Linear(4H,H) with a residual, a final LayerNorm and
 // softmax cross-entropy. This file describes its parameters, how they fall into FSDP units
 // (the modules that own parameter groups), and how units are placed on pipeline stages.

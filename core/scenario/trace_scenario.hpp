@@ -1,4 +1,4 @@
-// Trace scenarios (DESIGN.md §5): an explicit per-rank program of runtime operations, loaded
+// Trace scenarios (docs/semantics.md §5): an explicit per-rank program of runtime operations, loaded
 // from YAML and checked completely before anything runs. Every problem in the file is
 // reported as `file:line:column: message`.
 //   Expected<TraceScenario> s = load_trace_scenario("scenarios/trace/reuse-race.yaml");

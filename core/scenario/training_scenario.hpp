@@ -1,4 +1,4 @@
-// Training scenarios (DESIGN.md §5): a mesh, TinyLM, the data source, a strategy, precision,
+// Training scenarios (docs/semantics.md §5): a mesh, TinyLM, the data source, a strategy, precision,
 // the optimizer, mutations, schedule exploration and what to expect. Checked completely
 // before anything runs; every problem is reported as `file:line:column: message`.
 //   Expected<TrainingScenario> s = load_training_scenario("scenarios/catalog/zero1-race.yaml");

@@ -1,4 +1,4 @@
-// Megatron's DistributedOptimizer, the baseline (DESIGN.md §3): parameters in reverse
+// Megatron's DistributedOptimizer, the baseline (docs/semantics.md §3): parameters in reverse
 // registration order in one contiguous buffer, each start aligned to 64 elements, buckets
 // padded to lcm(dp, 128) with a shared embedding alone in its bucket; gradients accumulate
 // locally over microbatches, are scaled by 1/dp and reduce-scattered (sum) once per step;

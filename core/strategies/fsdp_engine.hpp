@@ -1,10 +1,10 @@
-// Megatron-FSDP v2's parameter groups for all six sharding strategies (DESIGN.md §3):
+// Megatron-FSDP v2's parameter groups for all six sharding strategies (docs/semantics.md §3):
 // main_weight (O), model_weight (O after a step, P once unsharded), main_grad (G while
 // accumulating, O after finalization), a per-backward staging buffer (all Partial(avg)),
 // the AG/RS stream protocol, the accumulation state machine (reset, reduce, accumulate,
 // finalize; the first microbatch inferred from placements), post-step weight sync in
 // optimizer order, the gradient norm over unique logical elements, and the embedding-group
-// reduction for pipelines. Each seed bug of DESIGN.md §4 is a named toggle
+// reduction for pipelines. Each seed bug of docs/semantics.md §4 is a named toggle
 // (TrainingConfig::mutations) at the place the upstream code went wrong.
 #pragma once
 

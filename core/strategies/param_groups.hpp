@@ -1,4 +1,4 @@
-// Partitioning a module's parameters into parameter groups (DESIGN.md §3): by (dtype,
+// Partitioning a module's parameters into parameter groups (docs/semantics.md §3): by (dtype,
 // requires_grad), groups in order of first appearance, parameters in registration order; a
 // tied parameter registered under several names is one entry, in its first position.
 //   std::vector<ParamKey> ps = {{0, DType::bf16, true}, {1, DType::f32, true}, {0, ...}};

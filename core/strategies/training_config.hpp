@@ -41,7 +41,7 @@ struct OptimizerConfig {
   double clip_grad = 1.0;  // 0: no clipping
 };
 
-// Exact mode's grid (DESIGN.md §3): each contribution is rounded to q = dp*mb*2^-k and
+// Exact mode's grid (docs/semantics.md §3): each contribution is rounded to q = dp*mb*2^-k and
 // clamped to `limit` grid steps, chosen from the model size so that every sum of up to
 // 2*dp*mb contributions is exact in fp32 and every sum of squares of gradients is exact in
 // fp64.

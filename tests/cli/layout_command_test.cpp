@@ -1,4 +1,4 @@
-// `shardcheck layout`: the DESIGN examples through the real binary, JSON shape, and exit 2
+// `shardcheck layout`: the semantics.md examples through the real binary, JSON shape, and exit 2
 // with a reason for malformed input.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -7,7 +7,7 @@
 
 using shardcheck::testing::run_shardcheck;
 
-TEST_CASE("layout --json reproduces the first DESIGN example", "[cli][layout]") {
+TEST_CASE("layout --json reproduces the first semantics.md example", "[cli][layout]") {
   auto r = run_shardcheck("layout --shapes 5x4,2x6,3 --ranks 2 --json");
   REQUIRE(r.exit_code == 0);
   auto j = nlohmann::json::parse(r.out);
@@ -23,7 +23,7 @@ TEST_CASE("layout --json reproduces the first DESIGN example", "[cli][layout]") 
   REQUIRE(j["ranks"][0]["owns"].size() == 2);
 }
 
-TEST_CASE("layout prints tables with the second DESIGN example", "[cli][layout]") {
+TEST_CASE("layout prints tables with the second semantics.md example", "[cli][layout]") {
   auto r = run_shardcheck("layout --shapes 4x4,1x6 --ranks 2");
   REQUIRE(r.exit_code == 0);
   REQUIRE_THAT(r.out, Catch::Contains("size 24 elements"));

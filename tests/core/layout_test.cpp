@@ -1,6 +1,6 @@
-// GlobalLayout: the DESIGN conformance examples, the remainder-closing rule (hand-derived
+// GlobalLayout: the semantics.md conformance examples, the remainder-closing rule (hand-derived
 // examples), local ranges over multi-axis placements, row ownership, invariants over many
-// random shape lists, and agreement with an independent implementation of DESIGN.md §2.
+// random shape lists, and agreement with an independent implementation of docs/semantics.md §2.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <numeric>
@@ -24,7 +24,7 @@ LocalRange flat_range(const GlobalLayout& l, int rank) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
-// An independent reading of DESIGN.md §2's global layout, written from the text of steps
+// An independent reading of docs/semantics.md §2's global layout, written from the text of steps
 // 1-5 (not from core/layout/layout.cpp), for the property below. Where the text leaves a choice,
 // the reading is spelled out: "fill the gap greedily" walks the fragments once in their
 // sorted order with a cursor that only moves forward; each one that fits at the cursor,
@@ -108,7 +108,7 @@ Layout layout(const std::vector<Shape>& shapes, int ranks) {
 }  // namespace spec
 }  // namespace
 
-TEST_CASE("DESIGN conformance: (5,4),(2,6),(3,) over 2 ranks", "[core][layout]") {
+TEST_CASE("semantics.md conformance: (5,4),(2,6),(3,) over 2 ranks", "[core][layout]") {
   auto l = GlobalLayout::create({{5, 4}, {2, 6}, {3}}, 2).value();
   REQUIRE(l.chunk() == 12);
   REQUIRE(offsets(l) == std::vector<int64_t>{0, 24, 20});
@@ -119,7 +119,7 @@ TEST_CASE("DESIGN conformance: (5,4),(2,6),(3,) over 2 ranks", "[core][layout]")
   REQUIRE(l.padding_elements() == 12);
 }
 
-TEST_CASE("DESIGN conformance: (4,4),(1,6) over 2 ranks", "[core][layout]") {
+TEST_CASE("semantics.md conformance: (4,4),(1,6) over 2 ranks", "[core][layout]") {
   auto l = GlobalLayout::create({{4, 4}, {1, 6}}, 2).value();
   REQUIRE(offsets(l) == std::vector<int64_t>{0, 18});
   REQUIRE(l.size() == 24);
@@ -134,7 +134,7 @@ TEST_CASE("a later regular tensor's remainder closes an open chunk", "[core][lay
   REQUIRE(l.gap_elements() == 0);
 }
 
-// Each example below is worked by hand from DESIGN.md §2 step 3; the comment carries the
+// Each example below is worked by hand from docs/semantics.md §2 step 3; the comment carries the
 // arithmetic. They fail if the closer search takes anything but the first later regular
 // tensor whose remainder fits, places it anywhere but `next - crem`, or advances `next` by
 // anything but its whole chunks.
@@ -212,11 +212,12 @@ TEST_CASE("a closer is not placed again when its own turn comes", "[core][layout
 
 // The property: on many seeded random shape lists (1-D, 2-D and 3-D, rows drawn so chunks
 // stay small and remainders are common), core's layout has exactly the offsets and size of
-// the independent implementation above. It fails on any departure from the DESIGN text in
+// the independent implementation above. It fails on any departure from the semantics.md text in
 // either, and it counts the closers and gap fragments it saw, so it cannot pass on lists that
 // never reach the rule.
-TEST_CASE("the layout equals an independent implementation of DESIGN.md section 2", "[core][layout]") {
-  // The reference itself first: the DESIGN conformance examples and one hand example.
+TEST_CASE("the layout equals an independent implementation of docs/semantics.md section 2",
+          "[core][layout]") {
+  // The reference itself first: the semantics.md conformance examples and one hand example.
   REQUIRE(spec::layout({{5, 4}, {2, 6}, {3}}, 2).offsets == std::vector<int64_t>{0, 24, 20});
   REQUIRE(spec::layout({{5, 4}, {2, 6}, {3}}, 2).size == 48);
   REQUIRE(spec::layout({{4, 4}, {1, 6}}, 2).offsets == std::vector<int64_t>{0, 18});

@@ -133,7 +133,7 @@ double worst_units(const ExactGrid& g, int dp, int mb) { return 2.0 * dp * mb * 
 
 }  // namespace
 
-// Exact mode's promise (DESIGN.md §3): every sum and every division by dp or the microbatch
+// Exact mode's promise (docs/semantics.md §3): every sum and every division by dp or the microbatch
 // count is exact in fp32, every norm exact in fp64. Over a sweep of dp, microbatches and model
 // sizes up to TrainingLimits' 2^27 parameters, the worst-case sum is exact at the grid's limit,
 // and still at 4 x limit, where it reaches up to 2^24 units: exact_grid's rule n^2 * limit <=

@@ -54,7 +54,7 @@ BufferMesh buffer_mesh(Runtime& rt, std::shared_ptr<const Mesh> mesh, std::vecto
 }
 }  // namespace
 
-TEST_CASE("the planner follows the DESIGN table", "[core][redistribute]") {
+TEST_CASE("the planner follows the semantics.md table", "[core][redistribute]") {
   REQUIRE(plan_op({F}, {R}) == Op::all_gather);
   REQUIRE(plan_op({PA}, {R}) == Op::all_reduce);
   REQUIRE(plan_op({PS}, {F}) == Op::reduce_scatter);

@@ -1,4 +1,4 @@
-// Training scenario loading: the DESIGN example parses, and bad input is rejected at its
+// Training scenario loading: the semantics.md examples parses, and bad input is rejected at its
 // line and column.
 #include <catch2/catch.hpp>
 
@@ -37,7 +37,7 @@ std::string error_of(const std::string& from, const std::string& to) {
 }
 }  // namespace
 
-TEST_CASE("the DESIGN training example loads", "[core][scenario]") {
+TEST_CASE("the semantics.md training example loads", "[core][scenario]") {
   auto s = parse_training_scenario(kGood, "t.yaml");
   INFO((s.ok() ? "" : s.error().message()));
   REQUIRE(s.ok());

@@ -1,6 +1,6 @@
 // The property suite on a bounded budget: every property holds on generated cases; a failing
 // property shrinks to a minimal case and saves a scenario that loads and replays; a seed bug
-// of DESIGN.md §4 yields a scenario that `shardcheck run` fails on; generation follows the
+// of docs/semantics.md §4 yields a scenario that `shardcheck run` fails on; generation follows the
 // seed and nothing else; the memory formula matches a hand count; every seed bug is caught
 // by the property meant for it; and `shardcheck props` keeps its options and exit codes.
 #include <algorithm>
@@ -75,7 +75,7 @@ TEST_CASE("same_seed_same_trace holds on 20 training cases", "[properties]") {
   require_holds("same_seed_same_trace", 20);
 }
 
-// The formula of memory.hpp against numbers worked out by hand from DESIGN.md §2's layout
+// The formula of memory.hpp against numbers worked out by hand from docs/semantics.md §2's layout
 // (would fail if the formula dropped a buffer, or the layout's padding changed): ZeRO-1 on
 // dp 2, TinyLM V64 H16 L4, fp32 params (model weights alias main), Adam, fp32 grads.
 // embedding 64x16: S = 1024; each block (chunk 64): S = 2176; head: S = 32. Per element at
