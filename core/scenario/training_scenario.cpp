@@ -246,6 +246,14 @@ class Parser {
           root["microbatches"] ? root["microbatches"] : root,
           "interleaved pipelining needs microbatches to be a multiple of pp (" + std::to_string(pp) + ")");
     }
+    if (const int64_t dp = m.world_size() / pp;
+        c.precision.exact && dp * c.microbatches > TrainingLimits::kMaxExactContributions) {
+      y_.fail(root["microbatches"] ? root["microbatches"] : root["mesh"],
+              "exact mode keeps sums exact only while data-parallel ranks x microbatches is at most " +
+                  std::to_string(TrainingLimits::kMaxExactContributions) +
+                  " (this file: " + std::to_string(dp) + " x " + std::to_string(c.microbatches) + " = " +
+                  std::to_string(dp * c.microbatches) + ")");
+    }
     // A mutation that cannot change this run would let it report clean for a bug it never had.
     for (const auto& [mu, node] : mutation_nodes_) {
       if (const std::string why = mutation_unmet_need(mu, c, m); !why.empty()) y_.fail(node, why);

@@ -30,6 +30,10 @@ struct TrainingLimits {
   // The single-rank reference keeps every step's weights and gradients (8 bytes per parameter
   // per step): parameters * steps at most 2^28, 2 GiB.
   static constexpr int64_t kMaxReferenceParameterSteps = int64_t{1} << 28;
+  // Exact mode sums n = 2 * dp * microbatches grid contributions per element; its grid keeps
+  // every fp32 partial sum exact only while n^2 <= 2^23 (core::exact_grid), so dp *
+  // microbatches at most 1448. Past it the grid's limit bottoms out and sums round.
+  static constexpr int64_t kMaxExactContributions = 1448;
 };
 
 // The limits above that depend on several fields at once, for a configuration that may have

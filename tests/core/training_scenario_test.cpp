@@ -272,3 +272,27 @@ TEST_CASE("the reference's history bounds parameters times steps, unless there i
   REQUIRE(training_limits_exceeded(none->config, *none->mesh, false).empty());
   REQUIRE_THAT(training_limits_exceeded(none->config, *none->mesh, true), Catch::Contains("2^28"));
 }
+
+TEST_CASE("exact mode is refused where its grid cannot keep fp32 sums exact", "[core][scenario][limits]") {
+  // n = 2 * dp * microbatches contributions per element: the grid needs n^2 <= 2^23, so dp *
+  // microbatches at most 1448. 32 * 46 = 1472 is past it; 32 * 44 = 1408 is not.
+  std::string past = kGood;
+  const std::string mesh = "mesh: {pp: 2, dp: 2, vpp: 2}";
+  past.replace(past.find(mesh), mesh.size(), "mesh: {pp: 2, dp: 32, vpp: 2}");
+  std::string within = past;
+  past.replace(past.find("microbatches: 4"), 15, "microbatches: 46");
+  within.replace(within.find("microbatches: 4"), 15, "microbatches: 44");
+  auto bad = parse_training_scenario(past, "t.yaml");
+  REQUIRE_FALSE(bad.ok());
+  REQUIRE_THAT(bad.error().message(),
+               Catch::StartsWith("t.yaml:8:15: exact mode keeps sums exact only while data-parallel ranks x "
+                                 "microbatches is at most 1448 (this file: 32 x 46 = 1472)"));
+  auto good = parse_training_scenario(within, "t.yaml");
+  INFO((good.ok() ? "" : good.error().message()));
+  REQUIRE(good.ok());
+  const std::string exact = "precision: {exact: true}";
+  past.replace(past.find(exact), exact.size(), "precision: {param: f32}");
+  auto mixed = parse_training_scenario(past, "t.yaml");
+  INFO((mixed.ok() ? "" : mixed.error().message()));
+  REQUIRE(mixed.ok());  // only exact mode promises bitwise sums
+}
