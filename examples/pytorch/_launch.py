@@ -1,0 +1,24 @@
+"""Process-group setup shared by the examples: torchrun's environment when present, else a
+one-rank NCCL group on GPU 0 (so each example also runs as `python3 example.py`)."""
+
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def init():
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("LOCAL_RANK", os.environ["RANK"])
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local % torch.cuda.device_count())
+    dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def finish():
+    torch.cuda.synchronize()
+    dist.destroy_process_group()

@@ -1,0 +1,47 @@
+"""python3 -m shardcheck.capture --out DIR [--device cuda|cpu] -- script.py ARGS...
+
+Runs script.py as __main__ (as `python3 script.py ARGS...` would) inside a capture, then
+prints where the files are and the command that checks them.
+"""
+
+import argparse
+import os
+import runpy
+import sys
+
+from . import Capture
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" in argv:
+        i = argv.index("--")
+        ours, target = argv[:i], argv[i + 1:]
+    else:
+        ours, target = argv, []
+    p = argparse.ArgumentParser(prog="python3 -m shardcheck.capture",
+                                description="Capture a PyTorch program for `shardcheck run DIR`.")
+    p.add_argument("--out", required=True, help="folder for rank-<R>.jsonl")
+    p.add_argument("--device", choices=["cuda", "cpu"], default=None,
+                   help="which tensors to follow (default: cuda when available)")
+    args = p.parse_args(ours)
+    if not target:
+        p.error("give the program after --, e.g. -- train.py --steps 2")
+    script = target[0]
+    if not os.path.isfile(script):
+        p.error("%s: no such file" % script)
+    sys.argv = target
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    cap = Capture(args.out, device=args.device, argv=target)
+    with cap:
+        runpy.run_path(script, run_name="__main__")
+    st = cap.recorder.stats
+    print("shardcheck.capture: %s: %d records (%d ops, %d allocations, %d frees, %d collectives)"
+          % (cap.path, cap.recorder._w.records, st["ops"], st["allocs"], st["frees"],
+             st["collectives"]), file=sys.stderr)
+    print("shardcheck.capture: check it with: shardcheck run %s" % args.out, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,556 @@
+"""Feeds a Recorder from a running torch program.
+
+- Operators: a TorchDispatchMode sees every aten operator after autograd (backward included),
+  with its schema: an argument whose alias information says "written" is a write, any other
+  tensor argument a read, and a returned tensor that aliases no argument is a fresh write.
+  A view (returns alias an argument, nothing written) touches no bytes. Ranges are byte ranges
+  of the storage, covering every element a strided view can reach.
+- Allocator, events and synchronization: torch's GPU trace callbacks, the ones its own CUDA
+  sanitizer uses (activated the same way).
+- Collectives: the c10d operators the process group dispatches (``c10d::allreduce_`` …). The
+  process group's own event record/wait around the collective (its internal stream waits for
+  the caller's; an end event after it) arrive as trace callbacks during the call; the
+  collective record is placed between them, on the internal stream. Torch before 2.0 does not
+  dispatch c10d operators: there the torch.distributed functions are wrapped instead.
+"""
+
+import os
+import sys
+import sysconfig
+import threading
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"])
+_SKIP = (_TORCH_DIR + os.sep, _OWN_DIR + os.sep, _STDLIB + os.sep)
+
+_DTYPES = {
+    torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
+    torch.int8: "i8", torch.uint8: "u8", torch.int16: "i16", torch.int32: "i32",
+    torch.int64: "i64", torch.bool: "bool",
+}
+_REDUCE = {"SUM": "sum", "AVG": "avg", "PRODUCT": "product", "MIN": "min", "MAX": "max"}
+
+# Views that only make a new tensor header: no bytes are touched.
+_NO_ACCESS = {"aten::empty", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
+              "aten::empty_like", "aten::set_", "aten::resize_", "aten::record_stream",
+              "aten::_has_compatible_shallow_copy_type", "aten::is_pinned", "aten::lift_fresh"}
+# In-place operators that overwrite `self` without reading it; every other in-place write to
+# `self` reads it too (x.add_(1) reads x), which the definedness check needs.
+_OVERWRITE = {"aten::copy_", "aten::fill_", "aten::zero_", "aten::normal_", "aten::uniform_",
+              "aten::random_", "aten::bernoulli_", "aten::exponential_", "aten::geometric_",
+              "aten::cauchy_", "aten::log_normal_", "aten::index_put_", "aten::index_fill_",
+              "aten::masked_fill_", "aten::_index_put_impl_", "aten::set_"}
+_ALLOCATING_EMPTY = {"aten::empty", "aten::empty_strided", "aten::new_empty",
+                     "aten::new_empty_strided", "aten::empty_like"}
+
+_main_thread = threading.main_thread()
+
+
+def reduce_name(red):
+    """'sum', 'avg', ... for a ReduceOp in any of the forms torch passes it around."""
+    import torch.distributed as dist
+    candidates = [red]
+    unbox = getattr(dist.ReduceOp, "unbox", None)
+    if unbox is not None:
+        try:
+            candidates.append(unbox(red))
+        except Exception:
+            pass
+    for c in list(candidates):
+        op = getattr(c, "op", None)
+        if op is not None:
+            candidates.append(op)
+    for c in candidates:
+        for key, value in _REDUCE.items():
+            member = getattr(dist.ReduceOp, key, None)
+            try:
+                if member is not None and (c == member or c == getattr(member, "op", member)):
+                    return value
+            except Exception:
+                pass
+        text = str(getattr(c, "name", c)).upper()
+        for key, value in _REDUCE.items():
+            if text.endswith(key) or ("." + key) in text:
+                return value
+    return "sum"
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _user_frame(frame):
+    while frame is not None:
+        f = frame.f_code.co_filename
+        if not f.startswith(_SKIP) and not f.startswith("<frozen"):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _relpath(path):
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith(".." + os.sep + "..") else rel
+
+
+def _storage(t):
+    if hasattr(t, "untyped_storage"):
+        return t.untyped_storage()
+    return t.storage()
+
+
+def tensor_span(t):
+    """(storage ptr, storage bytes, byte offset, byte length) of what t can touch, or None."""
+    if t.numel() == 0:
+        return None
+    try:
+        s = _storage(t)
+        ptr = s.data_ptr()
+    except RuntimeError:
+        return None  # no real storage (a fake or functional tensor)
+    if ptr == 0:
+        return None
+    isz = t.element_size()
+    lo = hi = t.storage_offset()
+    for size, stride in zip(t.shape, t.stride()):
+        if stride >= 0:
+            hi += (size - 1) * stride
+        else:
+            lo += (size - 1) * stride
+    return (ptr, s.nbytes(), lo * isz, (hi - lo + 1) * isz)
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, hooks):
+        super().__init__()
+        self.hooks = hooks
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # A tensor subclass (DTensor, fake tensors) handles the operator itself; what it runs on
+        # its plain tensors there is not seen (docs/capture.md, "What is not captured").
+        if any(t not in _PLAIN for t in types):
+            return func(*args, **(kwargs or {}))
+        return self.hooks.dispatch(func, args, kwargs or {})
+
+
+class Hooks:
+    """Installs the callbacks and the dispatch mode for one Recorder."""
+
+    def __init__(self, recorder, device):
+        self.rec = recorder
+        self.device = device  # "cuda" or "cpu"
+        self.cuda = device == "cuda"
+        self._tls = threading.local()
+        self._mode = None
+        self._patched = []
+        self._c10d_dispatched = int(torch.__version__.split(".")[0]) >= 2
+
+    # -- where ---------------------------------------------------------------------------
+    def site(self):
+        frame = _user_frame(sys._getframe(1))
+        suffix = ""
+        if frame is None and threading.current_thread() is not _main_thread:
+            # Backward runs on autograd's device threads: name the line that started it.
+            frame = _user_frame(sys._current_frames().get(_main_thread.ident))
+            suffix = " (backward)"
+        if frame is None:
+            return self.rec.site("<torch>", 0, "")
+        return self.rec.site(_relpath(frame.f_code.co_filename), frame.f_lineno,
+                             frame.f_code.co_name + suffix)
+
+    def current_stream(self):
+        if not self.cuda:
+            return 0
+        return torch.cuda.current_stream().cuda_stream
+
+    def _on_device(self, t):
+        return t.device.type == self.device
+
+    # -- callbacks: deferred while an operator runs, so its record comes first ------------
+    def _deferring(self):
+        return getattr(self._tls, "depth", 0) > 0
+
+    def _emit(self, fn, *args):
+        if self._deferring():
+            self._tls.deferred.append((fn, args))
+        else:
+            fn(*args)
+
+    def on_alloc(self, ptr):
+        self.rec.on_alloc(ptr, self.current_stream(), self.site())
+
+    def on_free(self, ptr):
+        background = False
+        if threading.current_thread() is not _main_thread:
+            node = getattr(torch._C, "_current_autograd_node", lambda: None)()
+            # Not backward's own thread: a process group's watchdog releasing the tensors it
+            # held for a collective, which it does only once that collective has finished.
+            background = node is None and _user_frame(sys._getframe(1)) is None
+        self.rec.on_free(ptr, self.site(), background)
+
+    def on_event_create(self, ev):
+        self.rec.event_created(ev)
+
+    def on_event_delete(self, ev):
+        self.rec.event_deleted(ev)
+
+    def on_event_record(self, ev, stream):
+        self._emit(self.rec.event_record, ev, stream, self.site())
+
+    def on_event_wait(self, ev, stream):
+        self._emit(self.rec.event_wait, ev, stream, self.site())
+
+    def on_event_sync(self, ev):
+        self._emit(self.rec.event_sync, ev, self.site())
+
+    def on_stream_sync(self, stream):
+        self._emit(self.rec.stream_sync, stream, self.site())
+
+    def on_device_sync(self):
+        self._emit(self.rec.device_sync, self.site())
+
+    # -- operators -----------------------------------------------------------------------
+    def dispatch(self, func, args, kwargs):
+        name = func._schema.name
+        if getattr(self._tls, "inside", False):
+            return func(*args, **kwargs)
+        if name.startswith("c10d::"):
+            return self._c10d(func, name, args, kwargs)
+        if name == "aten::record_stream":
+            out = func(*args, **kwargs)
+            t, stream = args[0], args[1]
+            span = tensor_span(t) if self._on_device(t) else None
+            if span is not None:
+                handle = stream.cuda_stream if hasattr(stream, "cuda_stream") else \
+                    torch.cuda.Stream(stream_id=stream.stream_id, device_index=stream.device_index,
+                                      device_type=stream.device_type).cuda_stream
+                self.rec.record_stream(span[0], span[1], handle, self.site())
+            return out
+        reads, writes, written = [], [], False
+        schema = func._schema
+        for i, arg in enumerate(schema.arguments):
+            value = args[i] if i < len(args) else kwargs.get(arg.name)
+            if value is None:
+                continue
+            is_write = arg.alias_info is not None and arg.alias_info.is_write
+            for t in _tensors(value):
+                if not self._on_device(t):
+                    continue
+                span = tensor_span(t)
+                if span is None:
+                    continue
+                (writes if is_write else reads).append(span)
+                if is_write and arg.name == "self" and name not in _OVERWRITE:
+                    reads.append(span)
+                written = written or is_write
+        aliasing_returns = any(r.alias_info is not None for r in schema.returns)
+        if name in _NO_ACCESS or (aliasing_returns and not written):
+            reads = []
+        self._tls.depth = getattr(self._tls, "depth", 0) + 1
+        if self._tls.depth == 1:
+            self._tls.deferred = []
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self._tls.depth -= 1
+        fresh = []
+        for r, value in zip(schema.returns, out if isinstance(out, tuple) else (out,)):
+            if r.alias_info is not None:
+                continue
+            for t in _tensors(value):
+                if self._on_device(t):
+                    span = tensor_span(t)
+                    if span is not None:
+                        fresh.append(span)
+        stream = self.current_stream()
+        site = self.site()
+        self.rec.touch(fresh, stream, site)
+        if name not in _ALLOCATING_EMPTY:
+            self.rec.op(name, stream, reads, writes + fresh, site)
+        if self._tls.depth == 0:
+            deferred, self._tls.deferred = self._tls.deferred, []
+            for fn, a in deferred:
+                fn(*a)
+        return out
+
+    # -- collectives ---------------------------------------------------------------------
+    def _group(self, pg):
+        import torch.distributed as dist
+        if not isinstance(pg, dist.ProcessGroup) and hasattr(dist.ProcessGroup, "unbox"):
+            try:
+                pg = dist.ProcessGroup.unbox(pg)  # the dispatcher passes a ScriptObject
+            except Exception:
+                pass
+        try:
+            ranks = dist.get_process_group_ranks(pg)
+        except Exception:
+            ranks = list(range(dist.get_world_size()))
+        name = None
+        try:
+            name = pg.group_name
+        except Exception:
+            try:
+                name = dist.distributed_c10d._get_process_group_name(pg)
+            except Exception:
+                pass
+        if not name or name == "None":
+            name = "ranks " + ranks_name(ranks)
+        elif pg is dist.group.WORLD or name == "0":
+            name = "world"
+        else:
+            name = "group " + str(name)
+        return self.rec.group(name, name, ranks), ranks
+
+    def _describe(self, name, func, args, kwargs):
+        """The collectives one c10d call makes: [(op, in tensor, out tensor, count)], group,
+        reduce, root, peer (group rank) or None when the call is not understood."""
+        values = {}
+        for i, arg in enumerate(func._schema.arguments):
+            values[arg.name] = args[i] if i < len(args) else kwargs.get(arg.name)
+        pg = next((values[a.name] for a in func._schema.arguments
+                   if "ProcessGroup" in str(a.type)), None)
+        red = next((values[a.name] for a in func._schema.arguments
+                    if "ReduceOp" in str(a.type)), None)
+        reduce = reduce_name(red) if red is not None else "none"
+        root = values.get("root_rank") or 0
+        base = name.split("::", 1)[1]
+        calls = []
+        if base in ("allreduce_", "allreduce_coalesced_"):
+            reduce = reduce if reduce != "none" else "sum"
+            for t in values["tensors"]:
+                calls.append(("all_reduce", t, t, t.numel()))
+        elif base in ("broadcast_",):
+            for t in values["tensors"]:
+                calls.append(("broadcast", t, t, t.numel()))
+        elif base in ("reduce_",):
+            for t in values["tensors"]:
+                calls.append(("reduce", t, t, t.numel()))
+        elif base in ("_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_"):
+            outs = values.get("output_tensor", values.get("outputs"))
+            ins = values.get("input_tensor", values.get("inputs"))
+            outs = outs if isinstance(outs, (list, tuple)) else [outs]
+            ins = ins if isinstance(ins, (list, tuple)) else [ins]
+            for i_, o in zip(ins, outs):
+                calls.append(("reduce_scatter", i_, o, o.numel()))
+        elif base in ("_allgather_base_", "allgather_into_tensor_coalesced_"):
+            outs = values.get("output_tensor", values.get("outputs"))
+            ins = values.get("input_tensor", values.get("inputs"))
+            outs = outs if isinstance(outs, (list, tuple)) else [outs]
+            ins = ins if isinstance(ins, (list, tuple)) else [ins]
+            for i_, o in zip(ins, outs):
+                calls.append(("all_gather", i_, o, i_.numel()))
+        elif base in ("alltoall_base_",):
+            calls.append(("all_to_all", values["input"], values["output"], values["input"].numel()))
+        elif base == "barrier":
+            calls.append(("barrier", None, None, 0))
+        elif base in ("send", "recv_"):
+            peer = values.get("dstRank", values.get("srcRank"))
+            for t in values["tensors"]:
+                calls.append(("send" if base == "send" else "recv", t, t, t.numel()))
+            return calls, pg, reduce, root, peer, values.get("tag", 0)
+        else:
+            return None, pg, reduce, root, None, 0
+        return calls, pg, reduce, root, None, 0
+
+    def _c10d(self, func, name, args, kwargs):
+        caller = self.current_stream()
+        site = self.site()
+        self._tls.depth = getattr(self._tls, "depth", 0) + 1
+        outer = self._tls.depth > 1
+        if not outer:
+            self._tls.deferred = []
+        self._tls.inside = True
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self._tls.inside = False
+            self._tls.depth -= 1
+        during = self._tls.deferred if not outer else []
+        if not outer:
+            self._tls.deferred = []
+        calls, pg, reduce, root, peer, tag = self._describe(name, func, args, kwargs)
+        # The internal stream: the one the process group made wait for the caller's stream.
+        internal = None
+        for fn, a in during:
+            if fn == self.rec.event_wait and a[1] != caller:
+                internal = a[1]
+                break
+        split = len(during)
+        if internal is not None:
+            # The collective runs after the internal stream's wait and before its end event.
+            for i, (fn, a) in enumerate(during):
+                if fn == self.rec.event_record and a[1] == internal:
+                    split = i
+                    break
+        else:
+            # It runs on the caller's stream (a blocking collective in torch >= 2.6): between
+            # the process group's start and end events, so the end event covers it.
+            records = [i for i, (fn, a) in enumerate(during)
+                       if fn == self.rec.event_record and a[1] == caller]
+            if records:
+                split = records[-1]
+        for fn, a in during[:split]:
+            fn(*a)
+        self._record_calls(name, calls, pg, reduce, root, peer, tag,
+                           internal if internal is not None else caller, site)
+        for fn, a in during[split:]:
+            fn(*a)
+        return out
+
+    def _record_calls(self, name, calls, pg, reduce, root, peer, tag, stream, site):
+        if pg is None:
+            return
+        gid, ranks = self._group(pg)
+        if calls is None:
+            return
+        if self.cuda and not self.rec.has_stream(stream):
+            self.rec.stream(stream, "nccl %s" % ranks_name(ranks))
+        for op, i_, o, count in calls:
+            if i_ is not None and not (self._on_device(i_) and self._on_device(o)):
+                continue
+            dtype = _DTYPES.get(i_.dtype, "u8") if i_ is not None else "u8"
+            if i_ is not None and i_.dtype not in _DTYPES:
+                count *= i_.element_size()
+            if op in ("send", "recv"):
+                span = tensor_span(i_)
+                if span is not None:
+                    self.rec.p2p(op, ranks[peer], gid, stream, span, dtype, count, str(tag), name,
+                                 site)
+                continue
+            ispan = tensor_span(i_) if i_ is not None else None
+            ospan = tensor_span(o) if o is not None else None
+            if op != "barrier" and (ispan is None or ospan is None):
+                continue
+            self.rec.collective(op, gid, stream, ispan, ospan, dtype, count, reduce, root, name,
+                                site)
+
+    # -- torch.distributed before 2.0: wrap the functions -------------------------------
+    def _wrap_distributed(self):
+        import torch.distributed as dist
+        hooks = self
+
+        def wrap(fname, op, tensor_args, count_of):
+            orig = getattr(dist, fname, None)
+            if orig is None:
+                return
+
+            def wrapped(*args, **kwargs):
+                import inspect
+                bound = inspect.signature(orig).bind(*args, **kwargs)
+                bound.apply_defaults()
+                a = bound.arguments
+                group = a.get("group") or dist.distributed_c10d._get_default_group()
+                i_, o = tensor_args(a)
+                reduce = "none"
+                if "op" in a:
+                    reduce = reduce_name(a["op"])
+                root = 0
+                if "src" in a or "dst" in a:
+                    ranks = dist.get_process_group_ranks(group)
+                    root = ranks.index(a.get("src", a.get("dst")))
+                hooks._record_calls("torch.distributed." + fname, [(op, i_, o, count_of(i_, o))],
+                                    group, reduce, root, None, 0, hooks.current_stream(),
+                                    hooks.site())
+                hooks._tls.inside = True
+                try:
+                    return orig(*args, **kwargs)
+                finally:
+                    hooks._tls.inside = False
+
+            setattr(dist, fname, wrapped)
+            self._patched.append((dist, fname, orig))
+
+        wrap("all_reduce", "all_reduce", lambda a: (a["tensor"], a["tensor"]),
+             lambda i, o: i.numel())
+        wrap("broadcast", "broadcast", lambda a: (a["tensor"], a["tensor"]),
+             lambda i, o: i.numel())
+        wrap("reduce", "reduce", lambda a: (a["tensor"], a["tensor"]), lambda i, o: i.numel())
+        wrap("_all_gather_base", "all_gather", lambda a: (a["input_tensor"], a["output_tensor"]),
+             lambda i, o: i.numel())
+        wrap("_reduce_scatter_base", "reduce_scatter", lambda a: (a["input"], a["output"]),
+             lambda i, o: o.numel())
+        wrap("barrier", "barrier", lambda a: (None, None), lambda i, o: 0)
+
+    # -- install -------------------------------------------------------------------------
+    def install(self):
+        if self.cuda:
+            self._install_trace()
+        if not self._c10d_dispatched:
+            try:
+                import torch.distributed  # noqa: F401
+                self._wrap_distributed()
+            except ImportError:
+                pass
+        self._mode = _Mode(self)
+        self._mode.__enter__()
+
+    def uninstall(self):
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+        for obj, name, orig in reversed(self._patched):
+            setattr(obj, name, orig)
+        self._patched = []
+        _Router.active = None
+
+    def _install_trace(self):
+        _Router.install()
+        _Router.active = self
+
+
+class _Router:
+    """Torch's trace callbacks cannot be removed once registered: route them to the active
+    capture, if any."""
+
+    active = None
+    installed = False
+
+    @classmethod
+    def install(cls):
+        if cls.installed:
+            return
+        try:
+            import torch.cuda._gpu_trace as t
+            prefix = "register_callback_for_"
+            activate = getattr(torch._C, "_activate_gpu_trace", None)
+        except ImportError:
+            import torch.utils._cuda_trace as t
+            prefix = "register_callback_for_cuda_"
+            activate = getattr(torch._C, "_activate_cuda_trace", None)
+
+        def route(method):
+            def cb(*args):
+                h = cls.active
+                if h is not None:
+                    getattr(h, method)(*args)
+            return cb
+
+        for what, method in (("event_creation", "on_event_create"),
+                             ("event_deletion", "on_event_delete"),
+                             ("event_record", "on_event_record"),
+                             ("event_wait", "on_event_wait"),
+                             ("memory_allocation", "on_alloc"),
+                             ("memory_deallocation", "on_free"),
+                             ("stream_synchronization", "on_stream_sync"),
+                             ("device_synchronization", "on_device_sync"),
+                             ("event_synchronization", "on_event_sync")):
+            getattr(t, prefix + what)(route(method))
+        if activate is not None:
+            activate()
+        cls.installed = True
+
+
+def ranks_name(ranks):
+    return "[" + ",".join(str(r) for r in ranks) + "]"

@@ -1,0 +1,220 @@
+"""Turns what torch reports (operators, allocator and stream callbacks, collectives) into the
+records of docs/capture-format.md, in issue order.
+
+The Recorder knows nothing of torch: it is driven by plain calls (pointers, stream handles,
+sites), so its bookkeeping is tested without a GPU. ``hooks.py`` feeds it from a real program.
+"""
+
+import threading
+
+from .writer import Writer
+
+
+class Recorder:
+    def __init__(self, path, header, default_stream=0):
+        self._w = Writer(path, header)
+        self._lock = threading.RLock()
+        self._sites = {}  # (file, line, func) -> id
+        self._streams = {}  # handle -> id
+        self._stream_names = set()
+        self._groups = {}  # key -> id
+        self._events = {}  # handle -> id
+        self._next_event = 0
+        self._live = {}  # pointer -> (buf id, bytes)
+        self._pending = {}  # pointer -> (stream handle, site): allocated, bytes not yet known
+        self._next_buf = 0
+        self._coll_streams = {}  # buf -> stream ids of collectives that used it
+        self.stats = {"ops": 0, "allocs": 0, "frees": 0, "collectives": 0, "unseen_allocs": 0}
+        self.stream(default_stream, "default")
+
+    # -- definitions ---------------------------------------------------------------------
+    def site(self, file, line, func):
+        key = (file, line, func)
+        sid = self._sites.get(key)
+        if sid is None:
+            sid = len(self._sites)
+            self._sites[key] = sid
+            self._w.write({"k": "site", "id": sid, "file": file, "line": line, "func": func})
+        return sid
+
+    def stream(self, handle, name=None):
+        sid = self._streams.get(handle)
+        if sid is None:
+            sid = len(self._streams)
+            base = name or "stream %d" % sid
+            unique, n = base, 2
+            while unique in self._stream_names:
+                unique, n = "%s #%d" % (base, n), n + 1
+            self._stream_names.add(unique)
+            self._streams[handle] = sid
+            self._w.write({"k": "stream", "id": sid, "name": unique})
+        return sid
+
+    def has_stream(self, handle):
+        return handle in self._streams
+
+    def group(self, key, name, ranks):
+        gid = self._groups.get(key)
+        if gid is None:
+            gid = len(self._groups)
+            self._groups[key] = gid
+            self._w.write({"k": "group", "id": gid, "name": name, "ranks": sorted(ranks)})
+        return gid
+
+    def event(self, handle):
+        eid = self._events.get(handle)
+        if eid is None:
+            eid = self._next_event
+            self._next_event += 1
+            self._events[handle] = eid
+        return eid
+
+    # -- memory --------------------------------------------------------------------------
+    def on_alloc(self, ptr, stream_handle, site):
+        with self._lock:
+            self._pending[ptr] = (stream_handle, site)
+
+    def on_free(self, ptr, site, background=False):
+        """background: freed by a thread that does so only once the collectives that used the
+        buffer have finished (a process group's watchdog): the host has, in effect, waited
+        for their streams."""
+        with self._lock:
+            if self._pending.pop(ptr, None) is not None:
+                self.stats["unseen_allocs"] += 1
+                return
+            live = self._live.pop(ptr, None)
+            if live is None:
+                return  # allocated before the capture and never used in it
+            streams = self._coll_streams.pop(live[0], ())
+            if background:
+                for sid in sorted(streams):
+                    self._w.write({"k": "stream_sync", "stream": sid, "at": site})
+            self._w.write({"k": "free", "buf": live[0], "at": site})
+            self.stats["frees"] += 1
+
+    def buffer(self, ptr, nbytes):
+        """The lifetime holding the storage at ``ptr``: emits its allocation on first use."""
+        live = self._live.get(ptr)
+        if live is not None:
+            if nbytes > live[1]:
+                # A storage that grew in place (resize_ within its block): same lifetime.
+                self._live[ptr] = (live[0], nbytes)
+            return live[0]
+        buf = self._next_buf
+        self._next_buf += 1
+        pending = self._pending.pop(ptr, None)
+        if pending is not None:
+            stream_handle, site = pending
+            rec = {"k": "alloc", "buf": buf, "bytes": nbytes, "stream": self.stream(stream_handle),
+                   "at": site}
+        else:
+            rec = {"k": "alloc", "buf": buf, "bytes": nbytes, "stream": 0, "at": self._pre_site(),
+                   "pre": True}
+        self._w.write(rec)
+        self.stats["allocs"] += 1
+        self._live[ptr] = (buf, nbytes)
+        return buf
+
+    def touch(self, spans, stream_handle, site):
+        """Storages an operator made: their allocation, on the stream it ran on."""
+        with self._lock:
+            for ptr, nbytes, _, _ in spans:
+                if ptr not in self._live and ptr not in self._pending:
+                    self._pending[ptr] = (stream_handle, site)
+                self.buffer(ptr, nbytes)
+
+    def _pre_site(self):
+        return self.site("<before capture>", 0, "")
+
+    def ranges(self, spans):
+        """spans: (storage ptr, storage bytes, offset, length) -> [[buf, offset, length]]."""
+        out = []
+        for ptr, nbytes, off, length in spans:
+            if length <= 0 or ptr == 0:
+                continue
+            buf = self.buffer(ptr, max(nbytes, off + length))
+            out.append([buf, off, length])
+        return out
+
+    # -- stream work ---------------------------------------------------------------------
+    def op(self, name, stream_handle, reads, writes, site):
+        with self._lock:
+            r = self.ranges(reads)
+            w = self.ranges(writes)
+            if not r and not w:
+                return
+            self._w.write({"k": "op", "name": name, "stream": self.stream(stream_handle), "r": r,
+                           "w": w, "at": site})
+            self.stats["ops"] += 1
+
+    def record_stream(self, ptr, nbytes, stream_handle, site):
+        with self._lock:
+            if ptr == 0:
+                return
+            buf = self.buffer(ptr, nbytes)
+            self._w.write({"k": "record_stream", "buf": buf, "stream": self.stream(stream_handle),
+                           "at": site})
+
+    def event_created(self, handle):
+        with self._lock:
+            self._events.pop(handle, None)
+            self.event(handle)
+
+    def event_deleted(self, handle):
+        with self._lock:
+            self._events.pop(handle, None)
+
+    def event_record(self, handle, stream_handle, site):
+        with self._lock:
+            self._w.write({"k": "event_record", "event": self.event(handle),
+                           "stream": self.stream(stream_handle), "at": site})
+
+    def event_wait(self, handle, stream_handle, site):
+        with self._lock:
+            self._w.write({"k": "event_wait", "event": self.event(handle),
+                           "stream": self.stream(stream_handle), "at": site})
+
+    def event_sync(self, handle, site):
+        with self._lock:
+            self._w.write({"k": "event_sync", "event": self.event(handle), "at": site})
+
+    def stream_sync(self, stream_handle, site):
+        with self._lock:
+            self._w.write({"k": "stream_sync", "stream": self.stream(stream_handle), "at": site})
+
+    def device_sync(self, site):
+        with self._lock:
+            self._w.write({"k": "device_sync", "at": site})
+
+    def collective(self, op, group_id, stream_handle, inp, out, dtype, count, reduce, root, name,
+                   site):
+        """inp/out: one span each (see ranges) or None."""
+        with self._lock:
+            if op != "barrier" and (inp is None or out is None or inp[3] <= 0 or out[3] <= 0):
+                return
+            rec = {"k": "coll", "op": op, "group": group_id, "stream": self.stream(stream_handle)}
+            if op != "barrier":
+                rec["in"] = self.ranges([inp])[0]
+                rec["out"] = self.ranges([out])[0]
+                for r in (rec["in"], rec["out"]):
+                    self._coll_streams.setdefault(r[0], set()).add(rec["stream"])
+            rec.update({"dtype": dtype, "count": count, "reduce": reduce, "root": root,
+                        "name": name, "at": site})
+            self._w.write(rec)
+            self.stats["collectives"] += 1
+
+    def p2p(self, kind, peer, group_id, stream_handle, span, dtype, count, tag, name, site):
+        with self._lock:
+            self._w.write({"k": kind, "peer": peer, "group": group_id,
+                           "stream": self.stream(stream_handle), "buf": self.ranges([span])[0],
+                           "dtype": dtype, "count": count, "tag": tag, "name": name, "at": site})
+            self.stats["collectives"] += 1
+
+    # -- end -----------------------------------------------------------------------------
+    def close(self):
+        with self._lock:
+            self._w.close()
+
+    def abandon(self):
+        with self._lock:
+            self._w.abandon()

@@ -1,0 +1,49 @@
+"""The per-rank capture file: docs/capture-format.md, version 1.
+
+One JSON object per line. Ids (sites, streams, groups, buffers, events) are dense and defined by
+their own record before any record uses them. The file ends with an ``end`` record holding the
+number of records before it, so a reader can tell a finished file from a truncated one.
+"""
+
+import json
+import os
+
+FORMAT_VERSION = 1
+
+
+def rank_file(out_dir, rank):
+    return os.path.join(out_dir, "rank-%d.jsonl" % rank)
+
+
+class Writer:
+    """Writes records in issue order; buffered, flushed at close."""
+
+    def __init__(self, path, header):
+        self.path = path
+        self._f = open(path, "w", encoding="utf-8", buffering=1 << 20)
+        self.records = 0
+        head = {"shardcheck_capture": FORMAT_VERSION}
+        head.update(header)
+        self._f.write(self._dump(head))
+
+    @staticmethod
+    def _dump(obj):
+        # ensure_ascii keeps every line valid UTF-8 whatever a file or op name holds.
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=True) + "\n"
+
+    def write(self, record):
+        self._f.write(self._dump(record))
+        self.records += 1
+
+    def close(self):
+        if self._f is None:
+            return
+        self._f.write(self._dump({"k": "end", "records": self.records}))
+        self._f.close()
+        self._f = None
+
+    def abandon(self):
+        """Closes without the end record: the file reads as truncated, as it is."""
+        if self._f is not None:
+            self._f.close()
+            self._f = None

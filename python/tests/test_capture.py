@@ -1,0 +1,277 @@
+"""Tests of the capture package that run wherever torch runs (CPU is enough)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYROOT = os.path.dirname(HERE)
+sys.path.insert(0, PYROOT)
+
+from shardcheck.capture.recorder import Recorder  # noqa: E402
+from shardcheck.capture.writer import Writer  # noqa: E402
+
+try:
+    import torch  # noqa: F401
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def records(path, kind):
+    return [r for r in read(path)[1:] if r.get("k") == kind]
+
+
+class WriterTest(unittest.TestCase):
+    def test_header_and_end_count_records(self):
+        with tempfile.TemporaryDirectory() as d:
+            w = Writer(os.path.join(d, "r.jsonl"), {"rank": 0, "world_size": 1})
+            w.write({"k": "device_sync", "at": 0})
+            w.write({"k": "device_sync", "at": 0})
+            w.close()
+            lines = read(os.path.join(d, "r.jsonl"))
+            self.assertEqual(lines[0]["shardcheck_capture"], 1)
+            self.assertEqual(lines[-1], {"k": "end", "records": 2})
+
+    def test_abandoned_file_has_no_end(self):
+        with tempfile.TemporaryDirectory() as d:
+            w = Writer(os.path.join(d, "r.jsonl"), {"rank": 0, "world_size": 1})
+            w.write({"k": "device_sync", "at": 0})
+            w.abandon()
+            self.assertNotEqual(read(os.path.join(d, "r.jsonl"))[-1]["k"], "end")
+
+    def test_names_stay_ascii_json(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "r.jsonl")
+            w = Writer(p, {"rank": 0, "world_size": 1})
+            w.write({"k": "site", "id": 0, "file": "tr\u00e4in\x1b.py", "line": 1, "func": "f"})
+            w.close()
+            with open(p, "rb") as f:
+                raw = f.read()
+            self.assertTrue(all(b < 0x80 for b in raw))
+            self.assertEqual(read(p)[1]["file"], "tr\u00e4in\x1b.py")
+
+
+class RecorderTest(unittest.TestCase):
+    """The #6137 sequence driven by hand, as the hooks would on a GPU."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.path = os.path.join(self.dir.name, "rank-0.jsonl")
+        self.rec = Recorder(self.path, {"rank": 0, "world_size": 1})
+        self.site = self.rec.site("train.py", 10, "step")
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_allocation_is_written_at_first_use_with_its_stream(self):
+        side = 0x77
+        self.rec.on_alloc(0x1000, side, self.site)
+        self.rec.op("aten::mul", side, [], [(0x1000, 4096, 0, 4096)], self.site)
+        self.rec.close()
+        alloc = records(self.path, "alloc")[0]
+        stream = [r for r in records(self.path, "stream") if r["id"] == alloc["stream"]][0]
+        self.assertEqual((alloc["bytes"], stream["name"]), (4096, "stream 1"))
+        self.assertNotIn("pre", alloc)
+        self.assertEqual(records(self.path, "op")[0]["w"], [[alloc["buf"], 0, 4096]])
+
+    def test_a_reused_pointer_is_a_new_lifetime(self):
+        self.rec.on_alloc(0x1000, 0, self.site)
+        self.rec.op("aten::fill_", 0, [], [(0x1000, 4096, 0, 4096)], self.site)
+        self.rec.on_free(0x1000, self.site)
+        self.rec.on_alloc(0x1000, 0, self.site)
+        self.rec.op("aten::fill_", 0, [], [(0x1000, 4096, 0, 4096)], self.site)
+        self.rec.close()
+        allocs = records(self.path, "alloc")
+        self.assertEqual([a["buf"] for a in allocs], [0, 1])
+        self.assertEqual(records(self.path, "free"), [{"k": "free", "buf": 0, "at": self.site}])
+
+    def test_storage_seen_before_its_allocation_is_pre_existing(self):
+        self.rec.op("aten::add_", 0, [(0x2000, 64, 0, 64)], [(0x2000, 64, 0, 64)], self.site)
+        self.rec.close()
+        self.assertTrue(records(self.path, "alloc")[0]["pre"])
+
+    def test_allocation_never_used_writes_nothing(self):
+        self.rec.on_alloc(0x3000, 0, self.site)
+        self.rec.on_free(0x3000, self.site)
+        self.rec.close()
+        self.assertEqual(records(self.path, "alloc") + records(self.path, "free"), [])
+        self.assertEqual(self.rec.stats["unseen_allocs"], 1)
+
+    def test_watchdog_free_waits_for_the_collective_stream(self):
+        nccl = 0x99
+        self.rec.op("aten::fill_", 0, [], [(0x1000, 64, 0, 64)], self.site)
+        gid = self.rec.group("world", "world", [0, 1])
+        self.rec.collective("all_reduce", gid, nccl, (0x1000, 64, 0, 64), (0x1000, 64, 0, 64),
+                            "f32", 16, "sum", 0, "c10d::allreduce_", self.site)
+        self.rec.on_free(0x1000, self.site, background=True)
+        self.rec.close()
+        kinds = [r["k"] for r in read(self.path)[1:]]
+        self.assertEqual(kinds[-3:], ["stream_sync", "free", "end"])
+        sync = records(self.path, "stream_sync")[0]
+        self.assertEqual(sync["stream"], records(self.path, "coll")[0]["stream"])
+
+    def test_ids_are_defined_before_use(self):
+        self.rec.on_alloc(0x1000, 5, self.site)
+        self.rec.event_record(0xE, 5, self.site)
+        self.rec.event_wait(0xE, 0, self.site)
+        self.rec.op("aten::mul", 5, [], [(0x1000, 8, 0, 8)], self.site)
+        self.rec.close()
+        defined = {"site": set(), "stream": set()}
+        for r in read(self.path)[1:]:
+            if r["k"] in defined:
+                defined[r["k"]].add(r["id"])
+            if "at" in r:
+                self.assertIn(r["at"], defined["site"])
+            if "stream" in r and r["k"] != "stream":
+                self.assertIn(r["stream"], defined["stream"])
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not installed")
+class TorchCpuTest(unittest.TestCase):
+    def test_views_resolve_to_byte_ranges_and_sites_name_the_user_line(self):
+        sys.path.insert(0, HERE)
+        import _programs
+
+        from shardcheck import capture
+        with tempfile.TemporaryDirectory() as d:
+            with capture(d, device="cpu"):
+                _programs.views_and_inplace()
+            path = os.path.join(d, "rank-0.jsonl")
+            sites = {r["id"]: (os.path.basename(r["file"]), r["line"])
+                     for r in records(path, "site")}
+            ops = [(r["name"], sites[r["at"]][1], r["r"], r["w"]) for r in records(path, "op")]
+            self.assertTrue(all(sites[r["at"]][0] == "_programs.py" for r in records(path, "op")))
+            by_line = {}
+            for name, line, r, w in ops:
+                by_line.setdefault(line, []).append((name, r, w))
+            self.assertEqual(by_line[7][0][0], "aten::ones")
+            self.assertNotIn(9, by_line)  # the view
+            name, r, w = by_line[10][0]
+            self.assertEqual((name, r, w), ("aten::add_", [[1, 16, 16]], [[1, 16, 16]]))
+            self.assertEqual(by_line[11][0][1], [[1, 0, 32]])
+            self.assertEqual(read(path)[-1]["k"], "end")
+
+    def test_command_line_runs_a_script_as_main(self):
+        with tempfile.TemporaryDirectory() as d:
+            script = os.path.join(d, "prog.py")
+            with open(script, "w") as f:
+                f.write("import sys, torch\nx = torch.zeros(4)\nx.add_(float(sys.argv[1]))\n")
+            out = os.path.join(d, "cap")
+            p = subprocess.run([sys.executable, "-m", "shardcheck.capture", "--out", out,
+                                "--device", "cpu", "--", script, "2"],
+                               env=dict(os.environ, PYTHONPATH=PYROOT), capture_output=True,
+                               text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("shardcheck run " + out, p.stderr)
+            lines = read(os.path.join(out, "rank-0.jsonl"))
+            self.assertEqual(lines[0]["argv"], [script, "2"])
+            self.assertIn("aten::add_", [r.get("name") for r in lines])
+
+    def test_command_line_refuses_a_missing_program(self):
+        for args in (["--out", "x"], ["--out", "x", "--", "no-such-file.py"], []):
+            p = subprocess.run([sys.executable, "-m", "shardcheck.capture"] + args,
+                               env=dict(os.environ, PYTHONPATH=PYROOT), capture_output=True,
+                               text=True)
+            self.assertEqual(p.returncode, 2, args)
+            self.assertIn("error", p.stderr)
+
+    def test_sanitizer_variable_is_refused(self):
+        from shardcheck import capture
+        os.environ["TORCH_CUDA_SANITIZER"] = "0"
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                with self.assertRaises(RuntimeError):
+                    with capture(d, device="cpu"):
+                        pass
+        finally:
+            del os.environ["TORCH_CUDA_SANITIZER"]
+
+
+GLOO_PROGRAM = r"""
+import os, sys
+import torch
+import torch.distributed as dist
+sys.path.insert(0, os.environ["PYROOT"])
+from shardcheck import capture
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+with capture(sys.argv[1], device="cpu"):
+    t = torch.full((16,), float(rank))
+    dist.all_reduce(t)
+    dist.broadcast(t, src=1)
+    op = dist.ReduceOp.SUM
+    if rank == 0 and len(sys.argv) > 2:
+        op = dist.ReduceOp.MAX  # the reduction now differs between the ranks
+    dist.all_reduce(t, op=op)
+dist.destroy_process_group()
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not installed")
+class GlooTest(unittest.TestCase):
+    def capture_two_ranks(self, d, *extra):
+        script = os.path.join(d, "prog.py")
+        with open(script, "w") as f:
+            f.write(GLOO_PROGRAM)
+        port = str(free_port())
+        procs = [subprocess.Popen([sys.executable, script, os.path.join(d, "cap")] + list(extra),
+                                  env=dict(os.environ, PYROOT=PYROOT, RANK=str(r), WORLD_SIZE="2",
+                                           MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for r in range(2)]
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, err.decode())
+        return os.path.join(d, "cap")
+
+    def test_each_rank_writes_its_collectives(self):
+        with tempfile.TemporaryDirectory() as d:
+            cap = self.capture_two_ranks(d)
+            colls = []
+            for r in range(2):
+                lines = read(os.path.join(cap, "rank-%d.jsonl" % r))
+                self.assertEqual((lines[0]["rank"], lines[0]["world_size"]), (r, 2))
+                groups = records(os.path.join(cap, "rank-%d.jsonl" % r), "group")
+                self.assertEqual(groups[0]["ranks"], [0, 1])
+                colls.append([(c["op"], c["dtype"], c["count"], c["reduce"], c["root"])
+                              for c in records(os.path.join(cap, "rank-%d.jsonl" % r), "coll")])
+            self.assertEqual(colls[0], colls[1])
+            self.assertEqual(colls[0], [("all_reduce", "f32", 16, "sum", 0),
+                                        ("broadcast", "f32", 16, "none", 1),
+                                        ("all_reduce", "f32", 16, "sum", 0)])
+            shardcheck = os.environ.get("SHARDCHECK_BIN")
+            if shardcheck:
+                p = subprocess.run([shardcheck, "run", cap], capture_output=True, text=True)
+                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+    def test_a_reduce_op_mismatch_is_captured_as_it_happened(self):
+        with tempfile.TemporaryDirectory() as d:
+            cap = self.capture_two_ranks(d, "mismatch")
+            last = [records(os.path.join(cap, "rank-%d.jsonl" % r), "coll")[-1]["reduce"]
+                    for r in range(2)]
+            self.assertEqual(last, ["max", "sum"])
+            shardcheck = os.environ.get("SHARDCHECK_BIN")
+            if shardcheck:
+                p = subprocess.run([shardcheck, "run", cap], capture_output=True, text=True)
+                self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+                self.assertIn("collective_mismatch", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
