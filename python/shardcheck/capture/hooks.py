@@ -104,24 +104,26 @@ def _storage(t):
 
 
 def tensor_span(t):
-    """(storage ptr, storage bytes, byte offset, byte length) of what t can touch, or None."""
+    """(storage ptr, storage bytes or a function giving them, byte offset, byte length) of what
+    t can touch, or None."""
     if t.numel() == 0:
         return None
     try:
-        s = _storage(t)
-        ptr = s.data_ptr()
+        isz = t.element_size()
+        so = t.storage_offset()
+        ptr = t.data_ptr() - so * isz
     except RuntimeError:
         return None  # no real storage (a fake or functional tensor)
-    if ptr == 0:
+    if ptr <= 0:
         return None
-    isz = t.element_size()
-    lo = hi = t.storage_offset()
+    lo = hi = so
     for size, stride in zip(t.shape, t.stride()):
         if stride >= 0:
             hi += (size - 1) * stride
         else:
             lo += (size - 1) * stride
-    return (ptr, s.nbytes(), lo * isz, (hi - lo + 1) * isz)
+    return (ptr, lambda: _storage(t).nbytes(), lo * isz,
+            (hi - lo + 1) * isz)
 
 
 def _tensors(value):
@@ -138,9 +140,11 @@ class _Mode(TorchDispatchMode):
         self.hooks = hooks
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        # A tensor subclass (DTensor, fake tensors) handles the operator itself; what it runs on
-        # its plain tensors there is not seen (docs/capture.md, "What is not captured").
+        # Other tensor subclasses (fake, functional tensors) handle the operator themselves;
+        # what they run is not seen (docs/capture.md, "What is not captured").
         if any(t not in _PLAIN for t in types):
+            if all(t in _PLAIN or t.__name__ == "DTensor" for t in types):
+                return NotImplemented  # DTensor lowers to plain tensors, which come back here
             return func(*args, **(kwargs or {}))
         return self.hooks.dispatch(func, args, kwargs or {})
 
@@ -156,10 +160,24 @@ class Hooks:
         self._mode = None
         self._patched = []
         self._c10d_dispatched = int(torch.__version__.split(".")[0]) >= 2
+        self._skip_file = {}
+        self._site_ids = {}
+        self._plans = {}
+        self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        self._device_index = torch.cuda.current_device() if self.cuda else 0
 
     # -- where ---------------------------------------------------------------------------
     def site(self):
-        frame = _user_frame(sys._getframe(1))
+        frame = sys._getframe(1)
+        skip = self._skip_file
+        while frame is not None:
+            f = frame.f_code.co_filename
+            hidden = skip.get(f)
+            if hidden is None:
+                hidden = skip[f] = f.startswith(_SKIP) or f.startswith("<frozen")
+            if not hidden:
+                break
+            frame = frame.f_back
         suffix = ""
         if frame is None and threading.current_thread() is not _main_thread:
             # Backward runs on autograd's device threads: name the line that started it.
@@ -167,12 +185,19 @@ class Hooks:
             suffix = " (backward)"
         if frame is None:
             return self.rec.site("<torch>", 0, "")
-        return self.rec.site(_relpath(frame.f_code.co_filename), frame.f_lineno,
-                             frame.f_code.co_name + suffix)
+        key = (frame.f_code, frame.f_lineno, suffix)
+        sid = self._site_ids.get(key)
+        if sid is None:
+            sid = self._site_ids[key] = self.rec.site(_relpath(frame.f_code.co_filename),
+                                                      frame.f_lineno,
+                                                      frame.f_code.co_name + suffix)
+        return sid
 
     def current_stream(self):
         if not self.cuda:
             return 0
+        if self._raw_stream is not None:
+            return self._raw_stream(self._device_index)
         return torch.cuda.current_stream().cuda_stream
 
     def _on_device(self, t):
@@ -238,26 +263,30 @@ class Hooks:
                                       device_type=stream.device_type).cuda_stream
                 self.rec.record_stream(span[0], span[1], handle, self.site())
             return out
-        reads, writes, written = [], [], False
-        schema = func._schema
-        for i, arg in enumerate(schema.arguments):
-            value = args[i] if i < len(args) else kwargs.get(arg.name)
+        plan = self._plans.get(func)
+        if plan is None:
+            plan = self._plans[func] = self._plan(func, name)
+        args_plan, aliasing, no_access, returns = plan
+        reads, writes = [], []
+        nargs = len(args)
+        for i, argname, is_write, also_read in args_plan:
+            value = args[i] if i < nargs else kwargs.get(argname)
             if value is None:
                 continue
-            is_write = arg.alias_info is not None and arg.alias_info.is_write
             for t in _tensors(value):
-                if not self._on_device(t):
+                if t.device.type != self.device:
                     continue
                 span = tensor_span(t)
                 if span is None:
                     continue
-                (writes if is_write else reads).append(span)
-                if is_write and arg.name == "self" and name not in _OVERWRITE:
+                if is_write:
+                    writes.append(span)
+                    if also_read:
+                        reads.append(span)
+                else:
                     reads.append(span)
-                written = written or is_write
-        aliasing_returns = any(r.alias_info is not None for r in schema.returns)
-        if name in _NO_ACCESS or (aliasing_returns and not written):
-            reads = []
+        if no_access or (aliasing and not writes):
+            reads, writes = [], []  # a view, or an allocator bookkeeping call
         self._tls.depth = getattr(self._tls, "depth", 0) + 1
         if self._tls.depth == 1:
             self._tls.deferred = []
@@ -266,11 +295,11 @@ class Hooks:
         finally:
             self._tls.depth -= 1
         fresh = []
-        for r, value in zip(schema.returns, out if isinstance(out, tuple) else (out,)):
-            if r.alias_info is not None:
+        for fresh_return, value in zip(returns, out if isinstance(out, tuple) else (out,)):
+            if not fresh_return:
                 continue
             for t in _tensors(value):
-                if self._on_device(t):
+                if t.device.type == self.device:
                     span = tensor_span(t)
                     if span is not None:
                         fresh.append(span)
@@ -284,6 +313,19 @@ class Hooks:
             for fn, a in deferred:
                 fn(*a)
         return out
+
+    @staticmethod
+    def _plan(func, name):
+        """Per operator, once: which arguments it writes (and reads), whether it is a view."""
+        schema = func._schema
+        args_plan = []
+        for i, arg in enumerate(schema.arguments):
+            is_write = arg.alias_info is not None and arg.alias_info.is_write
+            also_read = is_write and arg.name == "self" and name not in _OVERWRITE
+            args_plan.append((i, arg.name, is_write, also_read))
+        aliasing = any(r.alias_info is not None for r in schema.returns)
+        returns = [r.alias_info is None for r in schema.returns]
+        return args_plan, aliasing, name in _NO_ACCESS, returns
 
     # -- collectives ---------------------------------------------------------------------
     def _group(self, pg):
@@ -323,7 +365,10 @@ class Hooks:
                    if "ProcessGroup" in str(a.type)), None)
         red = next((values[a.name] for a in func._schema.arguments
                     if "ReduceOp" in str(a.type)), None)
-        reduce = reduce_name(red) if red is not None else "none"
+        reduce = "none"
+        if red is not None:
+            hint = getattr(self._tls, "reduce_hint", None)
+            reduce = hint if hint is not None else reduce_name(red)
         root = values.get("root_rank") or 0
         base = name.split("::", 1)[1]
         calls = []
@@ -483,16 +528,50 @@ class Hooks:
              lambda i, o: o.numel())
         wrap("barrier", "barrier", lambda a: (None, None), lambda i, o: 0)
 
+    def _hint_reduce_ops(self):
+        """The dispatcher passes a ReduceOp as an opaque script object: take the reduction
+        from the torch.distributed call that makes the collective, where Python has it."""
+        import inspect
+
+        import torch.distributed as dist
+        hooks = self
+        for fname in ("all_reduce", "reduce", "reduce_scatter_tensor", "reduce_scatter",
+                      "all_reduce_coalesced", "_reduce_scatter_base"):
+            orig = getattr(dist, fname, None)
+            if orig is None:
+                continue
+            try:
+                sig = inspect.signature(orig)
+            except (TypeError, ValueError):
+                continue
+            if "op" not in sig.parameters:
+                continue
+
+            def wrapped(*args, _orig=orig, _sig=sig, **kwargs):
+                bound = _sig.bind_partial(*args, **kwargs)
+                op = bound.arguments.get("op", _sig.parameters["op"].default)
+                previous = getattr(hooks._tls, "reduce_hint", None)
+                hooks._tls.reduce_hint = reduce_name(op)
+                try:
+                    return _orig(*args, **kwargs)
+                finally:
+                    hooks._tls.reduce_hint = previous
+
+            setattr(dist, fname, wrapped)
+            self._patched.append((dist, fname, orig))
+
     # -- install -------------------------------------------------------------------------
     def install(self):
         if self.cuda:
             self._install_trace()
-        if not self._c10d_dispatched:
-            try:
-                import torch.distributed  # noqa: F401
+        try:
+            import torch.distributed  # noqa: F401
+            if self._c10d_dispatched:
+                self._hint_reduce_ops()
+            else:
                 self._wrap_distributed()
-            except ImportError:
-                pass
+        except ImportError:
+            pass
         self._mode = _Mode(self)
         self._mode.__enter__()
 

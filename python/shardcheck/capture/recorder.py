@@ -5,9 +5,14 @@ The Recorder knows nothing of torch: it is driven by plain calls (pointers, stre
 sites), so its bookkeeping is tested without a GPU. ``hooks.py`` feeds it from a real program.
 """
 
+import json
 import threading
 
 from .writer import Writer
+
+
+def _ranges_json(ranges):
+    return "[" + ",".join("[%d,%d,%d]" % (b, o, n) for b, o, n in ranges) + "]"
 
 
 class Recorder:
@@ -23,6 +28,7 @@ class Recorder:
         self._live = {}  # pointer -> (buf id, bytes)
         self._pending = {}  # pointer -> (stream handle, site): allocated, bytes not yet known
         self._next_buf = 0
+        self._names = {}  # operator name -> its JSON string
         self._coll_streams = {}  # buf -> stream ids of collectives that used it
         self.stats = {"ops": 0, "allocs": 0, "frees": 0, "collectives": 0, "unseen_allocs": 0}
         self.stream(default_stream, "default")
@@ -92,14 +98,17 @@ class Recorder:
             self._w.write({"k": "free", "buf": live[0], "at": site})
             self.stats["frees"] += 1
 
-    def buffer(self, ptr, nbytes):
-        """The lifetime holding the storage at ``ptr``: emits its allocation on first use."""
+    def buffer(self, ptr, nbytes, end=0):
+        """The lifetime holding the storage at ``ptr``: emits its allocation on first use.
+        nbytes: the storage's size, or a function that gives it (asked only for a new one);
+        end: the end of the range about to be used, which the storage holds."""
         live = self._live.get(ptr)
         if live is not None:
-            if nbytes > live[1]:
+            if end > live[1]:
                 # A storage that grew in place (resize_ within its block): same lifetime.
-                self._live[ptr] = (live[0], nbytes)
+                self._live[ptr] = (live[0], end)
             return live[0]
+        nbytes = max(nbytes() if callable(nbytes) else nbytes, end)
         buf = self._next_buf
         self._next_buf += 1
         pending = self._pending.pop(ptr, None)
@@ -118,10 +127,10 @@ class Recorder:
     def touch(self, spans, stream_handle, site):
         """Storages an operator made: their allocation, on the stream it ran on."""
         with self._lock:
-            for ptr, nbytes, _, _ in spans:
+            for ptr, nbytes, off, length in spans:
                 if ptr not in self._live and ptr not in self._pending:
                     self._pending[ptr] = (stream_handle, site)
-                self.buffer(ptr, nbytes)
+                self.buffer(ptr, nbytes, off + length)
 
     def _pre_site(self):
         return self.site("<before capture>", 0, "")
@@ -132,8 +141,7 @@ class Recorder:
         for ptr, nbytes, off, length in spans:
             if length <= 0 or ptr == 0:
                 continue
-            buf = self.buffer(ptr, max(nbytes, off + length))
-            out.append([buf, off, length])
+            out.append([self.buffer(ptr, nbytes, off + length), off, length])
         return out
 
     # -- stream work ---------------------------------------------------------------------
@@ -143,9 +151,17 @@ class Recorder:
             w = self.ranges(writes)
             if not r and not w:
                 return
-            self._w.write({"k": "op", "name": name, "stream": self.stream(stream_handle), "r": r,
-                           "w": w, "at": site})
+            # The hottest record: formatted by hand (names are operator names, plain ASCII).
+            self._w.write_line('{"k":"op","name":%s,"stream":%d,"r":%s,"w":%s,"at":%d}' % (
+                self._op_name(name), self.stream(stream_handle), _ranges_json(r),
+                _ranges_json(w), site))
             self.stats["ops"] += 1
+
+    def _op_name(self, name):
+        quoted = self._names.get(name)
+        if quoted is None:
+            quoted = self._names[name] = json.dumps(name, ensure_ascii=True)
+        return quoted
 
     def record_stream(self, ptr, nbytes, stream_handle, site):
         with self._lock:

@@ -35,6 +35,11 @@ class Writer:
         self._f.write(self._dump(record))
         self.records += 1
 
+    def write_line(self, text):
+        """A record already formatted as one line of JSON (without the newline)."""
+        self._f.write(text + "\n")
+        self.records += 1
+
     def close(self):
         if self._f is None:
             return

@@ -1,0 +1,74 @@
+"""Capture overhead on a real model: the step time of a TransformerEncoder (DDP over NCCL)
+without and with shardcheck.capture, after warm-up. Prints one JSON line.
+
+    torchrun --nproc-per-node 1 bench/capture/overhead.py [--layers 6] [--steps 5]
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "examples", "pytorch"))
+import shardcheck  # noqa: E402
+from _launch import finish, init  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--width", type=int, default=512)
+    p.add_argument("--steps", type=int, default=5)
+    args = p.parse_args()
+    rank, world = init()
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(args.width, 8, 4 * args.width, batch_first=True)
+    model = DDP(nn.TransformerEncoder(layer, args.layers).cuda())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(16, 256, args.width, device="cuda")
+
+    def step():
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def timed(n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / n
+
+    for _ in range(3):
+        step()
+    plain = timed(args.steps)
+    with tempfile.TemporaryDirectory() as d:
+        with shardcheck.capture(d) as cap:
+            captured = timed(args.steps)
+        records = cap.recorder._w.records
+        size = os.path.getsize(cap.path)
+    if rank == 0:
+        print(json.dumps({"model": "TransformerEncoder", "layers": args.layers,
+                          "width": args.width, "params": sum(q.numel() for q in model.parameters()),
+                          "steps": args.steps, "plain_ms": round(plain * 1e3, 2),
+                          "captured_ms": round(captured * 1e3, 2),
+                          "ratio": round(captured / plain, 2),
+                          "records_per_step": records // args.steps,
+                          "bytes_per_step": size // args.steps,
+                          "torch": torch.__version__, "device": torch.cuda.get_device_name()}))
+    finish()
+
+
+if __name__ == "__main__":
+    main()
