@@ -19,6 +19,8 @@ try:
     import torch  # noqa: F401
     HAVE_TORCH = True
 except ImportError:
+    if os.environ.get("SHARDCHECK_REQUIRE_TORCH"):
+        raise  # `make test` installs python3-torch: its absence is a broken install
     HAVE_TORCH = False
 
 
