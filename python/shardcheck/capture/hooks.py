@@ -353,7 +353,7 @@ class Hooks:
             name = "world"
         else:
             name = "group " + str(name)
-        return self.rec.group(name, name, ranks), ranks
+        return self.rec.group(name, name, ranks), ranks, name
 
     def _describe(self, name, func, args, kwargs):
         """The collectives one c10d call makes: [(op, in tensor, out tensor, count)], group,
@@ -448,18 +448,45 @@ class Hooks:
                 split = records[-1]
         for fn, a in during[:split]:
             fn(*a)
-        self._record_calls(name, calls, pg, reduce, root, peer, tag,
-                           internal if internal is not None else caller, site)
+        stream = internal if internal is not None else caller
+        if internal is not None and pg is not None and not self.rec.has_stream(internal):
+            self.rec.stream(internal, "nccl " + self._group(pg)[2])
+        if calls is None:
+            self._record_unknown(func, name, args, kwargs, stream, site)
+        else:
+            self._record_calls(name, calls, pg, reduce, root, peer, tag, stream, site)
         for fn, a in during[split:]:
             fn(*a)
         return out
 
+    def _record_unknown(self, func, name, args, kwargs, stream, site):
+        """A c10d operator not recorded as a collective (the list forms of all_gather and
+        reduce_scatter, coalesced and object collectives): still its memory accesses, on the
+        stream it runs on. Arguments named output are written, input read, and a plain
+        `tensors` list (in place) both."""
+        reads, writes = [], []
+        for i, arg in enumerate(func._schema.arguments):
+            value = args[i] if i < len(args) else kwargs.get(arg.name)
+            spans = [sp for sp in (tensor_span(t) for t in _tensors(value)
+                                   if t.device.type == self.device) if sp is not None]
+            if not spans:
+                continue
+            lowered = arg.name.lower()
+            if "output" in lowered:
+                writes += spans
+            elif "input" in lowered:
+                reads += spans
+            else:
+                reads += spans
+                writes += spans
+        if self.cuda and not self.rec.has_stream(stream):
+            self.rec.stream(stream, "nccl")
+        self.rec.op(name, stream, reads, writes, site)
+
     def _record_calls(self, name, calls, pg, reduce, root, peer, tag, stream, site):
         if pg is None:
             return
-        gid, ranks = self._group(pg)
-        if calls is None:
-            return
+        gid, ranks, _ = self._group(pg)
         if self.cuda and not self.rec.has_stream(stream):
             self.rec.stream(stream, "nccl %s" % ranks_name(ranks))
         for op, i_, o, count in calls:
@@ -561,9 +588,27 @@ class Hooks:
             self._patched.append((dist, fname, orig))
 
     # -- install -------------------------------------------------------------------------
+    def _name_streams(self):
+        """Names each stream the program creates by where it creates it."""
+        hooks = self
+        orig = torch.cuda.Stream.__new__
+
+        def new(cls, *args, **kwargs):
+            stream = orig(cls, *args, **kwargs)
+            site = _user_frame(sys._getframe(1))
+            if site is not None:
+                hooks.rec.stream_names.setdefault(
+                    stream.cuda_stream, "stream from %s:%d" % (
+                        _relpath(site.f_code.co_filename), site.f_lineno))
+            return stream
+
+        torch.cuda.Stream.__new__ = new
+        self._patched.append((torch.cuda.Stream, "__new__", orig))
+
     def install(self):
         if self.cuda:
             self._install_trace()
+            self._name_streams()
         try:
             import torch.distributed  # noqa: F401
             if self._c10d_dispatched:

@@ -29,6 +29,7 @@ class Recorder:
         self._pending = {}  # pointer -> (stream handle, site): allocated, bytes not yet known
         self._next_buf = 0
         self._names = {}  # operator name -> its JSON string
+        self.stream_names = {}  # handle -> a name to give the stream when first seen
         self._coll_streams = {}  # buf -> stream ids of collectives that used it
         self.stats = {"ops": 0, "allocs": 0, "frees": 0, "collectives": 0, "unseen_allocs": 0}
         self.stream(default_stream, "default")
@@ -47,7 +48,7 @@ class Recorder:
         sid = self._streams.get(handle)
         if sid is None:
             sid = len(self._streams)
-            base = name or "stream %d" % sid
+            base = name or self.stream_names.get(handle) or "stream %d" % sid
             unique, n = base, 2
             while unique in self._stream_names:
                 unique, n = "%s #%d" % (base, n), n + 1
