@@ -1,5 +1,6 @@
 """Process-group setup shared by the examples: torchrun's environment when present, else a
-one-rank NCCL group on GPU 0 (so each example also runs as `python3 example.py`)."""
+one-rank group on GPU 0 (so each example also runs as `python3 example.py`). NCCL by default;
+EXAMPLE_BACKEND=gloo runs several ranks on one GPU, which NCCL refuses."""
 
 import os
 
@@ -15,7 +16,11 @@ def init():
     os.environ.setdefault("MASTER_PORT", "29517")
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local % torch.cuda.device_count())
-    dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
+    backend = os.environ.get("EXAMPLE_BACKEND", "nccl")
+    if backend == "nccl":
+        dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
+    else:
+        dist.init_process_group(backend)
     return dist.get_rank(), dist.get_world_size()
 
 

@@ -14,17 +14,19 @@ from . import Capture
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" in argv:
-        i = argv.index("--")
-        ours, target = argv[:i], argv[i + 1:]
-    else:
-        ours, target = argv, []
     p = argparse.ArgumentParser(prog="python3 -m shardcheck.capture",
-                                description="Capture a PyTorch program for `shardcheck run DIR`.")
+                                description="Capture a PyTorch program for `shardcheck run DIR`.",
+                                usage="%(prog)s --out DIR [--device cuda|cpu] [--] script.py ARGS")
     p.add_argument("--out", required=True, help="folder for rank-<R>.jsonl")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="which tensors to follow (default: cuda when available)")
-    args = p.parse_args(ours)
+    if "--" in argv:
+        i = argv.index("--")
+        args, target = p.parse_args(argv[:i]), argv[i + 1:]
+    else:  # launchers such as torchrun may drop the "--"
+        p.add_argument("program", nargs=argparse.REMAINDER, help="script.py ARGS")
+        args = p.parse_args(argv)
+        target = args.program
     if not target:
         p.error("give the program after --, e.g. -- train.py --steps 2")
     script = target[0]

@@ -180,9 +180,11 @@ class Hooks:
             frame = frame.f_back
         suffix = ""
         if frame is None and threading.current_thread() is not _main_thread:
-            # Backward runs on autograd's device threads: name the line that started it.
+            # Backward runs on autograd's device threads, collectives of some backends on
+            # their worker threads: name the main thread's line, which waits for them.
             frame = _user_frame(sys._current_frames().get(_main_thread.ident))
-            suffix = " (backward)"
+            node = getattr(torch._C, "_current_autograd_node", lambda: None)()
+            suffix = " (backward)" if node is not None else " (worker thread)"
         if frame is None:
             return self.rec.site("<torch>", 0, "")
         key = (frame.f_code, frame.f_lineno, suffix)
