@@ -339,6 +339,12 @@ void World::collective(int rank, core::CollectiveCall call) {
   m.fingerprint = fingerprint(call, group.members, group.name);
   m.tag = call.tag;
   m.input = call.input;
+  m.kind = call.kind;
+  m.dtype = call.input.dtype;
+  m.in_numel = call.input.numel;
+  m.out_numel = call.output.numel;
+  m.reduce = call.reduce;
+  m.root = call.root;
   inst.kind = call.kind;
   Op op;
   op.kind = OpKind::collective;

@@ -208,6 +208,8 @@ class World {
   static std::string fingerprint(const core::CollectiveCall& c, const std::vector<int>& members,
                                  const std::string& group);
   void compare_instance(int group, const Instance& inst, int64_t k);
+  // The suggested fix of a collective_mismatch: what differs across the members.
+  static std::string mismatch_fix(const Instance& inst, const std::vector<int>& ranks, bool p2p);
   // The k-th transfer on a channel from `from` to `to`, once both halves are issued.
   void compare_p2p(int from, int to, Channel& ch, int64_t k);
   // layout_mismatch (detect_layout.cpp), asked by compare_instance for reductions.
