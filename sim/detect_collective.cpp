@@ -128,6 +128,14 @@ void World::compare_instance(int group, const Instance& inst, int64_t k) {
     mismatch_seen_ = true;
   }
   if (layout_bug) return;
+  // A later divergent collective of a group that already diverged in this run is a
+  // consequence of the first: it is counted and listed there.
+  if (!p2p) {
+    if (const auto root = cascade_roots_.find(group); root != cascade_roots_.end()) {
+      add_consequence(root->second, inst, k, fp_differs);
+      return;
+    }
+  }
   core::CollectiveDetail d;
   d.group = p2p ? "p2p" : groups_[group].name;
   d.index = k;
@@ -164,7 +172,73 @@ void World::compare_instance(int group, const Instance& inst, int64_t k) {
   for (const auto& k : key_parts) f.key += "|" + k;
   f.detail = std::move(d);
   f.seed = options_.seed;
+  const std::string key = f.key;
+  const core::FindingKind kind = f.kind;
   core::add_finding(findings_, std::move(f));
+  if (!p2p) {
+    for (size_t i = 0; i < findings_.size(); ++i) {
+      if (findings_[i].kind == kind && findings_[i].key == key) cascade_roots_.emplace(group, i);
+    }
+  }
+}
+
+void World::add_consequence(size_t root, const Instance& inst, int64_t k, bool fp_differs) {
+  auto& d = std::get<core::CollectiveDetail>(findings_[root].detail);
+  ++d.consequences;
+  if (d.later.size() >= core::CollectiveDetail::kMaxListed) return;
+  // What each rank issued there, ranks with the same operation together.
+  std::vector<std::pair<std::string, std::vector<int>>> ops;
+  for (const auto& m : inst.members) {
+    const OpInfo& info = op_info_[m.op];
+    std::string what = names_[info.name];
+    if (what.find(m.tag) == std::string::npos) what += " (" + m.tag + ")";
+    auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& e) { return e.first == what; });
+    if (it == ops.end()) {
+      ops.push_back({what, {info.rank}});
+    } else {
+      it->second.push_back(info.rank);
+    }
+  }
+  if (ops.size() == 1) {  // one operation everywhere: the arguments differ
+    ops.clear();
+    for (const auto& m : inst.members) {
+      const OpInfo& info = op_info_[m.op];
+      const std::string what = names_[info.name] + " [" + m.fingerprint + "]";
+      auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& e) { return e.first == what; });
+      if (it == ops.end()) {
+        ops.push_back({what, {info.rank}});
+      } else {
+        it->second.push_back(info.rank);
+      }
+    }
+  }
+  core::CollectiveDetail::Later l;
+  l.index = k;
+  l.kind = fp_differs ? core::FindingKind::collective_mismatch : core::FindingKind::collective_swap;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    l.what += (i ? "; " : "") + ops[i].first + " on rank" + (ops[i].second.size() > 1 ? "s " : " ");
+    for (size_t j = 0; j < ops[i].second.size(); ++j)
+      l.what += (j ? "," : "") + std::to_string(ops[i].second[j]);
+  }
+  d.later.push_back(std::move(l));
+}
+
+void World::finish_cascades() {
+  for (const auto& [group, root] : cascade_roots_) {
+    core::Finding& f = findings_[root];
+    const auto& d = std::get<core::CollectiveDetail>(f.detail);
+    if (d.consequences == 0) continue;
+    constexpr size_t kInText = 4;
+    std::string line = "Then " + std::to_string(d.consequences) + " later collective" +
+                       (d.consequences == 1 ? " of group " + q(d.group) + " diverges"
+                                            : "s of group " + q(d.group) + " diverge") +
+                       " as a consequence (fix this one first):";
+    for (size_t i = 0; i < d.later.size() && i < kInText; ++i)
+      line += "\n  #" + std::to_string(d.later[i].index) + ": " + d.later[i].what;
+    if (d.consequences > static_cast<int64_t>(kInText))
+      line += "\n  ... and " + std::to_string(d.consequences - static_cast<int64_t>(kInText)) + " more";
+    f.explanation += "\n" + line;
+  }
 }
 
 void World::compare_p2p(int from, int to, Channel& ch, int64_t k) {

@@ -319,6 +319,7 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
   // A cancelled run stopped with work left: that is not a deadlock.
   if (!done && result.error.empty() && !result.cancelled && options_.detectors) report_deadlock();
   result.completed = done;
+  finish_cascades();
   result.findings = findings_;
   result.trace_digest = digest_;
   result.steps = step_;

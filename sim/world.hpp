@@ -210,6 +210,10 @@ class World {
   void compare_instance(int group, const Instance& inst, int64_t k);
   // The suggested fix of a collective_mismatch: what differs across the members.
   static std::string mismatch_fix(const Instance& inst, const std::vector<int>& ranks, bool p2p);
+  // A later divergent collective of a group whose first divergent one is findings_[root].
+  void add_consequence(size_t root, const Instance& inst, int64_t k, bool fp_differs);
+  // At the end of a run: each first divergent collective's explanation names its consequences.
+  void finish_cascades();
   // The k-th transfer on a channel from `from` to `to`, once both halves are issued.
   void compare_p2p(int from, int to, Channel& ch, int64_t k);
   // layout_mismatch (detect_layout.cpp), asked by compare_instance for reductions.
@@ -282,6 +286,7 @@ class World {
   Shadow::Ranges ranges_;
   int participants_ = 0;
   bool mismatch_seen_ = false;
+  std::map<int, size_t> cascade_roots_;  // group -> its first divergent collective in findings_
 };
 
 }  // namespace shardcheck::sim
