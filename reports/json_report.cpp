@@ -28,7 +28,15 @@ ordered_json collective_json(const core::CollectiveDetail& d) {
   for (const auto& r : d.ranks) {
     ranks.push_back({{"rank", r.rank}, {"stream", r.stream}, {"fingerprint", r.fingerprint}, {"tag", r.tag}});
   }
-  return {{"type", "collective"}, {"group", d.group}, {"index", d.index}, {"ranks", std::move(ranks)}};
+  ordered_json later = ordered_json::array();
+  for (const auto& l : d.later)
+    later.push_back({{"index", l.index}, {"kind", core::to_string(l.kind)}, {"what", l.what}});
+  return {{"type", "collective"},
+          {"group", d.group},
+          {"index", d.index},
+          {"ranks", std::move(ranks)},
+          {"consequences", d.consequences},
+          {"later", std::move(later)}};
 }
 
 ordered_json deadlock_json(const core::DeadlockDetail& d) {

@@ -11,6 +11,10 @@
 
 namespace shardcheck::run {
 
+// A trace file that loads runs: its bounds are within the simulator's.
+static_assert(core::TraceLimits::kMaxStreams <= sim::Options::kMaxStreamsPerRank);
+static_assert(core::TraceLimits::kMaxRanks <= sim::Options::kMaxRanks);
+
 namespace {
 
 core::Expected<std::string> peek_kind(const std::string& path) {

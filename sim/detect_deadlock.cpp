@@ -39,7 +39,6 @@ std::string World::describe_head(int rank, int stream) {
 }
 
 void World::report_deadlock() {
-  const int per_rank = 1 + Options::kMaxStreamsPerRank;
   Graph g(participants_);
   std::map<std::pair<int, int>, std::string> why;  // edge -> what the waiter waits for
   bool mismatch_involved = false;
@@ -134,8 +133,8 @@ void World::report_deadlock() {
   core::DeadlockDetail d;
   auto node = [&](int v, int next) {
     core::DeadlockDetail::Node n;
-    n.rank = v / per_rank;
-    const int s = v % per_rank - 1;
+    const auto [rank, s] = rank_stream(v);
+    n.rank = rank;
     n.where = s < 0 ? "host" : ranks_[n.rank]->streams[s].name;
     n.op = s < 0 ? "waiting for " + (why.count({v, next}) ? why[{v, next}] : std::string("its peers"))
                  : describe_head(n.rank, s);

@@ -29,15 +29,10 @@ std::string key_op(const std::string& op) {
   return op;
 }
 
-int access_stream(const AccessRec& a) {
-  return static_cast<int>(a.participant) % (1 + Options::kMaxStreamsPerRank) - 1;
-}
-
 }  // namespace
 
 core::AccessSite World::site(int rank, const AccessRec& a, Access kind, uint64_t begin, uint64_t end) {
-  const int per_rank = 1 + Options::kMaxStreamsPerRank;
-  const int stream = static_cast<int>(a.participant) % per_rank - 1;
+  const int stream = rank_stream(static_cast<int>(a.participant)).second;
   const OpInfo& info = op_info_[a.op];
   const Lifetime& l = lifetimes_[a.lifetime];
   core::AccessSite s;
@@ -71,6 +66,9 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
   // does not order a before b; empty when there is no such wait.
   auto early_wait = [this](int rank, const AccessRec& a, const AccessRec& b) -> std::string {
     const Rank& r = *ranks_[rank];
+    auto access_stream = [this](const AccessRec& x) {
+      return x.participant == kNoParticipant ? -1 : rank_stream(static_cast<int>(x.participant)).second;
+    };
     const int sa = access_stream(a), sb = access_stream(b);
     if (sa < 0 || sb < 0) return "";
     for (const auto& w : r.early_waits) {

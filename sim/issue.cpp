@@ -132,7 +132,7 @@ int World::stream_of(int rank, std::string_view name) {
   Stream s;
   s.name = std::string(name);
   s.comm = !streams.empty();
-  s.clock = VectorClock(participants_);
+  s.clock = VectorClock(dense_participants());
   streams.push_back(std::move(s));
   return static_cast<int>(streams.size() - 1);
 }
@@ -286,7 +286,7 @@ uint32_t World::record(int rank, int stream, std::string_view what) {
   op.kind = OpKind::record;
   op.id = new_op(rank, stream, OpKind::record, std::string(what));
   op.record = static_cast<uint32_t>(records_.size());
-  records_.push_back({rank, stream, false, VectorClock(participants_), op.id});
+  records_.push_back({rank, stream, false, VectorClock(dense_participants()), op.id});
   const uint32_t rec = op.record;
   push(rank, stream, std::move(op));
   return rec;
@@ -339,6 +339,12 @@ void World::collective(int rank, core::CollectiveCall call) {
   m.fingerprint = fingerprint(call, group.members, group.name);
   m.tag = call.tag;
   m.input = call.input;
+  m.kind = call.kind;
+  m.dtype = call.input.dtype;
+  m.in_numel = call.input.numel;
+  m.out_numel = call.output.numel;
+  m.reduce = call.reduce;
+  m.root = call.root;
   inst.kind = call.kind;
   Op op;
   op.kind = OpKind::collective;

@@ -32,7 +32,7 @@ std::optional<Reuse> parse_reuse(std::string_view s);
 
 struct Options {
   static constexpr int kMaxRanks = 256;
-  static constexpr int kMaxStreamsPerRank = 12;
+  static constexpr int kMaxStreamsPerRank = 64;
 
   int ranks = 1;
   Policy policy = Policy::random;

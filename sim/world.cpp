@@ -46,11 +46,11 @@ World::World(Options options) : options_(options), rng_(core::Rng(options.seed).
   if (options_.ranks < 1 || options_.ranks > Options::kMaxRanks) {
     throw InternalError("a simulated world has 1 to " + std::to_string(Options::kMaxRanks) + " ranks");
   }
-  participants_ = options_.ranks * (1 + Options::kMaxStreamsPerRank);
+  participants_ = options_.ranks * (kDenseStride + kExtraStride);
   for (int r = 0; r < options_.ranks; ++r) {
     ranks_.push_back(std::make_unique<Rank>(options_.allocator, options_.reuse, &device_bytes_,
                                             options_.max_device_bytes));
-    ranks_.back()->host.clock = VectorClock(participants_);
+    ranks_.back()->host.clock = VectorClock(dense_participants());
     ranks_.back()->host.versions.push_back(ranks_.back()->host.clock);
     runtimes_.push_back(std::make_unique<SimRuntime>(*this, r));
   }
@@ -150,15 +150,14 @@ bool World::stream_ready(int rank, int stream, uint64_t scan) {
 }
 
 int World::pick(const std::vector<int>& runnable) {
-  const int per_rank = 1 + Options::kMaxStreamsPerRank;
   auto is_comm = [&](int e) {
-    const int s = e % per_rank - 1;
-    return s >= 0 && ranks_[e / per_rank]->streams[s].comm;
+    const auto [rank, s] = rank_stream(e);
+    return s >= 0 && ranks_[rank]->streams[s].comm;
   };
   switch (options_.policy) {
     case Policy::in_order: {
       for (int e : runnable) {
-        if (e % per_rank != 0) return e;  // drain streams first: every launch "blocks"
+        if (rank_stream(e).second >= 0) return e;  // drain streams first: every launch "blocks"
       }
       return runnable.front();
     }
@@ -252,14 +251,18 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
   RunResult result;
   if (step_ != 0) throw InternalError("a World runs once");
   for (int r = 0; r < ranks(); ++r) ranks_[r]->host.task = body(*runtimes_[r]);
-  const int per_rank = 1 + Options::kMaxStreamsPerRank;
   if (options_.policy == Policy::pct) {
     const int d = std::max(1, options_.pct_depth);
-    for (int e = 0; e < participants_; ++e)
+    for (int e = 0; e < dense_participants(); ++e)
       pct_priority_.push_back(d + static_cast<int64_t>(rng_.uniform(1u << 30)));
     const int64_t hint = options_.pct_steps_hint > 0 ? options_.pct_steps_hint : 10000;
     for (int i = 0; i < d - 1; ++i) pct_change_steps_.push_back(1 + static_cast<int64_t>(rng_.uniform(hint)));
     std::sort(pct_change_steps_.begin(), pct_change_steps_.end());
+    // Streams past the dense ones draw from their own stream of the seed, so the scheduler's
+    // draws, and every schedule of a program with fewer streams, stay as they were.
+    core::Rng extra = rng_.split("streams past the dense ones");
+    for (int e = dense_participants(); e < participants_; ++e)
+      pct_priority_.push_back(d + static_cast<int64_t>(extra.uniform(1u << 30)));
   }
   std::vector<int> runnable;
   int last = -1;
@@ -294,11 +297,11 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
       const int e = pick(runnable);
       last = e;
       ++step_;
-      const int rank = e / per_rank, slot = e % per_rank;
-      if (slot == 0) {
+      const auto [rank, stream] = rank_stream(e);
+      if (stream < 0) {
         step_host(rank);
       } else {
-        step_stream(rank, slot - 1);
+        step_stream(rank, stream);
       }
     }
   } catch (const ResourceError& ex) {
@@ -316,6 +319,7 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
   // A cancelled run stopped with work left: that is not a deadlock.
   if (!done && result.error.empty() && !result.cancelled && options_.detectors) report_deadlock();
   result.completed = done;
+  finish_cascades();
   result.findings = findings_;
   result.trace_digest = digest_;
   result.steps = step_;

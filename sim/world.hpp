@@ -18,6 +18,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/base/rng.hpp"
@@ -207,6 +208,12 @@ class World {
   static std::string fingerprint(const core::CollectiveCall& c, const std::vector<int>& members,
                                  const std::string& group);
   void compare_instance(int group, const Instance& inst, int64_t k);
+  // The suggested fix of a collective_mismatch: what differs across the members.
+  static std::string mismatch_fix(const Instance& inst, const std::vector<int>& ranks, bool p2p);
+  // A later divergent collective of a group whose first divergent one is findings_[root].
+  void add_consequence(size_t root, const Instance& inst, int64_t k, bool fp_differs);
+  // At the end of a run: each first divergent collective's explanation names its consequences.
+  void finish_cascades();
   // The k-th transfer on a channel from `from` to `to`, once both halves are issued.
   void compare_p2p(int from, int to, Channel& ch, int64_t k);
   // layout_mismatch (detect_layout.cpp), asked by compare_instance for reductions.
@@ -217,10 +224,27 @@ class World {
 
   // --- shared (world.cpp) ---
   uint32_t intern(std::string s);
+  // Participants number each rank's host and streams for vector clocks, PCT priorities and
+  // the trace digest. A rank's host and its first kDenseStreams streams keep the numbers
+  // rank * (1 + kDenseStreams) + {0, 1 + stream}, the layout every pinned digest was made
+  // with; streams past those follow all ranks' dense ones, kMaxStreamsPerRank - kDenseStreams
+  // numbers per rank. Clocks start with the dense participants and grow only where a program
+  // uses more streams (clock.hpp).
+  static constexpr int kDenseStreams = 12;
+  static constexpr int kDenseStride = 1 + kDenseStreams;
+  static constexpr int kExtraStride = Options::kMaxStreamsPerRank - kDenseStreams;
+  int dense_participants() const { return ranks() * kDenseStride; }
   int participant(int rank, int stream) const {
-    return rank * (1 + Options::kMaxStreamsPerRank) + 1 + stream;
+    if (stream < kDenseStreams) return rank * kDenseStride + 1 + stream;
+    return dense_participants() + rank * kExtraStride + (stream - kDenseStreams);
   }
-  int host_participant(int rank) const { return rank * (1 + Options::kMaxStreamsPerRank); }
+  int host_participant(int rank) const { return rank * kDenseStride; }
+  // The rank of participant e, and its stream (-1: the host).
+  std::pair<int, int> rank_stream(int e) const {
+    if (e < dense_participants()) return {e / kDenseStride, e % kDenseStride - 1};
+    const int x = e - dense_participants();
+    return {x / kExtraStride, kDenseStreams + x % kExtraStride};
+  }
 
   Options options_;
   core::Rng rng_;
@@ -262,6 +286,7 @@ class World {
   Shadow::Ranges ranges_;
   int participants_ = 0;
   bool mismatch_seen_ = false;
+  std::map<int, size_t> cascade_roots_;  // group -> its first divergent collective in findings_
 };
 
 }  // namespace shardcheck::sim

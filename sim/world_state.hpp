@@ -82,6 +82,12 @@ struct World::Instance {
     std::string tag;
     uint32_t op = 0;
     core::TensorRef input;  // for the layout check of reductions (detect_layout.cpp)
+    // What the fingerprint is made of, for naming the part that differs.
+    core::CollectiveKind kind = core::CollectiveKind::all_reduce;
+    core::DType dtype = core::DType::f32;
+    int64_t in_numel = 0, out_numel = 0;
+    core::ReduceOp reduce = core::ReduceOp::sum;
+    int root = 0;
   };
   std::vector<Member> members;
   core::CollectiveKind kind = core::CollectiveKind::all_reduce;

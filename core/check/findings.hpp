@@ -65,6 +65,17 @@ struct CollectiveDetail {
     std::string tag;
   };
   std::vector<PerRank> ranks;
+  // The later collectives of the same group in the same run that diverge because this one
+  // did (every rank issues what follows it shifted): this finding's consequences, counted
+  // and listed here rather than reported as findings of their own.
+  struct Later {
+    int64_t index = 0;  // its k in the group's sequence
+    FindingKind kind = FindingKind::collective_mismatch;
+    std::string what;  // what the ranks issued, e.g. "all_gather 'b' on rank 0; all_gather 'a' on rank 1"
+  };
+  static constexpr size_t kMaxListed = 64;
+  int64_t consequences = 0;  // how many; `later` lists the first kMaxListed
+  std::vector<Later> later;
 };
 
 struct DeadlockDetail {

@@ -9,6 +9,13 @@ namespace {
 bool contains(const std::vector<FindingKind>& v, FindingKind k) {
   return std::find(v.begin(), v.end(), k) != v.end();
 }
+
+// A finding's own kind, or the kind of one of the consequences it lists.
+bool shows(const Finding& f, FindingKind k) {
+  if (f.kind == k) return true;
+  const auto* d = std::get_if<CollectiveDetail>(&f.detail);
+  return d && std::any_of(d->later.begin(), d->later.end(), [&](const auto& l) { return l.kind == k; });
+}
 }  // namespace
 
 ExpectationResult judge(const Expectation& e, const std::vector<Finding>& findings) {
@@ -16,7 +23,7 @@ ExpectationResult judge(const Expectation& e, const std::vector<Finding>& findin
   for (int i = 0; i < kFindingKinds; ++i) {
     const auto k = static_cast<FindingKind>(i);
     const bool found =
-        std::any_of(findings.begin(), findings.end(), [&](const Finding& f) { return f.kind == k; });
+        std::any_of(findings.begin(), findings.end(), [&](const Finding& f) { return shows(f, k); });
     if (found) r.found.push_back(k);
     if (contains(e.findings, k) && !found) r.missing.push_back(k);
     if (found && !contains(e.findings, k) && !contains(e.allow, k)) r.unexpected.push_back(k);

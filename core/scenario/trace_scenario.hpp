@@ -22,7 +22,7 @@ namespace shardcheck::core {
 // is bounded in total, not only per buffer.
 struct TraceLimits {
   static constexpr int kMaxRanks = 256;    // the simulator's sim::Options::kMaxRanks
-  static constexpr int kMaxStreams = 8;    // per rank; the simulator has room for 12
+  static constexpr int kMaxStreams = 64;   // per rank: sim::Options::kMaxStreamsPerRank
   static constexpr int kMaxGroups = 1024;  // each with at most kMaxRanks members
   static constexpr int64_t kMaxBufferBytes = int64_t{1} << 30;
   // Bytes allocated at once, summed over ranks: a program past it cannot run, since the

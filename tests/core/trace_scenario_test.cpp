@@ -202,6 +202,24 @@ TEST_CASE("trace scenarios past a limit are rejected with the limit and its plac
   }
 }
 
+TEST_CASE("a rank has up to 64 streams, and the 65th is refused where the list is",
+          "[core][scenario][limits]") {
+  auto with_streams = [](int n) {
+    std::string list;
+    for (int i = 0; i < n; ++i) list += (i ? ", s" : "s") + std::to_string(i);
+    return "kind: trace\nname: many\nranks: 1\nstreams: [" + list +
+           "]\nprogram:\n  - sync: device\nexpect: {findings: []}\n";
+  };
+  auto ok = parse_trace_scenario(with_streams(TraceLimits::kMaxStreams), "many.yaml");
+  INFO((ok.ok() ? "" : ok.error().message()));
+  REQUIRE(TraceLimits::kMaxStreams == 64);
+  REQUIRE(ok.ok());
+  REQUIRE(ok->streams.size() == 64);
+  auto bad = parse_trace_scenario(with_streams(TraceLimits::kMaxStreams + 1), "many.yaml");
+  REQUIRE_FALSE(bad.ok());
+  REQUIRE_THAT(bad.error().message(), Catch::Contains("many.yaml:4:10: at most 64 streams per rank"));
+}
+
 TEST_CASE("a program at the limits loads, and the freed bytes of a rank are not counted twice",
           "[core][scenario][limits]") {
   // 4 ranks hold 1 GiB each at most: exactly the 4 GiB the simulator models.

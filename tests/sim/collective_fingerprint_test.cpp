@@ -79,3 +79,72 @@ TEST_CASE("ranks that disagree on a group's members never meet in one collective
   REQUIRE(r.findings[0].kind == core::FindingKind::deadlock);
   REQUIRE_THAT(r.findings[0].explanation, Catch::Contains("group 'dp'"));
 }
+
+TEST_CASE("a mismatch's fix names the argument that differs, with what each rank passes",
+          "[sim][scenarios][fingerprint]") {
+  struct Case {
+    const char* bug;
+    const char* fix;
+  };
+  for (const Case& c : {Case{"collective-mismatch-reduce-op",
+                             "make every member pass the same reduce op (rank 0 passes sum, rank 1 avg)"},
+                        Case{"collective-mismatch-root",
+                             "make every member name the same root (rank 0 passes root 0, rank 1 root 1)"},
+                        Case{"collective-mismatch-dtype",
+                             "make every member pass the same dtype (rank 0 passes f32, rank 1 i32)"}}) {
+    INFO(c.bug);
+    const run::ScenarioOutcome bug = run_file(trace(std::string(c.bug) + ".yaml"));
+    REQUIRE(bug.explored.findings.size() == 1);
+    const std::string& text = bug.explored.findings[0].explanation;
+    REQUIRE_THAT(text, Catch::Contains(c.fix));
+    REQUIRE_THAT(text, !Catch::Contains("order"));
+  }
+  // Different tensors at one position: the ranks issue their collectives in different orders.
+  const run::ScenarioOutcome order = run_file(trace("collective-mismatch.yaml"));
+  REQUIRE(order.explored.findings.size() == 1);
+  REQUIRE_THAT(order.explored.findings[0].explanation, Catch::Contains("in the same order"));
+}
+
+TEST_CASE("the fix of an element count mismatch lists each rank's counts, several ranks to a value",
+          "[sim][fingerprint]") {
+  sim::Options o;
+  o.ranks = 3;
+  sim::World w(o);
+  const sim::RunResult r = w.run([](core::Runtime& rt) -> core::Task<> {
+    const std::vector<int> members{0, 1, 2};
+    const core::GroupId dp = rt.group("dp", members);
+    const core::StreamId s = rt.stream("comm");
+    const core::BufferId x = co_await rt.alloc(1024, s, "x");
+    const int64_t n = rt.rank() == 1 ? 128 : 256;
+    co_await rt.launch(core::kernels::fill(s, core::TensorRef::f32(x, 0, 256), 1.0, "init"));
+    co_await rt.collective({core::CollectiveKind::all_reduce, dp, s, core::TensorRef::f32(x, 0, n),
+                            core::TensorRef::f32(x, 0, n), core::ReduceOp::sum, 0, "x"});
+  });
+  REQUIRE(r.findings.size() == 1);
+  REQUIRE(r.findings[0].kind == core::FindingKind::collective_mismatch);
+  REQUIRE_THAT(
+      r.findings[0].explanation,
+      Catch::Contains("make every member pass the same element counts (ranks 0 and 2 pass 256 in, 256 "
+                      "out, rank 1 128 in, 128 out)"));
+}
+
+TEST_CASE("a send and its recv of different sizes: the fix names both sizes", "[sim][fingerprint]") {
+  sim::Options o;
+  o.ranks = 2;
+  sim::World w(o);
+  const sim::RunResult r = w.run([](core::Runtime& rt) -> core::Task<> {
+    const core::StreamId s = rt.stream("comm");
+    const core::BufferId x = co_await rt.alloc(1024, s, "x");
+    co_await rt.launch(core::kernels::fill(s, core::TensorRef::f32(x, 0, 256), 1.0, "init"));
+    if (rt.rank() == 0) {
+      co_await rt.send({1, s, core::TensorRef::f32(x, 0, 256), "x", ""});
+    } else {
+      co_await rt.recv({0, s, core::TensorRef::f32(x, 0, 128), "x", ""});
+    }
+  });
+  const auto it = std::find_if(r.findings.begin(), r.findings.end(), [](const core::Finding& f) {
+    return f.kind == core::FindingKind::collective_mismatch;
+  });
+  REQUIRE(it != r.findings.end());
+  REQUIRE_THAT(it->explanation, Catch::Contains("(rank 0 sends 1024, rank 1 receives 512)"));
+}

@@ -3,6 +3,7 @@
 // programs produce no false positives.
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <set>
 
 #include "run/scenario_run.hpp"
 
@@ -96,6 +97,60 @@ TEST_CASE("a mismatch stops the run without a second, spurious deadlock finding"
   const auto& d = std::get<core::CollectiveDetail>(out.explored.findings[0].detail);
   REQUIRE(d.ranks.size() == 2);
   REQUIRE(d.ranks[0].fingerprint != d.ranks[1].fingerprint);
+}
+
+TEST_CASE("one order bug is one finding, and the collectives it shifts are its consequences",
+          "[sim][scenarios]") {
+  // Rank 1 issues the first of six all-gathers last: all six positions of 'dp' differ, from one
+  // cause. The first is the finding; the other five are counted and listed in it.
+  auto s = run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) +
+                              "/scenarios/trace/collective-order-cascade.yaml");
+  REQUIRE(s.ok());
+  for (const char* policy : {"in_order", "random", "pct", "delay_comm"}) {
+    INFO(policy);
+    run::ScheduleOverrides o;
+    o.policy = policy;
+    o.runs = 5;
+    const auto out = run::run_scenario(*s, o);
+    REQUIRE(out.judged.met);
+    REQUIRE(out.explored.findings.size() == 1);
+    const core::Finding& f = out.explored.findings[0];
+    REQUIRE(f.kind == core::FindingKind::collective_mismatch);
+    const auto& d = std::get<core::CollectiveDetail>(f.detail);
+    REQUIRE(d.group == "dp");
+    REQUIRE(d.index == 0);
+    REQUIRE(d.consequences == 5);
+    REQUIRE(d.later.size() == 5);
+    for (size_t i = 0; i < d.later.size(); ++i) {
+      REQUIRE(d.later[i].index == static_cast<int64_t>(i) + 1);
+      REQUIRE(d.later[i].kind == core::FindingKind::collective_mismatch);
+    }
+    REQUIRE(d.later[0].what == "all_gather 'w1' on rank 0; all_gather 'w2' on rank 1");
+    REQUIRE_THAT(f.explanation,
+                 Catch::Contains("Then 5 later collectives of group 'dp' diverge as a consequence"));
+    REQUIRE_THAT(f.explanation, Catch::Contains("#1: all_gather 'w1' on rank 0; all_gather 'w2' on rank 1"));
+    REQUIRE_THAT(f.explanation, Catch::Contains("... and 1 more"));
+  }
+}
+
+TEST_CASE("the post-step sync order bug is one collective finding per group, with its consequences",
+          "[sim][scenarios]") {
+  auto s = run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) +
+                              "/scenarios/catalog/post-step-sync-set-order.yaml");
+  REQUIRE(s.ok());
+  const auto out = run::run_scenario(*s, {});
+  REQUIRE(out.judged.met);
+  std::set<std::string> groups;
+  int64_t consequences = 0;
+  for (const auto& f : out.explored.findings) {
+    REQUIRE(
+        (f.kind == core::FindingKind::collective_mismatch || f.kind == core::FindingKind::collective_swap));
+    const auto& d = std::get<core::CollectiveDetail>(f.detail);
+    REQUIRE(groups.insert(d.group).second);  // one finding per group
+    consequences += d.consequences;
+  }
+  REQUIRE(out.explored.findings.size() == 1);
+  REQUIRE(consequences >= 4);
 }
 
 namespace {
