@@ -14,6 +14,7 @@
 #include "core/base/text.hpp"
 #include "reports/format.hpp"
 #include "run/interrupt.hpp"
+#include "run/ordered_pool.hpp"
 #include "run/report.hpp"
 #include "run/scenario.hpp"
 
@@ -58,9 +59,10 @@ void progress(ProgressLine& line, size_t i, size_t n, const std::string& name, c
     line.label("[" + std::to_string(i + 1) + "/" + std::to_string(n) + "] " + name + ": ");
     return;
   }
-  line.clear();
-  std::printf("[%zu/%zu] %s %s\n", i + 1, n, name.c_str(), done.c_str());
-  std::fflush(stdout);
+  line.print([&] {
+    std::printf("[%zu/%zu] %s %s\n", i + 1, n, name.c_str(), done.c_str());
+    std::fflush(stdout);
+  });
 }
 
 void print_table(const reports::Report& r) {
@@ -139,15 +141,20 @@ int run_demo(const DemoArgs& a) {
   int64_t total = 0;
   for (const auto& s : loaded) total += 2 * s.schedule.runs;  // each schedule twice
   ProgressLine line(total);
-  for (size_t i = 0; i < loaded.size(); ++i) {
-    if (interrupted() || !t.internal_error.empty()) break;
-    progress(line, i, loaded.size(), loaded[i].name, "");
+  // Scenarios run side by side, each exploring on its share of the threads; their lines and
+  // report entries come in order, as on one thread.
+  const int jobs = sim::resolve_jobs(a.jobs);
+  const int side_by_side = static_cast<int>(std::min<size_t>(static_cast<size_t>(jobs), loaded.size()));
+  auto work = [&](size_t i) {
     ResultOptions ro;
     ro.compare = loaded[i].training != nullptr;
     ScheduleOverrides o;
-    o.jobs = a.jobs;
+    o.jobs = std::max(1, jobs / side_by_side);
     o.progress = line.scenario();
-    CheckedRun c = run_checked(loaded[i], o, true, ro);
+    return run_checked(loaded[i], o, true, ro);
+  };
+  auto turn = [&](size_t i) { progress(line, i, loaded.size(), loaded[i].name, ""); };
+  auto deliver = [&](size_t i, CheckedRun c) {
     report.scenarios.push_back(std::move(*c.result));
     const auto& res = report.scenarios.back();
     ++t.ran;
@@ -161,7 +168,9 @@ int run_demo(const DemoArgs& a) {
              : c.nondeterministic() ? "NONDETERMINISTIC"
              : res.met              ? "ok"
                                     : "FAILED");
-  }
+    return !interrupted() && t.internal_error.empty();
+  };
+  if (!interrupted()) ordered_pool<CheckedRun>(loaded.size(), side_by_side, work, turn, deliver);
   line.clear();
   print_table(report);
   print_ending(t, loaded.size());

@@ -77,12 +77,21 @@ void ProgressLine::label(std::string text) {
 }
 
 void ProgressLine::clear() {
-  if (!tty_) return;
+  print([] {});
+}
+
+void ProgressLine::print(const std::function<void()>& print) {
+  if (!tty_) {
+    print();
+    return;
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  if (!drawn_) return;
-  std::fputs("\r\033[K", stderr);
-  std::fflush(stderr);
-  drawn_ = false;
+  if (drawn_) {
+    std::fputs("\r\033[K", stderr);
+    std::fflush(stderr);
+    drawn_ = false;
+  }
+  print();
 }
 
 }  // namespace shardcheck::cli

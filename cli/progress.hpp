@@ -4,7 +4,7 @@
 // Nothing is drawn when stderr is not a terminal, so piped output is the same as without it.
 //   ProgressLine line(total_schedules);
 //   o.progress = line.scenario();   // one per scenario; safe to call from any thread
-//   line.clear();                   // before printing to stdout while it may show
+//   line.print([&] { std::cout << ...; });   // stdout lines while it may show
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -31,6 +31,8 @@ class ProgressLine {
   std::function<void(int schedules_done, int findings)> scenario();
   // Erases the line now (it comes back at the next update).
   void clear();
+  // Erases the line and runs `print` (writing to stdout) before any thread can redraw it.
+  void print(const std::function<void()>& print);
   // Text shown before the counts (the scenario running), drawn now.
   void label(std::string text);
   bool shown() const { return tty_; }

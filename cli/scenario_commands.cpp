@@ -1,4 +1,5 @@
 // `shardcheck run`, `explore` and `replay`: scenarios on the simulator.
+#include <algorithm>
 #include <iostream>
 
 #include "cli/commands.hpp"
@@ -9,6 +10,7 @@
 #include "reports/chrome_trace.hpp"
 #include "run/gpu_runs.hpp"
 #include "run/interrupt.hpp"
+#include "run/ordered_pool.hpp"
 #include "run/report.hpp"
 #include "run/scenario.hpp"
 
@@ -200,17 +202,30 @@ int run_files(const RunArgs& a) {
   for (const auto& s : scenarios)
     total += planned_runs(s, overrides(a.schedule)) * (a.check_determinism ? 2 : 1);
   ProgressLine line(total);
-  for (const auto& s : scenarios) {
-    if (t.stop()) break;
-    ScheduleOverrides o = overrides(a.schedule);
-    o.progress = line.scenario();
-    line.clear();
-    print_header(s, planned_runs(s, o));
-    CheckedRun c = run_checked(s, o, a.check_determinism, report_options(a.report));
-    if (c.result) report.scenarios.push_back(std::move(*c.result));
-    line.clear();
-    print_run(s, c, policy_flag(a.schedule), planned_runs(s, o));
-    t.add(s, c);
+  // Scenarios run side by side, each exploring on its share of the threads; they print in
+  // order, each header when its turn comes, as one thread would.
+  const int jobs = sim::resolve_jobs(a.schedule.jobs);
+  const int side_by_side = static_cast<int>(std::min<size_t>(static_cast<size_t>(jobs), scenarios.size()));
+  if (!t.stop()) {
+    ordered_pool<CheckedRun>(
+        scenarios.size(), side_by_side,
+        [&](size_t i) {
+          ScheduleOverrides o = overrides(a.schedule);
+          o.jobs = std::max(1, jobs / side_by_side);
+          o.progress = line.scenario();
+          return run_checked(scenarios[i], o, a.check_determinism, report_options(a.report));
+        },
+        [&](size_t i) {
+          line.print([&] { print_header(scenarios[i], planned_runs(scenarios[i], overrides(a.schedule))); });
+        },
+        [&](size_t i, CheckedRun c) {
+          const LoadedScenario& s = scenarios[i];
+          if (c.result) report.scenarios.push_back(std::move(*c.result));
+          line.print(
+              [&] { print_run(s, c, policy_flag(a.schedule), planned_runs(s, overrides(a.schedule))); });
+          t.add(s, c);
+          return !t.stop();
+        });
   }
   line.clear();
   std::cout << "\n"
