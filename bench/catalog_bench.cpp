@@ -2,7 +2,11 @@
 // scenario (buggy and fixed, each under its own policy, seed and number of runs), and the time
 // from loading a buggy scenario to its first finding, as `shardcheck explore FILE` does it
 // (load, single-rank reference, then schedules from the file's seed until one finds something).
+// Thread scaling: schedules per second of one exploration at 1, 2, 4, ... threads (`-j N`)
+// up to the core count.
 #include <benchmark/benchmark.h>
+
+#include <thread>
 
 #include "bench/bench_support.hpp"
 
@@ -54,9 +58,42 @@ void first_detection(benchmark::State& state, const std::string& file) {
   state.SetLabel(kinds);
 }
 
+// One exploration of a training scenario's schedules (a fixed number, no early stop) on
+// `state.range(0)` threads: the schedules per second `shardcheck run -j N` gets. The
+// reference is computed beforehand, as every schedule shares it.
+constexpr const char* kScalingFile = "zero1-missing-no-sync-fixed.yaml";
+constexpr int kScalingRuns = 48;
+
+void thread_scaling(benchmark::State& state) {
+  run::LoadedScenario s = bench::load_or_exit(bench::source_dir() + "/scenarios/catalog/" + kScalingFile);
+  if (s.training) s.training->ensure_reference();
+  int64_t schedules = 0;
+  for (auto _ : state) {
+    run::ScheduleOverrides o;
+    o.runs = kScalingRuns;
+    o.jobs = static_cast<int>(state.range(0));
+    const run::ScenarioOutcome out = run::run_scenario(s, o);
+    if (!out.explored.error.empty() || !out.judged.met) {
+      state.SkipWithError(("expectation not met: " + out.explored.error).c_str());
+      break;
+    }
+    schedules += out.explored.runs_done;
+  }
+  state.counters["schedules_per_s"] =
+      benchmark::Counter(static_cast<double>(schedules), benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  {
+    benchmark::internal::Benchmark* b = benchmark::RegisterBenchmark("BM_ThreadScaling", thread_scaling)
+                                            ->Unit(benchmark::kMillisecond)
+                                            ->UseRealTime();
+    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    for (int threads = 1; threads < cores; threads *= 2) b->Arg(threads);
+    b->Arg(cores);
+  }
   for (const std::string& f : bench::catalog_files(false)) {
     benchmark::RegisterBenchmark(("BM_Explore/" + bench::stem(f)).c_str(), explore_catalog, f)
         ->Unit(benchmark::kMillisecond)

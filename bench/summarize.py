@@ -116,6 +116,13 @@ def catalog(cat):
         total_s = sum(seconds(r) for r in explore)
         row(f"schedules explored per second, catalog ({len(explore)} files)", f"{schedules / total_s:.1f}/s",
             f"({schedules:.0f} in {fmt_time(total_s)})")
+    scaling = sorted((r for n, r in cat.items() if n.startswith("BM_ThreadScaling/") and ok(r)),
+                     key=lambda r: int(r["plain"].split("/")[1]))
+    if scaling:
+        base = scaling[0]["schedules_per_s"]
+        row("thread scaling, one exploration (-j N)",
+            ", ".join(f"{r['plain'].split('/')[1]}: {r['schedules_per_s']:.1f}/s" for r in scaling),
+            "speedup " + ", ".join(f"{r['schedules_per_s'] / base:.2f}x" for r in scaling))
     first = sorted((r for n, r in cat.items() if n.startswith("BM_FirstDetection/")), key=lambda r: r["plain"])
     if not first:
         return

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/progress.hpp"
 #include "core/base/text.hpp"
 #include "run/compare.hpp"
 #include "run/gpu_runs.hpp"
@@ -24,6 +25,7 @@ struct CompareArgs {
   int steps = 0;
   std::string report;
   GpuArgs gpu;
+  int jobs = 0;  // threads; 0: every core
 };
 
 // The report of a compare run; a run stopped by a signal or an internal error is reported as
@@ -68,7 +70,7 @@ bool write_compare_report(const CompareArgs& a, const LoadedScenario& s, const C
 // compare_on_sim, with an exception escaping it turned into the result's internal error.
 CompareResult compare_guarded(const LoadedScenario& s, const CompareArgs& a) {
   try {
-    return compare_on_sim(s, a.against, a.steps);
+    return compare_on_sim(s, a.against, a.steps, a.jobs);
   } catch (const std::exception& e) {
     CompareResult r;
     r.against = a.against;
@@ -149,6 +151,7 @@ Action add_compare_command(CLI::App& app) {
       ->transform(in_range(1, core::TrainingLimits::kMaxSteps));
   add_gpu_options(cmd, a->gpu);
   cmd->add_option("--report", a->report, "Write a report with the loss curves to this folder");
+  add_jobs_option(cmd, a->jobs);
   return [a] { return run_compare(*a); };
 }
 

@@ -3,8 +3,6 @@
 // repeats: a progress line, a table (scenario, expected, found, schedules explored, the
 // combined trace digest of its schedules, time), and a report in out/demo/. Exit 0 exactly
 // when every expectation holds.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,9 +10,11 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/progress.hpp"
 #include "core/base/text.hpp"
 #include "reports/format.hpp"
 #include "run/interrupt.hpp"
+#include "run/ordered_pool.hpp"
 #include "run/report.hpp"
 #include "run/scenario.hpp"
 
@@ -25,6 +25,7 @@ namespace {
 struct DemoArgs {
   std::string scenarios;
   std::string out = "out/demo";
+  int jobs = 0;  // threads running schedules; 0: every core
 };
 
 // `scenarios/` under the working directory, else the installed copy beside the binary
@@ -52,14 +53,16 @@ std::vector<std::string> yaml_files(const std::string& dir) {
   return files;
 }
 
-void progress(bool tty, size_t i, size_t n, const std::string& name, const std::string& done) {
-  if (tty) {
-    std::printf("\r\033[K[%zu/%zu] %s %s", i + 1, n, name.c_str(), done.c_str());
-    if (!done.empty() && i + 1 == n) std::printf("\n");
-  } else if (!done.empty()) {
-    std::printf("[%zu/%zu] %s %s\n", i + 1, n, name.c_str(), done.c_str());
+// A scenario's line once it is done; while it runs, a terminal shows its name on the live line.
+void progress(ProgressLine& line, size_t i, size_t n, const std::string& name, const std::string& done) {
+  if (done.empty()) {
+    line.label("[" + std::to_string(i + 1) + "/" + std::to_string(n) + "] " + name + ": ");
+    return;
   }
-  std::fflush(stdout);
+  line.print([&] {
+    std::printf("[%zu/%zu] %s %s\n", i + 1, n, name.c_str(), done.c_str());
+    std::fflush(stdout);
+  });
 }
 
 void print_table(const reports::Report& r) {
@@ -128,7 +131,6 @@ int run_demo(const DemoArgs& a) {
   const std::vector<LoadedScenario> loaded = load_demo(files, ok);
   if (!ok) return kBadInput;
   InterruptScope interrupts;
-  const bool tty = ::isatty(STDOUT_FILENO);
   std::cout << "shardcheck demo: " << loaded.size() << " scenarios from " << root
             << " (seed bugs, their fixes, and trace programs), each schedule run twice to check determinism"
             << std::endl;
@@ -136,12 +138,23 @@ int run_demo(const DemoArgs& a) {
   report.title = "shardcheck demo";
   report.command = "shardcheck demo";
   DemoTally t;
-  for (size_t i = 0; i < loaded.size(); ++i) {
-    if (interrupted() || !t.internal_error.empty()) break;
-    progress(tty, i, loaded.size(), loaded[i].name, "");
+  int64_t total = 0;
+  for (const auto& s : loaded) total += 2 * s.schedule.runs;  // each schedule twice
+  ProgressLine line(total);
+  // Scenarios run side by side, each exploring on its share of the threads; their lines and
+  // report entries come in order, as on one thread.
+  const int jobs = sim::resolve_jobs(a.jobs);
+  const int side_by_side = static_cast<int>(std::min<size_t>(static_cast<size_t>(jobs), loaded.size()));
+  auto work = [&](size_t i) {
     ResultOptions ro;
     ro.compare = loaded[i].training != nullptr;
-    CheckedRun c = run_checked(loaded[i], {}, true, ro);
+    ScheduleOverrides o;
+    o.jobs = std::max(1, jobs / side_by_side);
+    o.progress = line.scenario();
+    return run_checked(loaded[i], o, true, ro);
+  };
+  auto turn = [&](size_t i) { progress(line, i, loaded.size(), loaded[i].name, ""); };
+  auto deliver = [&](size_t i, CheckedRun c) {
     report.scenarios.push_back(std::move(*c.result));
     const auto& res = report.scenarios.back();
     ++t.ran;
@@ -150,12 +163,15 @@ int run_demo(const DemoArgs& a) {
     if (c.nondeterministic()) t.nondeterministic.push_back(loaded[i].name);
     if (!c.error.empty() && t.internal_error.empty()) t.internal_error = loaded[i].name + ": " + c.error;
     if (!c.bad_input.empty() && t.bad_input.empty()) t.bad_input = c.bad_input;
-    progress(tty, i, loaded.size(), loaded[i].name,
+    progress(line, i, loaded.size(), loaded[i].name,
              c.stopped              ? "stopped"
              : c.nondeterministic() ? "NONDETERMINISTIC"
              : res.met              ? "ok"
                                     : "FAILED");
-  }
+    return !interrupted() && t.internal_error.empty();
+  };
+  if (!interrupted()) ordered_pool<CheckedRun>(loaded.size(), side_by_side, work, turn, deliver);
+  line.clear();
   print_table(report);
   print_ending(t, loaded.size());
   if (!t.internal_error.empty()) {
@@ -180,6 +196,7 @@ Action add_demo_command(CLI::App& app) {
       app.add_subcommand("demo", "Run the seed-bug catalog and the trace scenarios, with a report");
   cmd->add_option("--scenarios", a->scenarios, "Folder holding catalog/ and trace/ (default: ./scenarios)");
   cmd->add_option("--out", a->out, "Report folder (default: out/demo)");
+  add_jobs_option(cmd, a->jobs);
   return [a] { return run_demo(*a); };
 }
 

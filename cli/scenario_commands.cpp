@@ -1,13 +1,16 @@
 // `shardcheck run`, `explore` and `replay`: scenarios on the simulator.
+#include <algorithm>
 #include <iostream>
 
 #include "cli/commands.hpp"
 #include "cli/findings_text.hpp"
+#include "cli/progress.hpp"
 #include "core/base/atomic_file.hpp"
 #include "core/base/text.hpp"
 #include "reports/chrome_trace.hpp"
 #include "run/gpu_runs.hpp"
 #include "run/interrupt.hpp"
+#include "run/ordered_pool.hpp"
 #include "run/report.hpp"
 #include "run/scenario.hpp"
 
@@ -19,6 +22,7 @@ struct ScheduleArgs {
   std::string policy;
   int64_t seed = -1;
   int runs = 0;
+  int jobs = 0;           // threads running schedules; 0: every core
   bool with_runs = true;  // false for replay, which runs one schedule
 };
 
@@ -34,6 +38,7 @@ void add_schedule_options(CLI::App* cmd, ScheduleArgs& a, bool with_runs) {
   if (with_runs) {
     cmd->add_option("--runs", a.runs, "Schedules to explore (default: the file's)")
         ->transform(in_range(1, L::kMaxRuns));
+    add_jobs_option(cmd, a.jobs);
   }
 }
 
@@ -43,6 +48,7 @@ ScheduleOverrides overrides(const ScheduleArgs& a) {
   if (a.seed >= 0) o.seed = static_cast<uint64_t>(a.seed);
   if (a.runs > 0) o.runs = a.runs;
   if (!a.with_runs) o.runs = 1;  // replay runs the one schedule of its seed
+  o.jobs = a.jobs;
   return o;
 }
 
@@ -149,10 +155,23 @@ int finish(reports::Report& report, const Tally& t, const std::string& partial) 
                    !t.bad_input.empty());
 }
 
-void print_run(const LoadedScenario& s, const CheckedRun& c, const std::string& policy) {
-  const int runs = c.outcome.explored.runs_done;
+int planned_runs(const LoadedScenario& s, const ScheduleOverrides& o) {
+  return o.runs.value_or(s.schedule.runs);
+}
+
+// A scenario's header, printed as it starts.
+void print_header(const LoadedScenario& s, int runs) {
   std::cout << "== " << s.name << " (" << s.file << "): " << runs << " schedule" << (runs == 1 ? "" : "s")
-            << (c.stopped ? ", stopped early by an interrupt" : "") << "\n";
+            << std::endl;
+}
+
+void print_run(const LoadedScenario& s, const CheckedRun& c, const std::string& policy, int planned) {
+  const int runs = c.outcome.explored.runs_done;
+  if (c.stopped) {
+    std::cout << "stopped early by an interrupt after " << runs << " of " << planned << " schedules\n";
+  } else if (runs < planned) {
+    std::cout << "ran " << runs << " of " << planned << " schedules\n";
+  }
   print_findings(std::cout, s, c.outcome.explored.findings, policy);
   if (!c.error.empty()) std::cout << "internal error: " << c.error << "\n";
   if (!c.bad_input.empty()) std::cout << core::printable(c.bad_input) << "\n";
@@ -179,13 +198,36 @@ int run_files(const RunArgs& a) {
                                 std::string(a.check_determinism ? " --check-determinism" : "") +
                                     (a.report.empty() ? "" : " --report " + a.report));
   Tally t;
-  for (const auto& s : scenarios) {
-    if (t.stop()) break;
-    CheckedRun c = run_checked(s, overrides(a.schedule), a.check_determinism, report_options(a.report));
-    if (c.result) report.scenarios.push_back(std::move(*c.result));
-    print_run(s, c, policy_flag(a.schedule));
-    t.add(s, c);
+  int64_t total = 0;
+  for (const auto& s : scenarios)
+    total += planned_runs(s, overrides(a.schedule)) * (a.check_determinism ? 2 : 1);
+  ProgressLine line(total);
+  // Scenarios run side by side, each exploring on its share of the threads; they print in
+  // order, each header when its turn comes, as one thread would.
+  const int jobs = sim::resolve_jobs(a.schedule.jobs);
+  const int side_by_side = static_cast<int>(std::min<size_t>(static_cast<size_t>(jobs), scenarios.size()));
+  if (!t.stop()) {
+    ordered_pool<CheckedRun>(
+        scenarios.size(), side_by_side,
+        [&](size_t i) {
+          ScheduleOverrides o = overrides(a.schedule);
+          o.jobs = std::max(1, jobs / side_by_side);
+          o.progress = line.scenario();
+          return run_checked(scenarios[i], o, a.check_determinism, report_options(a.report));
+        },
+        [&](size_t i) {
+          line.print([&] { print_header(scenarios[i], planned_runs(scenarios[i], overrides(a.schedule))); });
+        },
+        [&](size_t i, CheckedRun c) {
+          const LoadedScenario& s = scenarios[i];
+          if (c.result) report.scenarios.push_back(std::move(*c.result));
+          line.print(
+              [&] { print_run(s, c, policy_flag(a.schedule), planned_runs(s, overrides(a.schedule))); });
+          t.add(s, c);
+          return !t.stop();
+        });
   }
+  line.clear();
   std::cout << "\n"
             << t.ran << " scenario" << (t.ran == 1 ? "" : "s") << ": " << t.ran - t.failed
             << " met expectations, " << t.failed << " did not\n";
@@ -232,7 +274,12 @@ int explore_file(const ExploreArgs& a) {
             << " from seed " << opt.seed << (a.all ? "" : ", until the first finding")
             << std::endl;  // tells a watcher it has begun
   const std::optional<ResultOptions> ro = report_options(a.report);
-  CheckedRun c = run_checked(s, o, a.check_determinism, ro);
+  CheckedRun c;
+  {
+    ProgressLine line(static_cast<int64_t>(runs) * (a.check_determinism ? 2 : 1));
+    o.progress = line.scenario();
+    c = run_checked(s, o, a.check_determinism, ro);
+  }
   print_explored(s, c, opt);
   print_findings(std::cout, s, c.outcome.explored.findings, policy_flag(a.schedule));
   if (!c.error.empty()) std::cout << "internal error: " << c.error << "\n";

@@ -52,7 +52,7 @@ std::string compare_steps_problem(const LoadedScenario& s, const std::string& ag
   return s.file + ": --steps " + std::to_string(steps) + ": " + why;
 }
 
-CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against, int steps) {
+CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against, int steps, int jobs) {
   CompareResult r;
   r.against = against;
   r.bad_input = compare_steps_problem(s, against, steps);
@@ -64,9 +64,17 @@ CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against
   r.exact = state.setup.config.precision.exact;
   sim::Options o = options_for(s, {}).value();
   // Against DistOpt, the two trainings are independent simulated worlds that only read the
-  // setup and the reference: they run on two threads, each as deterministic as alone.
+  // setup and the reference: they run on two threads (one with jobs 1), each as deterministic
+  // as alone.
   TrainingRun ours, base;
-  if (against == "distopt") {
+  if (against == "distopt" && sim::resolve_jobs(jobs) == 1) {
+    state.ensure_reference();
+    TrainingState other = state;
+    other.setup.config.strategy = core::Strategy::distopt;
+    other.setup.config.mutations = {};
+    ours = run_training(state, o);
+    base = run_training(other, o);
+  } else if (against == "distopt") {
     state.ensure_reference();  // once, before the copy: both runs' oracles read it
     TrainingState other = state;
     other.setup.config.strategy = core::Strategy::distopt;

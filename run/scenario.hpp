@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,9 @@ struct ScheduleOverrides {
   std::optional<uint64_t> seed;
   std::optional<int> runs;
   bool stop_at_first = false;
+  int jobs = 1;  // threads running schedules at once (sim::ExploreOptions::jobs; 0: every core)
+  // After each schedule (the determinism rerun's count on from the first pass's).
+  std::function<void(int schedules_done, int findings)> progress;
 };
 
 // The simulator options of a scenario's first schedule. They carry the interrupt flag

@@ -17,6 +17,8 @@ sim::ExploreOptions explore_options(const LoadedScenario& s, const ScheduleOverr
   e.runs = o.runs.value_or(s.schedule.runs);
   e.stop_at_first = o.stop_at_first;
   e.stop_at_error = true;  // after an internal error nothing that follows can be trusted
+  e.jobs = o.jobs;
+  e.progress = o.progress;
   return e;
 }
 
@@ -93,6 +95,10 @@ DeterminismCheck check_determinism(const LoadedScenario& s, const ScheduleOverri
   sim::ExploreOptions e = explore_options(s, o);
   e.runs = a.runs_done;
   if (test_fault() == TestFault::nondeterminism) e.base.seed += 1;
+  if (e.progress) {
+    e.progress = [progress = e.progress, done = a.runs_done, found = static_cast<int>(a.findings.size())](
+                     int runs, int) { progress(done + runs, found); };
+  }
   const sim::ExploreResult b =
       e.runs > 0 ? sim::explore(factory_with_fault(s, e.base.seed), e) : sim::ExploreResult{};
   DeterminismCheck c;

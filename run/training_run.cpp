@@ -3,6 +3,8 @@
 // watching adds no operation and leaves the schedule under test untouched.
 #include "run/training_run.hpp"
 
+#include <mutex>
+
 #include "sim/oracle.hpp"
 
 namespace shardcheck::run {
@@ -77,8 +79,15 @@ sim::Factory training_factory(std::shared_ptr<const core::TrainingSetup> setup,
 
 sim::Factory training_factory(std::shared_ptr<TrainingState> state, RecorderFactory recorder) {
   std::shared_ptr<const core::TrainingSetup> setup(state, &state->setup);  // keeps the state alive
+  // Runs on several threads ask at once; the first computes the reference, the others wait.
+  auto once = std::make_shared<std::mutex>();
   return training_factory(
-      setup, [state] { return state->ensure_reference(); }, std::move(recorder));
+      setup,
+      [state, once] {
+        std::lock_guard<std::mutex> lock(*once);
+        return state->ensure_reference();
+      },
+      std::move(recorder));
 }
 
 TrainingRun run_training(TrainingState& state, const sim::Options& options) {

@@ -1,6 +1,11 @@
 // Schedule exploration and replay.
 #include "sim/explore.hpp"
 
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <thread>
+
 #include "sim/heap.hpp"
 
 namespace shardcheck::sim {
@@ -42,25 +47,23 @@ int64_t measure_steps(const Factory& factory, Options base) {
   return w.run(setup.program).steps;
 }
 
-ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
+namespace {
+
+// Merges run results into an exploration in seed order, as a sequential loop would: the same
+// findings (each once, with its first seed), counts, digests and stopping point for any number
+// of threads.
+struct Merge {
+  const ExploreOptions& o;
   ExploreResult r;
-  Options opts = o.base;
-  if (opts.policy == Policy::pct && opts.pct_steps_hint <= 0)
-    opts.pct_steps_hint = measure_steps(factory, opts);
-  auto cancelled = [&] { return opts.cancel && opts.cancel->load(std::memory_order_relaxed); };
-  for (int i = 0; i < o.runs; ++i) {
-    if (cancelled()) {
-      r.cancelled = true;
-      break;
-    }
-    opts.seed = o.base.seed + static_cast<uint64_t>(i);
-    World w(opts);
-    RunResult run = run_once(w, factory);
+  bool done = false;
+
+  // Folds in run `i`; false once exploration ends with it.
+  bool add(int i, RunResult run) {
     if (run.cancelled) {
       r.cancelled = true;
       if (!run.findings.empty() && r.first_hit < 0) r.first_hit = i;
       for (auto& f : run.findings) core::add_finding(r.findings, std::move(f));
-      break;
+      return false;
     }
     r.runs_done++;
     r.steps += run.steps;
@@ -68,16 +71,108 @@ ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
     r.digests.push_back(run.trace_digest);
     if (!run.error.empty() && r.error.empty()) {
       r.error = run.error;
-      r.error_seed = opts.seed;
+      r.error_seed = o.base.seed + static_cast<uint64_t>(i);
       r.limit = run.limit;
     }
-    if (run.limit) break;  // no findings claimed for a cut run, and the next would be cut too
+    if (run.limit) return false;  // no findings claimed for a cut run, and the next would be cut too
     for (auto& f : run.findings) core::add_finding(r.findings, std::move(f));
     if (!run.findings.empty() && r.first_hit < 0) r.first_hit = i;
-    if (o.stop_at_first && (r.first_hit >= 0 || !r.error.empty())) break;
-    if (o.stop_at_error && !r.error.empty()) break;
+    if (o.stop_at_first && (r.first_hit >= 0 || !r.error.empty())) return false;
+    if (o.stop_at_error && !r.error.empty()) return false;
+    return true;
   }
-  return r;
+  // Whether run `i` alone ends exploration (then no later seed need run).
+  bool ends(const RunResult& run) const {
+    if (run.cancelled || run.limit) return true;
+    if (o.stop_at_first && (!run.findings.empty() || !run.error.empty())) return true;
+    return o.stop_at_error && !run.error.empty();
+  }
+};
+
+RunResult guarded_run(const Options& opts, const Factory& factory) {
+  try {
+    World w(opts);
+    return run_once(w, factory);
+  } catch (const std::exception& e) {
+    RunResult r;
+    r.error = e.what();
+    return r;
+  }
+}
+
+}  // namespace
+
+int resolve_jobs(int jobs) {
+  if (jobs > 0) return jobs;
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
+  Options opts = o.base;
+  if (opts.policy == Policy::pct && opts.pct_steps_hint <= 0)
+    opts.pct_steps_hint = measure_steps(factory, opts);
+  auto cancelled = [&] { return opts.cancel && opts.cancel->load(std::memory_order_relaxed); };
+  Merge m{o, {}};
+  const int threads = std::max(1, std::min(resolve_jobs(o.jobs), o.runs));
+  if (threads == 1) {
+    for (int i = 0; i < o.runs; ++i) {
+      if (cancelled()) {
+        m.r.cancelled = true;
+        break;
+      }
+      Options run_opts = opts;
+      run_opts.seed = o.base.seed + static_cast<uint64_t>(i);
+      World w(run_opts);
+      const bool more = m.add(i, run_once(w, factory));
+      if (o.progress) o.progress(m.r.runs_done, static_cast<int>(m.r.findings.size()));
+      if (!more) break;
+    }
+    return std::move(m.r);
+  }
+  // Each thread takes the next seed; results wait in `pending` until every lower seed is
+  // merged. A run that ends exploration lowers `limit`, so no higher seed starts (those
+  // already running finish and are dropped), while every lower seed still runs: the merged
+  // result, first finding included, is the sequential one.
+  std::mutex mu;
+  std::map<int, RunResult> pending;  // finished, not yet merged
+  int next = 0;                      // the next seed index to start
+  int limit = o.runs;                // seeds at or past it do not start
+  int merged = 0;                    // seeds merged so far
+  auto worker = [&] {
+    for (;;) {
+      int i;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (m.done || next >= limit) return;
+        if (cancelled()) {
+          limit = std::min(limit, next);
+          m.r.cancelled = true;
+          return;
+        }
+        i = next++;
+      }
+      Options run_opts = opts;
+      run_opts.seed = o.base.seed + static_cast<uint64_t>(i);
+      RunResult run = guarded_run(run_opts, factory);
+      std::lock_guard<std::mutex> lock(mu);
+      if (m.ends(run)) limit = std::min(limit, i + 1);
+      pending.emplace(i, std::move(run));
+      while (!m.done && !pending.empty() && pending.begin()->first == merged) {
+        RunResult first = std::move(pending.begin()->second);
+        pending.erase(pending.begin());
+        if (!m.add(merged++, std::move(first))) m.done = true;
+        if (o.progress) o.progress(m.r.runs_done, static_cast<int>(m.r.findings.size()));
+      }
+      if (m.done) pending.clear();
+    }
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(threads - 1));
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  return std::move(m.r);
 }
 
 Replay replay(const Factory& factory, Options options) {

@@ -1,7 +1,8 @@
 // Exploring schedules: run a program under N seeds of a policy (seed, seed+1, ...), merge the
 // findings (each once, with the first seed that found it), and optionally stop at the first
-// finding. Also the single replay of one seed with its full trace.
-//   ExploreResult r = explore(program, {.base = options, .runs = 200});
+// finding. Also the single replay of one seed with its full trace. Runs may go on several
+// threads (ExploreOptions::jobs); the result does not depend on how many.
+//   ExploreResult r = explore(program, {.base = options, .runs = 200, .jobs = 4});
 //   Replay one = replay(program, options_with_seed);   // one.log for a Chrome trace
 #pragma once
 
@@ -29,7 +30,17 @@ struct ExploreOptions {
   int runs = 1;
   bool stop_at_first = false;
   bool stop_at_error = false;  // end at the first run with an internal error
+  // Threads running schedules at once (0: one per core). Each run is a world of its own; the
+  // results merge in seed order, so the ExploreResult is the same for every value, and a stop
+  // (first finding, error) is at the lowest seed that has one.
+  int jobs = 1;
+  // Called after each run is merged, in seed order, with the runs merged and findings so far
+  // (from whichever thread merged it; never two calls at once).
+  std::function<void(int runs_done, int findings)> progress;
 };
+
+// `jobs`, or one per core (std::thread::hardware_concurrency) when it is 0.
+int resolve_jobs(int jobs);
 
 struct ExploreResult {
   std::vector<core::Finding> findings;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -123,4 +124,59 @@ TEST_CASE("a reproducer line quotes a path that needs it, so it runs as printed"
   REQUIRE(run_shardcheck("replay " + quoted + " --seed 1").exit_code == 0);
   std::remove(path.c_str());
   rmdir(dir);
+}
+
+namespace {
+// A report.json with the wall-clock times taken out: what -j must not change.
+nlohmann::json timeless_report(const std::string& dir) {
+  std::ifstream in(dir + "/report.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  for (auto& s : j["scenarios"]) s.erase("seconds");
+  return j;
+}
+}  // namespace
+
+TEST_CASE("run and explore print, report and exit the same for every -j N, drawing no progress into a pipe",
+          "[cli][run][parallel]") {
+  const std::string dir = "/tmp/shardcheck-jobs-report";
+  const std::string files = scenario("reuse-race.yaml") + " " + scenario("reuse-fix-record-stream.yaml") +
+                            " " + std::string(SHARDCHECK_SOURCE_DIR) +
+                            "/scenarios/catalog/tied-grad-norm-double-count.yaml";
+  std::string want_out;
+  nlohmann::json want_report;
+  for (const char* jobs : {"-j 1", "-j 2", "--jobs 4", ""}) {
+    std::filesystem::remove_all(dir);
+    auto r = run_shardcheck("run " + files + " --check-determinism --report " + dir + " " + jobs);
+    INFO(jobs << "\n" << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(r.err.empty());  // stderr is not a terminal: no progress line
+    if (want_out.empty()) {
+      want_out = r.out;
+      want_report = timeless_report(dir);
+    } else {
+      REQUIRE(r.out == want_out);
+      REQUIRE(timeless_report(dir) == want_report);
+    }
+  }
+  std::filesystem::remove_all(dir);
+
+  // explore stops at the lowest seed with a finding; its line names the time, which is cut off.
+  auto cut = [](std::string out) {
+    const size_t at = out.find(") in ");
+    REQUIRE(at != std::string::npos);
+    return out.erase(at, out.find('\n', at) - at);
+  };
+  const auto one = run_shardcheck("explore " + scenario("reuse-race.yaml") + " --runs 50 -j 1");
+  const auto four = run_shardcheck("explore " + scenario("reuse-race.yaml") + " --runs 50 -j 4");
+  REQUIRE(one.exit_code == 0);
+  REQUIRE(four.exit_code == 0);
+  REQUIRE(four.err.empty());
+  REQUIRE(cut(four.out) == cut(one.out));
+  REQUIRE_THAT(one.out, Catch::Contains("first finding after"));
+}
+
+TEST_CASE("a jobs count of 0 is refused with its range", "[cli][run][parallel]") {
+  auto r = run_shardcheck("run " + scenario("reuse-race.yaml") + " -j 0");
+  REQUIRE(r.exit_code == 2);
+  REQUIRE_THAT(r.err, Catch::Contains("0 is out of range 1..4096"));
 }

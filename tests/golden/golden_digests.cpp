@@ -6,8 +6,10 @@
 // `make golden` and the diff shows exactly which scenarios and seeds moved.
 //   golden_digests --check tests/golden/digests.txt   # exit 1 with the differing lines
 //   golden_digests --write tests/golden/digests.txt   # regenerate
+//   golden_digests --check tests/golden/digests.txt --jobs 4   # the same, 4 threads exploring
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -73,8 +75,9 @@ std::string explored_line(const std::string& rel, const std::string& label, cons
   return line.str();
 }
 
-// Each file under its own schedule, then under every policy for its first three seeds.
-bool scenario_lines(const fs::path& source, std::vector<std::string>& out) {
+// Each file under its own schedule, then under every policy for its first three seeds, on
+// `jobs` threads (the lines do not depend on it).
+bool scenario_lines(const fs::path& source, int jobs, std::vector<std::string>& out) {
   const fs::path root = source / "scenarios";
   for (const auto& rel : scenario_files(root)) {
     auto s = run::load_scenario((source / rel).string());
@@ -82,11 +85,14 @@ bool scenario_lines(const fs::path& source, std::vector<std::string>& out) {
       std::cerr << s.error().message() << "\n";
       return false;
     }
-    out.push_back(explored_line(rel, "own-schedule", run::run_scenario(*s, {})));
+    run::ScheduleOverrides own;
+    own.jobs = jobs;
+    out.push_back(explored_line(rel, "own-schedule", run::run_scenario(*s, own)));
     for (const char* policy : {"in_order", "random", "pct", "delay_comm"}) {
       run::ScheduleOverrides o;
       o.policy = policy;
       o.runs = 3;
+      o.jobs = jobs;
       out.push_back(explored_line(rel, std::string("policy ") + policy, run::run_scenario(*s, o)));
     }
   }
@@ -158,14 +164,16 @@ int check(const std::vector<std::string>& got, const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 || (std::string(argv[1]) != "--check" && std::string(argv[1]) != "--write")) {
-    std::cerr << "usage: golden_digests --check|--write FILE\n";
+  const bool with_jobs = argc == 5 && std::string(argv[3]) == "--jobs" && std::atoi(argv[4]) > 0;
+  if ((argc != 3 && !with_jobs) || (std::string(argv[1]) != "--check" && std::string(argv[1]) != "--write")) {
+    std::cerr << "usage: golden_digests --check|--write FILE [--jobs N]\n";
     return 2;
   }
+  const int jobs = with_jobs ? std::atoi(argv[4]) : 1;
   const fs::path source = SHARDCHECK_SOURCE_DIR;
   std::vector<std::string> lines;
   rng_lines(lines);
-  if (!scenario_lines(source, lines) || !replay_lines(source, lines)) return 2;
+  if (!scenario_lines(source, jobs, lines) || !replay_lines(source, lines)) return 2;
   if (std::string(argv[1]) == "--check") return check(lines, argv[2]);
   std::ofstream out(argv[2]);
   out << "# Golden digests: regenerate with `make golden` only when a change is meant to alter them.\n"
