@@ -1,6 +1,7 @@
 // Schedule exploration and replay.
 #include "sim/explore.hpp"
 
+#include "core/base/cancel.hpp"
 #include "sim/heap.hpp"
 
 namespace shardcheck::sim {
@@ -19,6 +20,9 @@ RunResult run_once(World& world, const Factory& factory) {
     r.error = e.what();
     r.limit = true;
     return r;
+  } catch (const core::Cancelled&) {
+    r.cancelled = true;  // the factory's own long work (the single-rank reference) was stopped
+    return r;
   } catch (const std::exception& e) {
     r.error = e.what();
     return r;
@@ -26,6 +30,8 @@ RunResult run_once(World& world, const Factory& factory) {
   if (setup.after && r.error.empty() && !r.cancelled) {
     try {
       setup.after(world, r);
+    } catch (const core::Cancelled&) {
+      r.cancelled = true;  // the training judge's comparison was stopped
     } catch (const std::exception& e) {
       r.error = std::string("oracle: ") + e.what();
     }
