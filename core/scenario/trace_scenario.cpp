@@ -142,7 +142,7 @@ class Parser {
 
   // The work a program makes: steps and kernel accesses times the ranks that run them. Checked
   // before validation, which walks the program once per rank.
-  void totals(const YAML::Node& prog, const TraceScenario& s) {
+  void totals(const YAML::Node& prog, TraceScenario& s) {
     int64_t ops = 0, accesses = 0;
     for (const TraceStep& t : s.program) {
       ops += s.ranks_running(t);
@@ -158,6 +158,53 @@ class Parser {
                         std::to_string(s.ranks) + " ranks; the limit is " +
                         std::to_string(TraceLimits::kMaxAccesses));
     }
+    s.bytes_per_run = bytes_touched(s);
+    if (s.bytes_per_run > TraceLimits::kMaxBytesPerRun) {
+      y_.fail(prog, "the program touches " + std::to_string(s.bytes_per_run) +
+                        " bytes per schedule (kernel reads and writes, collectives, sends, receives and "
+                        "frees, times the ranks running them); the limit is " +
+                        std::to_string(TraceLimits::kMaxBytesPerRun) + " (64 GiB)");
+    }
+    if (const std::string why = trace_bytes_exceeded(s.bytes_per_run, s.schedule.runs); !why.empty()) {
+      y_.fail(prog, "the file's " + std::to_string(s.schedule.runs) + " runs: " + why);
+    }
+  }
+
+  // An upper bound, before validation: a buffer's size is the largest any alloc of its name
+  // gives it, and a range without `bytes` runs to that size's end.
+  static int64_t bytes_touched(const TraceScenario& s) {
+    std::map<std::string, int64_t> size;
+    for (const TraceStep& t : s.program)
+      if (t.kind == TraceStep::Kind::alloc) size[t.buffer] = std::max(size[t.buffer], t.bytes);
+    auto of = [&](const std::string& buffer) {
+      auto it = size.find(buffer);
+      return it == size.end() ? int64_t{0} : it->second;
+    };
+    auto range = [&](const RangeSpec& r) {
+      return r.bytes >= 0 ? r.bytes : std::max<int64_t>(0, of(r.buffer) - r.offset);
+    };
+    int64_t total = 0;  // at most 10^6 operations of 64 accesses of 2^30 bytes: no overflow
+    for (const TraceStep& t : s.program) {
+      int64_t bytes = 0;
+      switch (t.kind) {
+        case TraceStep::Kind::kernel:
+          for (const RangeSpec& r : t.reads) bytes += range(r);
+          for (const RangeSpec& r : t.writes) bytes += range(r);
+          break;
+        case TraceStep::Kind::collective:
+          bytes = range(t.input) + range(t.output);
+          break;
+        case TraceStep::Kind::send:
+        case TraceStep::Kind::recv:
+        case TraceStep::Kind::free:
+          bytes = of(t.buffer);
+          break;
+        default:
+          break;
+      }
+      total += bytes * s.ranks_running(t);
+    }
+    return total;
   }
 
   TraceStep step(const YAML::Node& item, const TraceScenario& s) {
@@ -532,6 +579,13 @@ Expected<TraceScenario> parse(YamlReader& y, const YAML::Node& root) {
 
 bool TraceScenario::runs_on(const TraceStep& s, int rank) const {
   return s.on.empty() || std::binary_search(s.on.begin(), s.on.end(), rank);
+}
+
+std::string trace_bytes_exceeded(int64_t bytes_per_run, int64_t runs) {
+  if (bytes_per_run <= 0 || runs <= TraceLimits::kMaxBytesPerFile / bytes_per_run) return "";
+  return std::to_string(runs) + " schedules of " + std::to_string(bytes_per_run) +
+         " bytes each touch more than " + std::to_string(TraceLimits::kMaxBytesPerFile) +
+         " bytes (256 GiB), the limit for one file's schedules";
 }
 
 Expected<TraceScenario> load_trace_scenario(const std::string& path) {

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/scenario/expectation.hpp"
+#include "core/scenario/trace_scenario.hpp"
 #include "run/compare.hpp"
 #include "run/report.hpp"
 #include "run/scenario.hpp"
@@ -105,4 +106,21 @@ TEST_CASE("a run that reaches the simulated memory bound is bad input with no ve
   REQUIRE(c.result);
   REQUIRE_FALSE(c.result->met);
   REQUIRE_FALSE(c.result->complete);
+}
+
+TEST_CASE("options_for holds --runs to the bytes a file's schedules may touch together", "[run][limits]") {
+  run::LoadedScenario s = load(shipped("trace/reuse-race.yaml"));
+  run::ScheduleOverrides most;
+  most.runs = 100000;
+  REQUIRE(run::options_for(s, most));                    // a shipped file's schedules touch kilobytes
+  s.bytes_per_run = core::TraceLimits::kMaxBytesPerRun;  // as a program at the per-schedule bound
+  run::ScheduleOverrides four, five;
+  four.runs = 4;
+  five.runs = 5;
+  REQUIRE(run::options_for(s, four));
+  auto r = run::options_for(s, five);
+  REQUIRE_FALSE(r);
+  REQUIRE_THAT(r.error().message(),
+               Catch::Contains("--runs 5: 5 schedules of 68719476736 bytes each touch more "
+                               "than 274877906944 bytes (256 GiB)"));
 }
