@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
+
+#include "core/runtime/block_pool.hpp"
 
 namespace shardcheck::core {
 
@@ -409,11 +412,15 @@ class Validator {
     for (int r = 0; r < s_.ranks; ++r) {
       live_.clear();
       freed_.clear();
-      live_bytes_ = peak_bytes_ = 0;
+      addr_.clear();
+      live_bytes_ = peak_bytes_ = segment_bytes_ = 0;
+      // The simulator's allocator, replayed in program order: the segments it takes.
+      pool_ = std::make_unique<BlockPool>(s_.allocator == "caching", PoolReuse::best_fit,
+                                          [this](uint64_t size) { return next_segment(size); });
       for (const TraceStep& t : s_.program) {
         if (s_.runs_on(t, r)) check(t, r);
       }
-      earlier_ranks_bytes_ += peak_bytes_;
+      earlier_ranks_bytes_ += std::max(peak_bytes_, static_cast<int64_t>(segment_bytes_));
     }
   }
 
@@ -457,9 +464,12 @@ class Validator {
         live_[t.buffer] = t.bytes;
         freed_.erase(t.buffer);
         device_bytes(t, r);
+        pooled_bytes(t, r);
         break;
       case Kind::free:
         live_bytes_ -= buffer(t.loc, t.buffer, r);
+        pool_->release(addr_.at(t.buffer), {}, 0);
+        addr_.erase(t.buffer);
         live_.erase(t.buffer);
         freed_.insert(t.buffer);
         break;
@@ -519,6 +529,36 @@ class Validator {
     }
   }
 
+  // Both allocator models keep a freed block for the stream that allocated it: an allocation
+  // on another stream cannot take it (caching never; stream_ordered only once the free is
+  // ordered before that stream, which this check does not count on) and makes a new segment,
+  // which the simulator also counts against its limit. Replayed in program order with every
+  // record_stream use done; a schedule that holds blocks back longer and needs more stops with
+  // the simulator's own bound (README, "Limits").
+  void pooled_bytes(const TraceStep& t, int r) {
+    const std::string& name = t.stream.empty() ? s_.streams.front() : t.stream;
+    const int stream =
+        static_cast<int>(std::find(s_.streams.begin(), s_.streams.end(), name) - s_.streams.begin());
+    auto legal = [](const PoolBlock& b, int s) { return b.stream == s; };
+    const uint64_t before = segment_bytes_;
+    addr_[t.buffer] = pool_->allocate(static_cast<uint64_t>(t.bytes), stream, legal).addr;
+    if (segment_bytes_ != before &&
+        earlier_ranks_bytes_ + static_cast<int64_t>(segment_bytes_) > TraceLimits::kMaxDeviceBytes) {
+      fail(t.loc, "with this allocation" + on_rank(r) + " the ranks hold " +
+                      std::to_string(earlier_ranks_bytes_ + static_cast<int64_t>(segment_bytes_)) +
+                      " bytes of device memory in all, counting the free blocks the allocator keeps for the "
+                      "stream that allocated them (an allocation on another stream does not reuse them) and "
+                      "its rounding to 256 KiB segments; the simulator models at most " +
+                      std::to_string(TraceLimits::kMaxDeviceBytes) + " bytes (4 GiB) per run");
+    }
+  }
+  uint64_t next_segment(uint64_t size) {
+    const uint64_t base =
+        BlockPool::kSegment + segment_bytes_ + static_cast<uint64_t>(segments_++) * BlockPool::kRound;
+    segment_bytes_ += size;
+    return base;
+  }
+
   void collective(const TraceStep& t, int r) {
     stream(t, t.stream);
     const std::vector<int>* members = nullptr;
@@ -563,7 +603,11 @@ class Validator {
   std::map<std::string, int64_t> live_;
   std::set<std::string> freed_;
   int64_t live_bytes_ = 0, peak_bytes_ = 0;  // this rank's
-  int64_t earlier_ranks_bytes_ = 0;          // the peaks of ranks 0..r-1
+  int64_t earlier_ranks_bytes_ = 0;          // the peaks (or segments) of ranks 0..r-1
+  std::unique_ptr<BlockPool> pool_;          // this rank's allocator
+  std::map<std::string, uint64_t> addr_;     // live buffer -> its block in pool_
+  uint64_t segment_bytes_ = 0;               // this rank's segments
+  int segments_ = 0;
 };
 
 Expected<TraceScenario> parse(YamlReader& y, const YAML::Node& root) {

@@ -242,6 +242,36 @@ TEST_CASE("the bytes a schedule and a file's schedules touch are bounded at load
   REQUIRE_THAT(five.error().message(), Catch::Contains("five.yaml:7:3: the file's 5 runs: 5 schedules"));
 }
 
+TEST_CASE("the device memory check counts the blocks the caching allocator keeps per stream",
+          "[core][scenario][limits]") {
+  // Each stream's 1 GiB block, freed, stays in that stream's pool: at most 1 GiB is live, yet
+  // the fifth stream's allocation makes the fifth segment, past the simulator's 4 GiB.
+  auto program = [](const std::string& allocator, bool one_stream) {
+    std::string text =
+        "kind: trace\nname: pools\nranks: 1\nstreams: [a, b, c, d, e]\nallocator: " + allocator +
+        "\nprogram:\n";
+    for (const char* st : {"a", "b", "c", "d", "e"}) {
+      text += "  - alloc: {buffer: x, bytes: 1073741824, stream: " + std::string(one_stream ? "a" : st) +
+              "}\n  - free: x\n";
+    }
+    return text + "expect: {findings: []}\n";
+  };
+  auto pools = parse_trace_scenario(program("caching", false), "pools.yaml");
+  REQUIRE_FALSE(pools.ok());
+  REQUIRE_THAT(pools.error().message(),
+               Catch::StartsWith("pools.yaml:15:5: with this allocation the ranks hold 5368709120 bytes") &&
+                   Catch::Contains("the free blocks the allocator keeps for the stream that allocated them"));
+  // cudaMallocAsync's pools (stream_ordered) hand a block to another stream only once its free
+  // is ordered before that stream, and nothing here orders it.
+  REQUIRE_FALSE(parse_trace_scenario(program("stream_ordered", false), "ordered.yaml").ok());
+  // One stream reuses its own block, under either model.
+  for (const char* allocator : {"caching", "stream_ordered"}) {
+    auto one = parse_trace_scenario(program(allocator, true), "one.yaml");
+    INFO((one.ok() ? "" : one.error().message()));
+    REQUIRE(one.ok());
+  }
+}
+
 TEST_CASE("a program at the limits loads, and the freed bytes of a rank are not counted twice",
           "[core][scenario][limits]") {
   // 4 ranks hold 1 GiB each at most: exactly the 4 GiB the simulator models.
