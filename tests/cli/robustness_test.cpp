@@ -346,14 +346,19 @@ TEST_CASE("SIGINT inside one long kernel stops it midway: report marked incomple
 TEST_CASE("SIGTERM while compare computes a long single-rank reference stops it promptly, exit 3",
           "[cli][interrupt]") {
   const std::string dir = fresh_dir("sigterm-reference");
-  // 10 000 steps of the reference come before the training run: tens of seconds.
-  Child c({"compare", catalog_scenario("grad-divisor-on-running-sum-fixed.yaml"), "--against", "single_rank",
-           "--steps", "10000", "--report", dir});
+  // 1000 steps of 2 x 256 microbatches each in the reference, which comes before the training
+  // run: minutes.
+  std::string text = read_text(catalog_scenario("grad-divisor-on-running-sum-fixed.yaml"));
+  text.replace(text.find("microbatches: 4"), 15, "microbatches: 256");
+  const std::string file = "/tmp/shardcheck-long-reference-" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(file) << text;
+  Child c({"compare", file, "--against", "single_rank", "--steps", "1000", "--report", dir});
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // inside the reference
   const auto signalled = std::chrono::steady_clock::now();
   c.signal(SIGTERM);
   const int code = c.wait_exit();
   const double stopped_after = seconds_since(signalled);
+  std::remove(file.c_str());
   INFO(c.out());
   REQUIRE(code == 3);
   REQUIRE(stopped_after < 10.0);

@@ -25,7 +25,7 @@ std::string shipped(const std::string& rel) {
   return std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/" + rel;
 }
 
-// zero1-exact with a wider model: 3 steps load, 10000 steps pass the 2^28 reference bound.
+// zero1-exact with a wider model: 3 steps load, 10000 steps pass the 2^24 reference bound.
 std::string write_wide_training() {
   std::ifstream in(shipped("training/zero1-exact.yaml"));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -82,11 +82,11 @@ TEST_CASE("compare --steps is held to the reference bound before anything runs",
   REQUIRE(run::compare_steps_problem(s, "single_rank", 3).empty());
   const std::string why = run::compare_steps_problem(s, "single_rank", 10000);
   REQUIRE_THAT(why, Catch::Contains("--steps 10000"));
-  REQUIRE_THAT(why, Catch::Contains("2^28"));
+  REQUIRE_THAT(why, Catch::Contains("2^24"));
   REQUIRE_THAT(run::compare_steps_problem(s, "single_rank", 10001), Catch::Contains("between 1 and 10000"));
   // compare_on_sim itself refuses it, without training a step.
   const run::CompareResult r = run::compare_on_sim(s, "single_rank", 10000);
-  REQUIRE_THAT(r.bad_input, Catch::Contains("2^28"));
+  REQUIRE_THAT(r.bad_input, Catch::Contains("2^24"));
   REQUIRE(r.ours.empty());
   REQUIRE(r.error.empty());
 }
