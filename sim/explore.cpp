@@ -44,8 +44,12 @@ int64_t measure_steps(const Factory& factory, Options base) {
   base.detectors = false;
   base.record_trace = false;
   World w(base);
-  RunSetup setup = factory(w);
-  return w.run(setup.program).steps;
+  try {
+    RunSetup setup = factory(w);
+    return w.run(setup.program).steps;
+  } catch (const core::Cancelled&) {
+    return 0;  // the factory's reference was stopped: the run that follows stops too
+  }
 }
 
 ExploreResult explore(const Factory& factory, const ExploreOptions& o) {

@@ -336,6 +336,9 @@ TEST_CASE("SIGINT inside one long kernel stops it midway: report marked incomple
   // stops it within milliseconds. 10 s leaves room for a loaded machine.
   REQUIRE(stopped_after < 10.0);
   REQUIRE_THAT(c.out(), Catch::Contains("interrupted by SIGINT"));
+  REQUIRE_THAT(c.out(),
+               Catch::Contains("STOPPED long-kernel: interrupted before a schedule finished, no verdict"));
+  REQUIRE_THAT(c.out(), !Catch::Contains("ok      long-kernel"));
   const auto j = read_json(dir + "/report.json");
   REQUIRE(j["complete"] == false);
   REQUIRE(j["stopped"] == "interrupted");
