@@ -33,10 +33,10 @@ struct TraceLimits {
   static constexpr int64_t kMaxOperations = 1000000;  // program steps summed over the ranks running them
   static constexpr int64_t kMaxAccesses = 4000000;    // kernel reads and writes, summed likewise
   // Bytes one schedule touches: every kernel read and write, collective input and output,
-  // send, receive and free, times the ranks that run it. The simulator moves them at about
-  // 1 GiB/s on one core (the opaque pattern, byte by byte), so a schedule at the bound is about
-  // a minute, and a file's schedules together (runs times the bytes of one, also held against
-  // --runs) a few minutes.
+  // send, receive and free, times the ranks that run it. The simulator moves them at under
+  // 1 GiB/s on one core (the opaque pattern, byte by byte: 64 GiB in 96 s), so a schedule at
+  // the bound is a minute or two, and a file's schedules together (runs times the bytes of
+  // one, also held against --runs) at most about six minutes.
   static constexpr int64_t kMaxBytesPerRun = int64_t{64} << 30;
   static constexpr int64_t kMaxBytesPerFile = int64_t{256} << 30;
 };
