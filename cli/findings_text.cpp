@@ -32,6 +32,9 @@ void print_verdict(std::ostream& out, const run::LoadedScenario& s, const run::C
     out << "ERROR   " << s.name << ": bad input, no verdict (the run reached the simulator's limit)\n";
   } else if (!c.error.empty()) {
     out << "ERROR   " << s.name << ": internal error, no verdict\n";
+  } else if (c.stopped && c.outcome.explored.runs_done == 0) {
+    // Stopped inside its first schedule (a long kernel, the reference): nothing to judge.
+    out << "STOPPED " << s.name << ": interrupted before a schedule finished, no verdict\n";
   } else {
     print_verdict(out, s, c.outcome.judged);
   }

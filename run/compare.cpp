@@ -52,7 +52,10 @@ std::string compare_steps_problem(const LoadedScenario& s, const std::string& ag
   return s.file + ": --steps " + std::to_string(steps) + ": " + why;
 }
 
-CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against, int steps, int jobs) {
+namespace {
+
+CompareResult compare_on_sim_uncancelled(const LoadedScenario& s, const std::string& against, int steps,
+                                         int jobs) {
   CompareResult r;
   r.against = against;
   r.bad_input = compare_steps_problem(s, against, steps);
@@ -129,6 +132,19 @@ CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against
   }
   r.first_divergent = first_difference(*state.setup.model, ours.weights, theirs_w);
   return r;
+}
+
+}  // namespace
+
+CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against, int steps, int jobs) {
+  try {
+    return compare_on_sim_uncancelled(s, against, steps, jobs);
+  } catch (const core::Cancelled&) {
+    CompareResult r;  // the reference, computed outside a run, was stopped by a signal
+    r.against = against;
+    r.cancelled = true;
+    return r;
+  }
 }
 
 }  // namespace shardcheck::run

@@ -25,8 +25,8 @@ struct CompareResult {
 
 // "" when `compare --steps steps` (0: the file's) stays within the bounds the file's own steps
 // passed (core::training_limits_exceeded: 1..10000 and, with a reference, parameters * steps
-// at most 2^28); else the message, naming the file and --steps. Every compare path checks it
-// before anything runs; compare_on_sim returns it as `bad_input`.
+// at most 2^24, and parameters * steps * ranks at most 2^25); else the message, naming the file and --steps.
+// Every compare path checks it before anything runs; compare_on_sim returns it as `bad_input`.
 std::string compare_steps_problem(const LoadedScenario& s, const std::string& against, int steps);
 
 // `jobs`: threads it may use (0: every core); against DistOpt, two trainings at once when it

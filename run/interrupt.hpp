@@ -1,6 +1,8 @@
 // Stopping a command at a safe point on SIGINT or SIGTERM. The handler only sets an atomic
 // flag; the simulator polls it (sim::Options::cancel) between runs and every few thousand
-// steps, and the commands between scenarios, then write what they found, marked incomplete.
+// steps, core's long loops poll it through a core::CancelToken (a kernel over a large buffer,
+// the single-rank reference, the training judge), and the commands between scenarios; then
+// they write what they found, marked incomplete.
 // A second signal exits at once, unless a report is being written, which finishes first. The
 // same signal from the same sender within half a second is the first one delivered twice (GNU
 // timeout signals the child, then its process group), not a second.

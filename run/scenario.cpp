@@ -40,6 +40,7 @@ LoadedScenario from_trace(core::TraceScenario t) {
   s.description = owned->description;
   s.expect = owned->expect;
   s.schedule = owned->schedule;
+  s.bytes_per_run = owned->bytes_per_run;
   s.options.ranks = owned->ranks;
   s.options.allocator = *sim::parse_allocator(owned->allocator);
   s.options.reuse = *sim::parse_reuse(owned->reuse);
@@ -104,6 +105,8 @@ core::Expected<sim::Options> options_for(const LoadedScenario& s, const Schedule
     return core::fail(s.file, ": ", o.runs ? "--runs " : "the file's runs ", runs, " is out of range 1..",
                       L::kMaxRuns);
   }
+  if (const std::string why = core::trace_bytes_exceeded(s.bytes_per_run, runs); !why.empty())
+    return core::fail(s.file, ": ", o.runs ? "--runs " : "the file's runs ", runs, ": ", why);
   opt.seed = o.seed.value_or(s.schedule.seed);
   if (opt.seed > static_cast<uint64_t>(L::kMaxSeed))
     return core::fail(s.file, ": --seed ", opt.seed, " is out of range 0..", L::kMaxSeed);

@@ -28,6 +28,7 @@ struct LoadedScenario {
   sim::Factory factory;                     // builds each run's program (and its oracles)
   std::shared_ptr<const void> keep;         // owns what `factory` refers to
   std::shared_ptr<TrainingState> training;  // set for training scenarios
+  int64_t bytes_per_run = 0;                // a trace's bytes touched per schedule (TraceLimits)
 };
 
 // Loads and validates a scenario; the error message is `file:line:column: message`.

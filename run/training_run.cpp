@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "run/interrupt.hpp"
 #include "sim/oracle.hpp"
 
 namespace shardcheck::run {
@@ -30,7 +31,10 @@ class LossesAndWeights final : public TrainingRecorder {
 
 const core::ReferenceResult* TrainingState::ensure_reference() {
   if (scenario.reference == "none") return nullptr;
-  if (!reference) reference = core::run_reference(setup.config, setup.dp);
+  // The reference can take longer than an interrupt may wait: it polls the flag and stops
+  // with core::Cancelled, which a run (sim::run_once) turns into a cancelled result.
+  if (!reference)
+    reference = core::run_reference(setup.config, setup.dp, core::CancelToken{&interrupt_flag()});
   return &*reference;
 }
 

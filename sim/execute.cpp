@@ -88,6 +88,7 @@ void World::execute_kernel(int rank, int stream, Op& op) {
   for (const auto& out : k.writes) touch(rank, stream, op.id, out, Access::write);
   set_kernel_outputs_undefined(rank, k, elems);
   WorldMemory mem([&](const core::TensorRef& t) { return host_pointer(rank, t); });
+  mem.cancel = core::CancelToken{options_.cancel};
   core::execute_cpu(k, mem);
 }
 

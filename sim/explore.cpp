@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/base/cancel.hpp"
 #include "sim/heap.hpp"
 
 namespace shardcheck::sim {
@@ -24,6 +25,9 @@ RunResult run_once(World& world, const Factory& factory) {
     r.error = e.what();
     r.limit = true;
     return r;
+  } catch (const core::Cancelled&) {
+    r.cancelled = true;  // the factory's own long work (the single-rank reference) was stopped
+    return r;
   } catch (const std::exception& e) {
     r.error = e.what();
     return r;
@@ -31,6 +35,8 @@ RunResult run_once(World& world, const Factory& factory) {
   if (setup.after && r.error.empty() && !r.cancelled) {
     try {
       setup.after(world, r);
+    } catch (const core::Cancelled&) {
+      r.cancelled = true;  // the training judge's comparison was stopped
     } catch (const std::exception& e) {
       r.error = std::string("oracle: ") + e.what();
     }
@@ -43,8 +49,12 @@ int64_t measure_steps(const Factory& factory, Options base) {
   base.detectors = false;
   base.record_trace = false;
   World w(base);
-  RunSetup setup = factory(w);
-  return w.run(setup.program).steps;
+  try {
+    RunSetup setup = factory(w);
+    return w.run(setup.program).steps;
+  } catch (const core::Cancelled&) {
+    return 0;  // the factory's reference was stopped: the run that follows stops too
+  }
 }
 
 namespace {

@@ -14,7 +14,9 @@ namespace shardcheck::sim {
 class TrainingOracle final : public core::TrainingJudge {
  public:
   TrainingOracle(World& world, const core::TrainingSetup& setup, const core::ReferenceResult* reference)
-      : TrainingJudge(setup, reference), world_(world) {}
+      : TrainingJudge(setup, reference), world_(world) {
+    cancel = core::CancelToken{world.options().cancel};
+  }
 
  protected:
   core::Task<std::vector<Values>> capture(core::Runtime& rt, const std::vector<core::Piece>& pieces) override;

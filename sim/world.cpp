@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/base/cancel.hpp"
 #include "core/base/status.hpp"
 #include "sim/heap.hpp"
 #include "sim/runtime.hpp"
@@ -203,6 +204,8 @@ void World::step_host(int rank) {
       h.task.take();  // a host program's exception ends the run as an internal error
     } catch (const ResourceError& ex) {
       throw ResourceError("rank " + std::to_string(rank) + ": " + ex.what());  // still the limit
+    } catch (const core::Cancelled&) {
+      throw;  // the oracle, inside a host program, polled a raised flag: the run stops
     } catch (const std::exception& ex) {
       throw InternalError("rank " + std::to_string(rank) + ": " + ex.what());
     }
@@ -307,6 +310,10 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
   } catch (const ResourceError& ex) {
     result.error = ex.what();
     result.limit = true;
+  } catch (const core::Cancelled&) {
+    // A long operation (a kernel over a large buffer, the oracle's reads) polled the flag and
+    // stopped midway: the run is partial, as when it stops between steps.
+    result.cancelled = true;
   } catch (const std::exception& ex) {
     result.error = ex.what();
   }

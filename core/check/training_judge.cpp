@@ -330,6 +330,7 @@ std::vector<std::vector<float>> TrainingJudge::logical_main(int step) const {
 
 // Replicas: every copy of a logical element, wherever it lives, must be bitwise equal.
 void TrainingJudge::check_replicas(int step, const char* role, std::vector<Finding>& out) const {
+  cancel.poll();
   const ModelLayout& m = *setup_.model;
   std::vector<const std::vector<Values>*> lists;  // per rank present at this step, in rank order
   std::vector<int> ranks;
@@ -407,6 +408,7 @@ void TrainingJudge::check_numerics(std::vector<Finding>& out) const {
   const bool exact = setup_.config.precision.exact && bitwise_;
   for (int step = 0; step < steps_completed(); ++step) {
     for (int r = 0; r < setup_.mesh->world_size(); ++r) {
+      cancel.poll();
       const Snapshot& s = snaps_.at({step, r});
       for (const Values& v : s.main) {
         const std::vector<float>& ref = reference_->steps[step].main[v.piece.logical];
@@ -458,6 +460,7 @@ bool TrainingJudge::norm_matches(double reported, double logical, bool on_grid) 
 void TrainingJudge::check_norms(std::vector<Finding>& out) const {
   const ModelLayout& m = *setup_.model;
   for (int step = 0; step < steps_completed(); ++step) {
+    cancel.poll();
     std::vector<const Snapshot*> snaps;
     for (int r = 0; r < setup_.mesh->world_size(); ++r) snaps.push_back(&snaps_.at({step, r}));
     const ElementIndex index(m, [&](const auto& fn) {

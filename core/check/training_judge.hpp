@@ -48,6 +48,10 @@ class TrainingJudge : public Observer {
   std::vector<std::byte> export_rank(int rank) const;
   void import_rank(std::span<const std::byte> bytes);
 
+  // Polled once per (step, rank) while judging and by captures that read much memory: a
+  // raised flag stops the judge with core::Cancelled.
+  CancelToken cancel;
+
  protected:
   struct Values {
     Piece piece;

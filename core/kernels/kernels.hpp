@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/base/cancel.hpp"
 #include "core/base/tensor_ref.hpp"
 
 namespace shardcheck::core {
@@ -243,6 +244,9 @@ class MemoryView {
  public:
   virtual ~MemoryView() = default;
   virtual std::byte* data(const TensorRef& ref) = 0;
+  // Polled by kernels whose loops can run for seconds (the opaque pattern over a large
+  // buffer): a set flag stops the kernel midway with core::Cancelled.
+  CancelToken cancel;
 };
 
 // Runs a kernel on the CPU. Throws InternalError when its arguments are inconsistent.

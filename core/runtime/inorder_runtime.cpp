@@ -71,7 +71,9 @@ void InOrderRuntime::do_free(BufferId buffer) {
 }
 
 void InOrderRuntime::do_launch(KernelCall call) {
+  world_.cancel.poll();
   RankMemory m(*this);
+  m.cancel = world_.cancel;
   execute_cpu(call, m);
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/base/cancel.hpp"
 #include "core/runtime/runtime.hpp"
 
 namespace shardcheck::core {
@@ -78,6 +79,10 @@ class InOrderWorld {
   // Runs body(rank's runtime) on every rank to completion. Throws InternalError on a hang
   // (every rank parked) and rethrows the first exception a rank threw.
   void run(const std::function<Task<>(Runtime&)>& body);
+
+  // Polled before every kernel and handed to it (MemoryView::cancel): a raised flag stops the
+  // run with core::Cancelled.
+  CancelToken cancel;
 
  private:
   friend class InOrderRuntime;

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
+
+#include "core/runtime/block_pool.hpp"
 
 namespace shardcheck::core {
 
@@ -142,7 +145,7 @@ class Parser {
 
   // The work a program makes: steps and kernel accesses times the ranks that run them. Checked
   // before validation, which walks the program once per rank.
-  void totals(const YAML::Node& prog, const TraceScenario& s) {
+  void totals(const YAML::Node& prog, TraceScenario& s) {
     int64_t ops = 0, accesses = 0;
     for (const TraceStep& t : s.program) {
       ops += s.ranks_running(t);
@@ -158,6 +161,53 @@ class Parser {
                         std::to_string(s.ranks) + " ranks; the limit is " +
                         std::to_string(TraceLimits::kMaxAccesses));
     }
+    s.bytes_per_run = bytes_touched(s);
+    if (s.bytes_per_run > TraceLimits::kMaxBytesPerRun) {
+      y_.fail(prog, "the program touches " + std::to_string(s.bytes_per_run) +
+                        " bytes per schedule (kernel reads and writes, collectives, sends, receives and "
+                        "frees, times the ranks running them); the limit is " +
+                        std::to_string(TraceLimits::kMaxBytesPerRun) + " (64 GiB)");
+    }
+    if (const std::string why = trace_bytes_exceeded(s.bytes_per_run, s.schedule.runs); !why.empty()) {
+      y_.fail(prog, "the file's " + std::to_string(s.schedule.runs) + " runs: " + why);
+    }
+  }
+
+  // An upper bound, before validation: a buffer's size is the largest any alloc of its name
+  // gives it, and a range without `bytes` runs to that size's end.
+  static int64_t bytes_touched(const TraceScenario& s) {
+    std::map<std::string, int64_t> size;
+    for (const TraceStep& t : s.program)
+      if (t.kind == TraceStep::Kind::alloc) size[t.buffer] = std::max(size[t.buffer], t.bytes);
+    auto of = [&](const std::string& buffer) {
+      auto it = size.find(buffer);
+      return it == size.end() ? int64_t{0} : it->second;
+    };
+    auto range = [&](const RangeSpec& r) {
+      return r.bytes >= 0 ? r.bytes : std::max<int64_t>(0, of(r.buffer) - r.offset);
+    };
+    int64_t total = 0;  // at most 10^6 operations of 64 accesses of 2^30 bytes: no overflow
+    for (const TraceStep& t : s.program) {
+      int64_t bytes = 0;
+      switch (t.kind) {
+        case TraceStep::Kind::kernel:
+          for (const RangeSpec& r : t.reads) bytes += range(r);
+          for (const RangeSpec& r : t.writes) bytes += range(r);
+          break;
+        case TraceStep::Kind::collective:
+          bytes = range(t.input) + range(t.output);
+          break;
+        case TraceStep::Kind::send:
+        case TraceStep::Kind::recv:
+        case TraceStep::Kind::free:
+          bytes = of(t.buffer);
+          break;
+        default:
+          break;
+      }
+      total += bytes * s.ranks_running(t);
+    }
+    return total;
   }
 
   TraceStep step(const YAML::Node& item, const TraceScenario& s) {
@@ -362,11 +412,15 @@ class Validator {
     for (int r = 0; r < s_.ranks; ++r) {
       live_.clear();
       freed_.clear();
-      live_bytes_ = peak_bytes_ = 0;
+      addr_.clear();
+      live_bytes_ = peak_bytes_ = segment_bytes_ = 0;
+      // The simulator's allocator, replayed in program order: the segments it takes.
+      pool_ = std::make_unique<BlockPool>(s_.allocator == "caching", PoolReuse::best_fit,
+                                          [this](uint64_t size) { return next_segment(size); });
       for (const TraceStep& t : s_.program) {
         if (s_.runs_on(t, r)) check(t, r);
       }
-      earlier_ranks_bytes_ += peak_bytes_;
+      earlier_ranks_bytes_ += std::max(peak_bytes_, static_cast<int64_t>(segment_bytes_));
     }
   }
 
@@ -410,9 +464,12 @@ class Validator {
         live_[t.buffer] = t.bytes;
         freed_.erase(t.buffer);
         device_bytes(t, r);
+        pooled_bytes(t, r);
         break;
       case Kind::free:
         live_bytes_ -= buffer(t.loc, t.buffer, r);
+        pool_->release(addr_.at(t.buffer), {}, 0);
+        addr_.erase(t.buffer);
         live_.erase(t.buffer);
         freed_.insert(t.buffer);
         break;
@@ -472,6 +529,36 @@ class Validator {
     }
   }
 
+  // Both allocator models keep a freed block for the stream that allocated it: an allocation
+  // on another stream cannot take it (caching never; stream_ordered only once the free is
+  // ordered before that stream, which this check does not count on) and makes a new segment,
+  // which the simulator also counts against its limit. Replayed in program order with every
+  // record_stream use done; a schedule that holds blocks back longer and needs more stops with
+  // the simulator's own bound (README, "Limits").
+  void pooled_bytes(const TraceStep& t, int r) {
+    const std::string& name = t.stream.empty() ? s_.streams.front() : t.stream;
+    const int stream =
+        static_cast<int>(std::find(s_.streams.begin(), s_.streams.end(), name) - s_.streams.begin());
+    auto legal = [](const PoolBlock& b, int s) { return b.stream == s; };
+    const uint64_t before = segment_bytes_;
+    addr_[t.buffer] = pool_->allocate(static_cast<uint64_t>(t.bytes), stream, legal).addr;
+    if (segment_bytes_ != before &&
+        earlier_ranks_bytes_ + static_cast<int64_t>(segment_bytes_) > TraceLimits::kMaxDeviceBytes) {
+      fail(t.loc, "with this allocation" + on_rank(r) + " the ranks hold " +
+                      std::to_string(earlier_ranks_bytes_ + static_cast<int64_t>(segment_bytes_)) +
+                      " bytes of device memory in all, counting the free blocks the allocator keeps for the "
+                      "stream that allocated them (an allocation on another stream does not reuse them) and "
+                      "its rounding to 256 KiB segments; the simulator models at most " +
+                      std::to_string(TraceLimits::kMaxDeviceBytes) + " bytes (4 GiB) per run");
+    }
+  }
+  uint64_t next_segment(uint64_t size) {
+    const uint64_t base =
+        BlockPool::kSegment + segment_bytes_ + static_cast<uint64_t>(segments_++) * BlockPool::kRound;
+    segment_bytes_ += size;
+    return base;
+  }
+
   void collective(const TraceStep& t, int r) {
     stream(t, t.stream);
     const std::vector<int>* members = nullptr;
@@ -516,7 +603,11 @@ class Validator {
   std::map<std::string, int64_t> live_;
   std::set<std::string> freed_;
   int64_t live_bytes_ = 0, peak_bytes_ = 0;  // this rank's
-  int64_t earlier_ranks_bytes_ = 0;          // the peaks of ranks 0..r-1
+  int64_t earlier_ranks_bytes_ = 0;          // the peaks (or segments) of ranks 0..r-1
+  std::unique_ptr<BlockPool> pool_;          // this rank's allocator
+  std::map<std::string, uint64_t> addr_;     // live buffer -> its block in pool_
+  uint64_t segment_bytes_ = 0;               // this rank's segments
+  int segments_ = 0;
 };
 
 Expected<TraceScenario> parse(YamlReader& y, const YAML::Node& root) {
@@ -532,6 +623,13 @@ Expected<TraceScenario> parse(YamlReader& y, const YAML::Node& root) {
 
 bool TraceScenario::runs_on(const TraceStep& s, int rank) const {
   return s.on.empty() || std::binary_search(s.on.begin(), s.on.end(), rank);
+}
+
+std::string trace_bytes_exceeded(int64_t bytes_per_run, int64_t runs) {
+  if (bytes_per_run <= 0 || runs <= TraceLimits::kMaxBytesPerFile / bytes_per_run) return "";
+  return std::to_string(runs) + " schedules of " + std::to_string(bytes_per_run) +
+         " bytes each touch more than " + std::to_string(TraceLimits::kMaxBytesPerFile) +
+         " bytes (256 GiB), the limit for one file's schedules";
 }
 
 Expected<TraceScenario> load_trace_scenario(const std::string& path) {

@@ -32,6 +32,13 @@ struct TraceLimits {
   static constexpr int kMaxAccessesPerKernel = 64;    // reads plus writes of one kernel
   static constexpr int64_t kMaxOperations = 1000000;  // program steps summed over the ranks running them
   static constexpr int64_t kMaxAccesses = 4000000;    // kernel reads and writes, summed likewise
+  // Bytes one schedule touches: every kernel read and write, collective input and output,
+  // send, receive and free, times the ranks that run it. The simulator moves them at under
+  // 1 GiB/s on one core (the opaque pattern, byte by byte: 64 GiB in 96 s), so a schedule at
+  // the bound is a minute or two, and a file's schedules together (runs times the bytes of
+  // one, also held against --runs) at most about six minutes.
+  static constexpr int64_t kMaxBytesPerRun = int64_t{64} << 30;
+  static constexpr int64_t kMaxBytesPerFile = int64_t{256} << 30;
 };
 
 // A byte range of a named buffer; bytes < 0 means "to the end of the buffer".
@@ -90,6 +97,7 @@ struct TraceScenario {
   ScheduleSpec schedule;
   std::vector<TraceStep> program;
   Expectation expect;
+  int64_t bytes_per_run = 0;  // bytes one schedule touches (TraceLimits::kMaxBytesPerRun)
 
   bool runs_on(const TraceStep& s, int rank) const;
   int64_t ranks_running(const TraceStep& s) const {
@@ -98,6 +106,9 @@ struct TraceScenario {
 };
 
 Expected<TraceScenario> load_trace_scenario(const std::string& path);
+// Empty when `runs` schedules of a program touching `bytes_per_run` stay within
+// TraceLimits::kMaxBytesPerFile, else why not.
+std::string trace_bytes_exceeded(int64_t bytes_per_run, int64_t runs);
 // For tests: parse YAML text as if it were the file `path`.
 Expected<TraceScenario> parse_trace_scenario(const std::string& text, const std::string& path);
 

@@ -9,21 +9,27 @@ namespace shardcheck::core {
 
 namespace {
 
-std::string model_limits_exceeded(const TrainingConfig& c, const ModelLayout& layout) {
+std::string model_limits_exceeded(const TrainingConfig& c, const ModelLayout& layout, const Mesh& mesh) {
   using L = TrainingLimits;
   const int64_t params = layout.num_logical_elements();
   if (params > L::kMaxParameters) {
-    return "the model has " + std::to_string(params) + " parameters; the limit is 2^27 (" +
+    return "the model has " + std::to_string(params) + " parameters; the limit is 2^22 (" +
            std::to_string(L::kMaxParameters) + ")";
   }
   // Each factor is at most 2^16 (layers 2^8, micro_batch_size 2^10): no product overflows.
   const ModelConfig& m = c.model;
   const int64_t rows = m.seq * c.micro_batch_size;
   const int64_t per_row = 2 * m.vocab + 12 * m.hidden * m.layers;
-  if (rows > L::kMaxActivationElements / per_row) {
+  // Every rank holds its microbatch's activations at once; a pipeline may hold all of them.
+  const int64_t in_flight = mesh.size_or_one("pp") > 1 ? c.microbatches : 1;
+  const int64_t copies = mesh.world_size() * in_flight;  // at most 64 * 256
+  if (rows > L::kMaxActivationElements / per_row / copies) {
     return "one microbatch keeps seq * micro_batch_size * (2 * vocab + 12 * hidden * layers) = " +
-           std::to_string(rows) + " * " + std::to_string(per_row) +
-           " activation elements; the limit is 2^29 (" + std::to_string(L::kMaxActivationElements) + ")";
+           std::to_string(rows) + " * " + std::to_string(per_row) + " activation elements, on each of " +
+           std::to_string(mesh.world_size()) + " ranks" +
+           (in_flight > 1 ? " for each of " + std::to_string(in_flight) + " microbatches in the pipeline"
+                          : "") +
+           "; the limit is 2^26 (" + std::to_string(L::kMaxActivationElements) + ") in all";
   }
   return "";
 }
@@ -34,9 +40,19 @@ std::string reference_limit_exceeded(const TrainingConfig& c, const ModelLayout&
   const int64_t params = layout.num_logical_elements();
   if (!with_reference || c.steps <= L::kMaxReferenceParameterSteps / params) return "";
   return "the single-rank reference keeps every step's weights and gradients: " + std::to_string(params) +
-         " parameters * " + std::to_string(c.steps) + " steps exceeds the limit of 2^28 (" +
+         " parameters * " + std::to_string(c.steps) + " steps exceeds the limit of 2^24 (" +
          std::to_string(L::kMaxReferenceParameterSteps) +
          "); take fewer steps, a smaller model or `reference: none`";
+}
+
+std::string judge_limit_exceeded(const TrainingConfig& c, const ModelLayout& layout, int ranks) {
+  using L = TrainingLimits;
+  const int64_t per_step = layout.num_logical_elements() * ranks;  // at most 2^22 * 64
+  if (c.steps <= L::kMaxJudgedParameterSteps / per_step) return "";
+  return "the training judge keeps what every rank holds after every step: " +
+         std::to_string(layout.num_logical_elements()) + " parameters * " + std::to_string(c.steps) +
+         " steps * " + std::to_string(ranks) + " ranks exceeds the limit of 2^25 (" +
+         std::to_string(L::kMaxJudgedParameterSteps) + "); take fewer steps, ranks or a smaller model";
 }
 
 class Parser {
@@ -237,8 +253,11 @@ class Parser {
     }
     auto layout = ModelLayout::create(c.model, m.size_or_one("pp"), m.virtual_stages());
     if (!layout) y_.fail(root["model"], layout.error().message());
-    if (const std::string why = model_limits_exceeded(c, *layout); !why.empty()) y_.fail(root["model"], why);
+    if (const std::string why = model_limits_exceeded(c, *layout, m); !why.empty())
+      y_.fail(root["model"], why);
     if (const std::string why = reference_limit_exceeded(c, *layout, s.reference != "none"); !why.empty())
+      y_.fail(root["steps"], why);
+    if (const std::string why = judge_limit_exceeded(c, *layout, m.world_size()); !why.empty())
       y_.fail(root["steps"], why);
     const int pp = m.size_or_one("pp"), vpp = m.virtual_stages();
     if (vpp > 1 && c.microbatches % pp != 0) {
@@ -274,8 +293,9 @@ std::string training_limits_exceeded(const TrainingConfig& c, const Mesh& mesh, 
     return "more than " + std::to_string(TrainingLimits::kMaxRanks) + " ranks";
   if (c.steps < 1 || c.steps > TrainingLimits::kMaxSteps)
     return "steps must be between 1 and " + std::to_string(TrainingLimits::kMaxSteps);
-  if (auto why = model_limits_exceeded(c, *layout); !why.empty()) return why;
-  return reference_limit_exceeded(c, *layout, with_reference);
+  if (auto why = model_limits_exceeded(c, *layout, mesh); !why.empty()) return why;
+  if (auto why = reference_limit_exceeded(c, *layout, with_reference); !why.empty()) return why;
+  return judge_limit_exceeded(c, *layout, mesh.world_size());
 }
 
 namespace {

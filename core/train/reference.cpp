@@ -159,7 +159,8 @@ std::span<const std::byte> bytes_of(const std::vector<T>& v) {
   return {reinterpret_cast<const std::byte*>(v.data()), v.size() * sizeof(T)};
 }
 
-Task<> reference_loop(Runtime& rt, const TrainingConfig& c, int dp, ReferenceResult* out) {
+Task<> reference_loop(Runtime& rt, const TrainingConfig& c, int dp, CancelToken cancel,
+                      ReferenceResult* out) {
   const ModelLayout model = ModelLayout::create(c.model, 1, 1).value();
   const Streams s{rt.stream("compute"), rt.stream("compute"), rt.stream("compute")};
   ReferenceEngine engine(rt, model, c, s, dp);
@@ -179,6 +180,7 @@ Task<> reference_loop(Runtime& rt, const TrainingConfig& c, int dp, ReferenceRes
         co_await rt.alloc(static_cast<int64_t>(dp) * c.microbatches * 4, s.compute, "ref.losses");
     for (int mb = 0; mb < c.microbatches; ++mb) {
       for (int r = 0; r < dp; ++r) {
+        cancel.poll();
         const Batch b = data.batch(step, r, mb, c.micro_batch_size, c.model.seq);
         const BufferId tokens = co_await rt.alloc(rows * 4, s.compute, "tokens");
         const BufferId targets = co_await rt.alloc(rows * 4, s.compute, "targets");
@@ -208,11 +210,12 @@ Task<> reference_loop(Runtime& rt, const TrainingConfig& c, int dp, ReferenceRes
 
 }  // namespace
 
-ReferenceResult run_reference(const TrainingConfig& config, int dp) {
+ReferenceResult run_reference(const TrainingConfig& config, int dp, CancelToken cancel) {
   ReferenceResult out;
   out.entropy_rate = MarkovSource(config.model.vocab, config.data_seed).entropy_rate();
   InOrderWorld world(1);
-  world.run([&](Runtime& rt) { return reference_loop(rt, config, dp, &out); });
+  world.cancel = cancel;
+  world.run([&](Runtime& rt) { return reference_loop(rt, config, dp, cancel, &out); });
   return out;
 }
 

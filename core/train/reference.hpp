@@ -9,6 +9,7 @@
 
 #include <vector>
 
+#include "core/base/cancel.hpp"
 #include "core/strategies/training_config.hpp"
 
 namespace shardcheck::core {
@@ -27,6 +28,8 @@ struct ReferenceResult {
   double entropy_rate = 0;  // the data's: the loss a perfect model reaches (nats)
 };
 
-ReferenceResult run_reference(const TrainingConfig& config, int dp);
+// `cancel` is polled before every kernel and every microbatch: once it is raised the
+// reference stops with core::Cancelled, so a long reference does not hold up an interrupt.
+ReferenceResult run_reference(const TrainingConfig& config, int dp, CancelToken cancel = {});
 
 }  // namespace shardcheck::core

@@ -300,6 +300,78 @@ TEST_CASE("one signal delivered twice at once (as GNU timeout does) is one inter
   std::filesystem::remove_all(dir);
 }
 
+// One kernel that writes a 1 GiB buffer 64 times: a minute of work in a single simulated
+// operation, so a run that only polled between operations would run on long after a signal.
+std::string long_kernel_scenario() {
+  std::string writes;
+  for (int i = 0; i < 64; ++i) writes += i == 0 ? "big" : ", big";
+  const std::string path = "/tmp/shardcheck-long-kernel-" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(path) << "kind: trace\nname: long-kernel\nranks: 1\nstreams: [compute]\n"
+                         "schedule: {runs: 1}\nprogram:\n"
+                         "  - alloc: {buffer: big, bytes: 1073741824}\n"
+                         "  - kernel: {name: fill, stream: compute, writes: ["
+                      << writes << "]}\nexpect: {findings: []}\n";
+  return path;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+TEST_CASE("SIGINT inside one long kernel stops it midway: report marked incomplete, exit 130",
+          "[cli][interrupt]") {
+  const std::string dir = fresh_dir("sigint-kernel");
+  const std::string file = long_kernel_scenario();
+  Child c({"explore", file, "--report", dir});
+  REQUIRE(c.wait_for_line("exploring up to 1 schedule"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // inside the kernel
+  const auto signalled = std::chrono::steady_clock::now();
+  c.signal(SIGINT);
+  const int code = c.wait_exit();
+  const double stopped_after = seconds_since(signalled);
+  std::remove(file.c_str());
+  INFO(c.out());
+  REQUIRE(code == 130);
+  // The kernel alone takes about a minute (64 GiB written byte by byte); the poll inside it
+  // stops it within milliseconds. 10 s leaves room for a loaded machine.
+  REQUIRE(stopped_after < 10.0);
+  REQUIRE_THAT(c.out(), Catch::Contains("interrupted by SIGINT"));
+  REQUIRE_THAT(c.out(),
+               Catch::Contains("STOPPED long-kernel: interrupted before a schedule finished, no verdict"));
+  REQUIRE_THAT(c.out(), !Catch::Contains("ok      long-kernel"));
+  const auto j = read_json(dir + "/report.json");
+  REQUIRE(j["complete"] == false);
+  REQUIRE(j["stopped"] == "interrupted");
+  REQUIRE(j["scenarios"][0]["complete"] == false);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("SIGTERM while compare computes a long single-rank reference stops it promptly, exit 3",
+          "[cli][interrupt]") {
+  const std::string dir = fresh_dir("sigterm-reference");
+  // 1000 steps of 2 x 256 microbatches each in the reference, which comes before the training
+  // run: minutes.
+  std::string text = read_text(catalog_scenario("grad-divisor-on-running-sum-fixed.yaml"));
+  text.replace(text.find("microbatches: 4"), 15, "microbatches: 256");
+  const std::string file = "/tmp/shardcheck-long-reference-" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(file) << text;
+  Child c({"compare", file, "--against", "single_rank", "--steps", "1000", "--report", dir});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // inside the reference
+  const auto signalled = std::chrono::steady_clock::now();
+  c.signal(SIGTERM);
+  const int code = c.wait_exit();
+  const double stopped_after = seconds_since(signalled);
+  std::remove(file.c_str());
+  INFO(c.out());
+  REQUIRE(code == 3);
+  REQUIRE(stopped_after < 10.0);
+  REQUIRE_THAT(c.out(), Catch::Contains("compare: interrupted by SIGTERM before the comparison finished"));
+  const auto j = read_json(dir + "/report.json");
+  REQUIRE(j["complete"] == false);
+  REQUIRE(j["stopped"] == "interrupted");
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("under GNU timeout the expiry stops the run at a safe point with its report", "[cli][interrupt]") {
   const std::string dir = fresh_dir("timeout");
   const auto r =

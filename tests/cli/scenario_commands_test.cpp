@@ -64,6 +64,21 @@ TEST_CASE("bad files exit 2 with file:line:column before anything runs", "[cli][
   REQUIRE(run_shardcheck("run " + scenario("reuse-race.yaml") + " --policy fifo").exit_code == 2);
 }
 
+TEST_CASE("a file whose per-stream pools pass the simulated memory is refused at load, never run to 'ok'",
+          "[cli][run]") {
+  // At most 1 GiB is live, but each stream's freed block stays in its pool: five segments of
+  // 1 GiB. Unchecked, it loaded and stopped in the run with the simulator's memory exhausted.
+  std::string text = "kind: trace\nname: pools\nranks: 1\nstreams: [a, b, c, d, e]\nprogram:\n";
+  for (const char* st : {"a", "b", "c", "d", "e"})
+    text += "  - alloc: {buffer: x, bytes: 1073741824, stream: " + std::string(st) + "}\n  - free: x\n";
+  const std::string file = write_temp(text + "expect: {findings: []}\n");
+  auto r = run_shardcheck("run " + file);
+  std::remove(file.c_str());
+  REQUIRE(r.exit_code == 2);
+  REQUIRE_THAT(r.err, Catch::Contains(file + ":14:5: with this allocation the ranks hold 5368709120 bytes"));
+  REQUIRE(r.out.empty());
+}
+
 TEST_CASE("explore stops at the first finding and says how many schedules it took", "[cli][explore]") {
   auto r = run_shardcheck("explore " + scenario("reuse-race.yaml") + " --runs 50 --policy pct --seed 4");
   REQUIRE(r.exit_code == 0);

@@ -135,7 +135,7 @@ double worst_units(const ExactGrid& g, int dp, int mb) { return 2.0 * dp * mb * 
 
 // Exact mode's promise (docs/semantics.md §3): every sum and every division by dp or the microbatch
 // count is exact in fp32, every norm exact in fp64. Over a sweep of dp, microbatches and model
-// sizes up to TrainingLimits' 2^27 parameters, the worst-case sum is exact at the grid's limit,
+// sizes up to 2^27 parameters (past TrainingLimits' 2^22), the worst-case sum is exact at the grid's limit,
 // and still at 4 x limit, where it reaches up to 2^24 units: exact_grid's rule n^2 * limit <=
 // 2^23 keeps the worst sum, n^2 * limit / 2 units, in (2^21, 2^22], two doublings under fp32's
 // 2^24. Would fail if the grid grew past fp32's range or the q * limit clamp moved. The sweep

@@ -220,6 +220,76 @@ TEST_CASE("a rank has up to 64 streams, and the 65th is refused where the list i
   REQUIRE_THAT(bad.error().message(), Catch::Contains("many.yaml:4:10: at most 64 streams per rank"));
 }
 
+TEST_CASE("the bytes a schedule and a file's schedules touch are bounded at load",
+          "[core][scenario][limits]") {
+  const std::string big = "  - alloc: {buffer: g, bytes: 1073741824}\n";
+  const std::string writes64 = "[" + repeated("g, ", 63) + "g]";
+  // 140 KB of aliases within every other limit: 19 999 kernels writing 1 GiB 64 times, weeks
+  // of work per schedule.
+  const std::string hostile =
+      scenario_with(1, big + "  - kernel: &k {name: k, stream: a, writes: " + writes64 + "}\n" +
+                           repeated("  - kernel: *k\n", 19998));
+  REQUIRE(hostile.size() < 1 << 20);
+  auto h = parse_trace_scenario(hostile, "big.yaml");
+  REQUIRE_FALSE(h.ok());
+  REQUIRE_THAT(h.error().message(),
+               Catch::Contains("big.yaml:6:3: the program touches 1374320815243264 bytes per schedule") &&
+                   Catch::Contains("the limit is 68719476736 (64 GiB)"));
+  // A collective's input and output count on every rank that runs it.
+  auto c = parse_trace_scenario(
+      "kind: trace\nname: c\nranks: 2\nstreams: [a]\ngroups: {dp: [0, 1]}\nprogram:\n"
+      "  - alloc: {buffer: g, bytes: 1073741824}\n" +
+          repeated("  - collective: {op: all_reduce, group: dp, input: g, output: g, stream: a}\n", 17) +
+          "expect: {findings: []}\n",
+      "c.yaml");
+  REQUIRE_FALSE(c.ok());
+  REQUIRE_THAT(c.error().message(), Catch::Contains("touches 73014444032 bytes per schedule"));
+  // One kernel writing 1 GiB 64 times is exactly the bound: it loads, once.
+  const std::string at_bound =
+      scenario_with(1, big + "  - kernel: {name: k, stream: a, writes: " + writes64 + "}\n");
+  auto ok = parse_trace_scenario(at_bound, "ok.yaml");
+  INFO((ok.ok() ? "" : ok.error().message()));
+  REQUIRE(ok.ok());
+  REQUIRE(ok->bytes_per_run == TraceLimits::kMaxBytesPerRun);
+  // Its schedules together are bounded too: four fit, five do not.
+  REQUIRE(trace_bytes_exceeded(ok->bytes_per_run, 4).empty());
+  REQUIRE_THAT(trace_bytes_exceeded(ok->bytes_per_run, 5),
+               Catch::Contains("5 schedules of 68719476736 bytes each touch more than 274877906944 bytes"));
+  auto five = parse_trace_scenario("schedule: {runs: 5}\n" + at_bound, "five.yaml");
+  REQUIRE_FALSE(five.ok());
+  REQUIRE_THAT(five.error().message(), Catch::Contains("five.yaml:7:3: the file's 5 runs: 5 schedules"));
+}
+
+TEST_CASE("the device memory check counts the blocks the caching allocator keeps per stream",
+          "[core][scenario][limits]") {
+  // Each stream's 1 GiB block, freed, stays in that stream's pool: at most 1 GiB is live, yet
+  // the fifth stream's allocation makes the fifth segment, past the simulator's 4 GiB.
+  auto program = [](const std::string& allocator, bool one_stream) {
+    std::string text =
+        "kind: trace\nname: pools\nranks: 1\nstreams: [a, b, c, d, e]\nallocator: " + allocator +
+        "\nprogram:\n";
+    for (const char* st : {"a", "b", "c", "d", "e"}) {
+      text += "  - alloc: {buffer: x, bytes: 1073741824, stream: " + std::string(one_stream ? "a" : st) +
+              "}\n  - free: x\n";
+    }
+    return text + "expect: {findings: []}\n";
+  };
+  auto pools = parse_trace_scenario(program("caching", false), "pools.yaml");
+  REQUIRE_FALSE(pools.ok());
+  REQUIRE_THAT(pools.error().message(),
+               Catch::StartsWith("pools.yaml:15:5: with this allocation the ranks hold 5368709120 bytes") &&
+                   Catch::Contains("the free blocks the allocator keeps for the stream that allocated them"));
+  // cudaMallocAsync's pools (stream_ordered) hand a block to another stream only once its free
+  // is ordered before that stream, and nothing here orders it.
+  REQUIRE_FALSE(parse_trace_scenario(program("stream_ordered", false), "ordered.yaml").ok());
+  // One stream reuses its own block, under either model.
+  for (const char* allocator : {"caching", "stream_ordered"}) {
+    auto one = parse_trace_scenario(program(allocator, true), "one.yaml");
+    INFO((one.ok() ? "" : one.error().message()));
+    REQUIRE(one.ok());
+  }
+}
+
 TEST_CASE("a program at the limits loads, and the freed bytes of a rank are not counted twice",
           "[core][scenario][limits]") {
   // 4 ranks hold 1 GiB each at most: exactly the 4 GiB the simulator models.

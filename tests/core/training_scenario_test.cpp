@@ -237,7 +237,7 @@ TEST_CASE("training scenarios past a memory limit are rejected with the limit na
   };
   const Case cases[] = {
       {"model: {vocab: 64, hidden: 16, layers: 4, seq: 8, tied_embeddings: true}",
-       "model: {vocab: 65536, hidden: 4096, layers: 4, seq: 8}", "parameters; the limit is 2^27"},
+       "model: {vocab: 65536, hidden: 4096, layers: 4, seq: 8}", "parameters; the limit is 2^22"},
       {"model: {vocab: 64, hidden: 16, layers: 4, seq: 8, tied_embeddings: true}",
        "model: {vocab: 65536, hidden: 16, layers: 4, seq: 4096}",
        "t.yaml:4:8: one microbatch keeps seq * micro_batch_size * (2 * vocab + 12 * hidden * layers) = 8192 "
@@ -255,11 +255,12 @@ TEST_CASE("training scenarios past a memory limit are rejected with the limit na
 TEST_CASE("the reference's history bounds parameters times steps, unless there is no reference",
           "[core][scenario][limits]") {
   std::string text = kGood;
+  // About 2.9 million parameters: 8 steps pass the reference's 2^24 parameter-steps.
   text.replace(text.find("model: {vocab: 64, hidden: 16, layers: 4, seq: 8, tied_embeddings: true}"), 72,
-               "model: {vocab: 65536, hidden: 1024, layers: 1, seq: 8}");
-  text.replace(text.find("mesh: {pp: 2, dp: 2, vpp: 2}"), 28, "mesh: {dp: 4}");
+               "model: {vocab: 8192, hidden: 256, layers: 1, seq: 8}");
+  text.replace(text.find("mesh: {pp: 2, dp: 2, vpp: 2}"), 28, "mesh: {dp: 1}");
   text.replace(text.find("[main_grad_alloc_default_stream]"), 32, "[]");
-  text.replace(text.find("steps: 3"), 8, "steps: 5");
+  text.replace(text.find("steps: 3"), 8, "steps: 8");
   auto s = parse_training_scenario(text, "t.yaml");
   REQUIRE_FALSE(s.ok());
   REQUIRE_THAT(
@@ -270,7 +271,16 @@ TEST_CASE("the reference's history bounds parameters times steps, unless there i
   INFO((none.ok() ? "" : none.error().message()));
   REQUIRE(none.ok());
   REQUIRE(training_limits_exceeded(none->config, *none->mesh, false).empty());
-  REQUIRE_THAT(training_limits_exceeded(none->config, *none->mesh, true), Catch::Contains("2^28"));
+  REQUIRE_THAT(training_limits_exceeded(none->config, *none->mesh, true), Catch::Contains("2^24"));
+  // The judge keeps every rank's values after every step: on four ranks the same run is past
+  // 2^25 parameter-steps times ranks, with or without a reference.
+  text.replace(text.find("mesh: {dp: 1}"), 13, "mesh: {dp: 4}");
+  auto four = parse_training_scenario(text, "t.yaml");
+  REQUIRE_FALSE(four.ok());
+  REQUIRE_THAT(
+      four.error().message(),
+      Catch::Contains("t.yaml:10:8: the training judge keeps what every rank holds after every step") &&
+          Catch::Contains("* 8 steps * 4 ranks exceeds the limit of 2^25"));
 }
 
 TEST_CASE("exact mode is refused where its grid cannot keep fp32 sums exact", "[core][scenario][limits]") {

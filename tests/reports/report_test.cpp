@@ -3,6 +3,9 @@
 // report folder that write_report leaves behind.
 #include <unistd.h>
 
+#include <fcntl.h>
+
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +13,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "core/base/text.hpp"
 #include "reports/chrome_trace.hpp"
@@ -329,6 +333,81 @@ TEST_CASE("write_report into a reused folder leaves no trace of the earlier repo
   std::set<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(dir)) names.insert(e.path().filename().string());
   REQUIRE(names == std::set<std::string>{"report.md", "report.html", "report.json", "notes.txt"});
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE(
+    "write_report swaps the whole folder in: earlier leftovers go, other entries stay, no sibling remains",
+    "[reports]") {
+  const std::string root = temp_dir(), dir = root + "/out";
+  REQUIRE(reports::write_report(sample_report(), dir).ok());
+  std::ofstream(dir + "/report.json.tmp.99999") << "half";  // what a killed writer left
+  std::ofstream(dir + "/trace-gone-7.json") << "{}";
+  std::filesystem::create_directory(dir + "/mine");
+  std::ofstream(dir + "/mine/keep.txt") << "mine";
+  std::filesystem::create_directory(root + "/.out.tmp.99999.0");  // a killed writer's new folder
+  REQUIRE(reports::write_report(sample_report(), dir).ok());
+  std::set<std::string> names, siblings;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.insert(e.path().filename().string());
+  for (const auto& e : std::filesystem::directory_iterator(root))
+    siblings.insert(e.path().filename().string());
+  REQUIRE(names == std::set<std::string>{"report.md", "report.html", "report.json", "trace-reuse-race-0.json",
+                                         "mine"});
+  REQUIRE(read(dir + "/mine/keep.txt") == "mine");
+  REQUIRE(siblings == std::set<std::string>{"out"});
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("a reader of the folder never sees report.md of one run beside report.json of another",
+          "[reports]") {
+  const std::string root = temp_dir(), dir = root + "/out";
+  auto report = [](int k) {
+    reports::Report r = sample_report();
+    r.command = "shardcheck run w" + std::to_string(k) + ".yaml";
+    return r;
+  };
+  REQUIRE(reports::write_report(report(0), dir).ok());
+  std::atomic<bool> done{false};
+  std::atomic<int> mixed{0}, reads{0}, gone{0}, failed{0};  // Catch2's REQUIRE is for the test's own thread
+  // A reader opens the folder once and both files through it: one folder, one run.
+  std::thread reader([&] {
+    while (!done.load()) {
+      const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+      if (fd < 0) continue;
+      auto text = [&](const char* name) {
+        std::string out;
+        const int f = ::openat(fd, name, O_RDONLY);
+        if (f < 0) return out;
+        char buf[65536];
+        for (ssize_t n; (n = ::read(f, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+        ::close(f);
+        return out;
+      };
+      const std::string md = text("report.md"), json = text("report.json");
+      ::close(fd);
+      const std::regex run("w([0-9]+)\\.yaml");
+      std::smatch a, b;
+      if (md.empty() || json.empty()) {
+        ++gone;  // opened as the old folder was swapped out and removed: no files, never a mix
+      } else if (!std::regex_search(md, a, run) || !std::regex_search(json, b, run) || a[1] != b[1]) {
+        ++mixed;
+      }
+      ++reads;
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&, w] {
+      for (int k = 1; k <= 40; ++k) failed += reports::write_report(report(100 * w + k), dir).ok() ? 0 : 1;
+    });
+  }
+  for (auto& t : writers) t.join();
+  done = true;
+  reader.join();
+  INFO(reads.load() << " reads, " << gone.load() << " of a folder already swapped out");
+  REQUIRE(failed == 0);
+  REQUIRE(reads > 0);
+  REQUIRE(mixed == 0);
   std::filesystem::remove_all(root);
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/scenario/expectation.hpp"
+#include "core/scenario/trace_scenario.hpp"
 #include "run/compare.hpp"
 #include "run/report.hpp"
 #include "run/scenario.hpp"
@@ -24,7 +25,7 @@ std::string shipped(const std::string& rel) {
   return std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/" + rel;
 }
 
-// zero1-exact with a wider model: 3 steps load, 10000 steps pass the 2^28 reference bound.
+// zero1-exact with a wider model: 3 steps load, 10000 steps pass the 2^24 reference bound.
 std::string write_wide_training() {
   std::ifstream in(shipped("training/zero1-exact.yaml"));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -81,11 +82,11 @@ TEST_CASE("compare --steps is held to the reference bound before anything runs",
   REQUIRE(run::compare_steps_problem(s, "single_rank", 3).empty());
   const std::string why = run::compare_steps_problem(s, "single_rank", 10000);
   REQUIRE_THAT(why, Catch::Contains("--steps 10000"));
-  REQUIRE_THAT(why, Catch::Contains("2^28"));
+  REQUIRE_THAT(why, Catch::Contains("2^24"));
   REQUIRE_THAT(run::compare_steps_problem(s, "single_rank", 10001), Catch::Contains("between 1 and 10000"));
   // compare_on_sim itself refuses it, without training a step.
   const run::CompareResult r = run::compare_on_sim(s, "single_rank", 10000);
-  REQUIRE_THAT(r.bad_input, Catch::Contains("2^28"));
+  REQUIRE_THAT(r.bad_input, Catch::Contains("2^24"));
   REQUIRE(r.ours.empty());
   REQUIRE(r.error.empty());
 }
@@ -105,4 +106,21 @@ TEST_CASE("a run that reaches the simulated memory bound is bad input with no ve
   REQUIRE(c.result);
   REQUIRE_FALSE(c.result->met);
   REQUIRE_FALSE(c.result->complete);
+}
+
+TEST_CASE("options_for holds --runs to the bytes a file's schedules may touch together", "[run][limits]") {
+  run::LoadedScenario s = load(shipped("trace/reuse-race.yaml"));
+  run::ScheduleOverrides most;
+  most.runs = 100000;
+  REQUIRE(run::options_for(s, most));                    // a shipped file's schedules touch kilobytes
+  s.bytes_per_run = core::TraceLimits::kMaxBytesPerRun;  // as a program at the per-schedule bound
+  run::ScheduleOverrides four, five;
+  four.runs = 4;
+  five.runs = 5;
+  REQUIRE(run::options_for(s, four));
+  auto r = run::options_for(s, five);
+  REQUIRE_FALSE(r);
+  REQUIRE_THAT(r.error().message(),
+               Catch::Contains("--runs 5: 5 schedules of 68719476736 bytes each touch more "
+                               "than 274877906944 bytes (256 GiB)"));
 }

@@ -3,6 +3,7 @@
 // computed (the norm of the logical gradient, whatever the engine says it counted). Also the
 // engines' norms themselves, for every strategy and a pipeline with a tied embedding, against
 // the norm of the single-rank reference's full logical gradient.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
@@ -249,4 +250,37 @@ TEST_CASE("with pp 2 the tied embedding's shared copy is there, and counting it 
     REQUIRE_THAT(f.explanation, Catch::Contains("counted 2 times"));
   }
   REQUIRE(norm_found);
+}
+
+TEST_CASE("a raised cancellation flag stops the reference, the oracle's captures and its judging",
+          "[sim][norm][cancel]") {
+  const core::TrainingConfig c = config(Strategy::optim);
+  auto mesh = std::make_shared<const core::Mesh>(core::Mesh::create({{"dp", 2}}).value());
+  const core::TrainingSetup setup = core::make_training_setup(c, mesh).value();
+  std::atomic<bool> flag{true};
+  REQUIRE_THROWS_AS(core::run_reference(c, setup.dp, core::CancelToken{&flag}), core::Cancelled);
+  flag = false;
+  const core::ReferenceResult reference = core::run_reference(c, setup.dp, core::CancelToken{&flag});
+  REQUIRE(reference.steps.size() == 2);
+
+  // Raised as rank 0 reports its first step, just before the oracle captures it: the capture
+  // polls, and the run stops there, cancelled, not failed.
+  sim::Options o;
+  o.ranks = 2;
+  o.cancel = &flag;
+  sim::World w(o);
+  sim::TrainingOracle oracle(w, setup, &reference);
+  Tamper raise(oracle, [&](int rank, int step, double&, core::NormPlan&) {
+    if (rank == 0 && step == 0) flag = true;
+  });
+  std::vector<core::RankResult> ranks(2);
+  const sim::RunResult r = w.run([&](core::Runtime& rt) {
+    return core::train_rank(rt, setup, &raise, &ranks[static_cast<size_t>(rt.rank())]);
+  });
+  REQUIRE(r.cancelled);
+  REQUIRE(r.error.empty());
+  REQUIRE_FALSE(r.completed);
+  REQUIRE(oracle.steps_completed() == 0);
+  // Judging polls too.
+  REQUIRE_THROWS_AS(oracle.judge(), core::Cancelled);
 }

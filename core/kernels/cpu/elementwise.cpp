@@ -89,10 +89,12 @@ void elementwise(const KernelCall& c, MemoryView& mem, F f) {
 // dtype a program later reads the bytes as, sums of them stay finite, so two backends agree
 // bit for bit (NaN payloads would not).
 void opaque_pattern(const KernelCall& c, MemoryView& mem) {
+  constexpr int64_t kPollBytes = (int64_t{1} << 22) - 1;  // polls every 4 MiB
   uint32_t h = static_cast<uint32_t>(fnv1a(c.name));
   for (const TensorRef& w : c.writes) {
     std::byte* p = mem.data(w);
     for (int64_t i = 0; i < w.bytes(); ++i) {
+      if ((i & kPollBytes) == 0) mem.cancel.poll();
       const uint32_t word = 0x3f800000u | ((h + static_cast<uint32_t>(i / 4) * 0x9e3779b9u) & 0x7fffffu);
       p[i] = static_cast<std::byte>((word >> ((i % 4) * 8)) & 0xff);
     }
