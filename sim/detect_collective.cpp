@@ -18,7 +18,9 @@ std::string World::fingerprint(const core::CollectiveCall& c, const std::vector<
   if (c.kind == core::CollectiveKind::all_reduce || c.kind == core::CollectiveKind::reduce_scatter) {
     f += " " + std::string(core::to_string(c.reduce));
   }
-  if (c.kind == core::CollectiveKind::broadcast) f += " root " + std::to_string(c.root);
+  if (c.kind == core::CollectiveKind::reduce) f += " " + std::string(core::to_string(c.reduce));
+  if (c.kind == core::CollectiveKind::broadcast || c.kind == core::CollectiveKind::reduce)
+    f += " root " + std::to_string(c.root);
   f += " on " + group + " [";
   for (size_t i = 0; i < members.size(); ++i) f += (i ? "," : "") + std::to_string(members[i]);
   return f + "]";

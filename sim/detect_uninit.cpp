@@ -21,7 +21,7 @@ Shadow::Ranges World::undefined_rel(int rank, const core::TensorRef& t) {
 }
 
 void World::set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel) {
-  if (!options_.detectors) return;
+  if (!options_.detectors || rel.empty()) return;
   const uint64_t a = address(rank, t);
   for (const auto& [x, y] : rel) ranks_[rank]->shadow.set_defined(a + x, a + y, false);
 }
@@ -109,6 +109,17 @@ Shadow::Ranges World::collective_undefined_rel(const core::CollectiveCall& c,
           break;
         case core::CollectiveKind::broadcast:
           if (static_cast<int>(src) == c.root) rel.emplace_back(x, y);
+          break;
+        case core::CollectiveKind::reduce:  // only the root's output is written
+          if (static_cast<int>(m) == c.root) rel.emplace_back(x, y);
+          break;
+        case core::CollectiveKind::all_to_all: {  // block m of src's input -> block src of m's
+          const uint64_t block = in_bytes / n;
+          const uint64_t lo = std::max<uint64_t>(x, m * block), hi = std::min<uint64_t>(y, (m + 1) * block);
+          if (lo < hi) rel.emplace_back(lo - m * block + src * block, hi - m * block + src * block);
+          break;
+        }
+        case core::CollectiveKind::barrier:
           break;
       }
     }

@@ -49,7 +49,7 @@ World::World(Options options) : options_(options), rng_(core::Rng(options.seed).
   participants_ = options_.ranks * (1 + Options::kMaxStreamsPerRank);
   for (int r = 0; r < options_.ranks; ++r) {
     ranks_.push_back(std::make_unique<Rank>(options_.allocator, options_.reuse, &device_bytes_,
-                                            options_.max_device_bytes));
+                                            options_.max_device_bytes, options_.values));
     ranks_.back()->host.clock = VectorClock(participants_);
     ranks_.back()->host.versions.push_back(ranks_.back()->host.clock);
     runtimes_.push_back(std::make_unique<SimRuntime>(*this, r));
@@ -75,6 +75,16 @@ uint32_t World::intern(std::string s) {
   name_ids_.emplace(s, id);
   names_.push_back(std::move(s));
   return id;
+}
+
+void World::set_source(int rank, uint32_t id) {
+  if (id != kNone && id >= names_.size()) throw InternalError("set_source of an unknown source");
+  ranks_.at(rank)->source = id;
+}
+
+const std::string& World::source_of(uint32_t op) const {
+  const uint32_t s = op_info_[op].source;
+  return names_[s == kNone ? 0 : s];
 }
 
 std::span<const std::byte> World::read(int rank, core::BufferId buffer) {

@@ -57,6 +57,9 @@ struct OpInfo {
   int64_t issue_step = 0;
   int64_t exec_step = -1;
   uint32_t epoch = 0;  // the executing stream's clock component (stream ops)
+  // Where the user's program issued it (Runtime::set_source): an interned "file:line (op)"
+  // of a captured program; kNone for every other program. Findings speak Python with it.
+  uint32_t source = kNone;
 };
 
 // One allocation: a buffer's lifetime on a block of device memory.
@@ -217,6 +220,9 @@ class World {
 
   // --- shared (world.cpp) ---
   uint32_t intern(std::string s);
+  void set_source(int rank, uint32_t id);
+  // The source of op `op`, or "" when it has none.
+  const std::string& source_of(uint32_t op) const;
   int participant(int rank, int stream) const {
     return rank * (1 + Options::kMaxStreamsPerRank) + 1 + stream;
   }
