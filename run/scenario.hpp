@@ -19,7 +19,7 @@ namespace shardcheck::run {
 struct LoadedScenario {
   std::string file;
   std::string name;
-  std::string kind;  // "trace" or "training"
+  std::string kind;  // "trace", "training" or "capture" (a captured program's folder)
   std::string description;
   core::Expectation expect;
   core::ScheduleSpec schedule;
@@ -29,8 +29,12 @@ struct LoadedScenario {
   std::shared_ptr<TrainingState> training;  // set for training scenarios
 };
 
-// Loads and validates a scenario; the error message is `file:line:column: message`.
+// Loads and validates a scenario; the error message is `file:line:column: message`. A folder is
+// a captured program (docs/capture-format.md), whose errors read `DIR/rank-R.jsonl:line: message`.
 core::Expected<LoadedScenario> load_scenario(const std::string& path);
+
+// Schedules explored of a captured program unless --runs says otherwise.
+inline constexpr int kCaptureRuns = 20;
 
 // Command-line overrides of a scenario's schedule.
 struct ScheduleOverrides {
