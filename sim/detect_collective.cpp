@@ -18,6 +18,11 @@ std::string World::fingerprint(const core::CollectiveCall& c, const std::vector<
   if (c.kind == core::CollectiveKind::all_reduce || c.kind == core::CollectiveKind::reduce_scatter) {
     f += " " + std::string(core::to_string(c.reduce));
   }
+  if (c.kind == core::CollectiveKind::barrier) {
+    f = "barrier on " + group + " [";
+    for (size_t i = 0; i < members.size(); ++i) f += (i ? "," : "") + std::to_string(members[i]);
+    return f + "]";
+  }
   if (c.kind == core::CollectiveKind::reduce) f += " " + std::string(core::to_string(c.reduce));
   if (c.kind == core::CollectiveKind::broadcast || c.kind == core::CollectiveKind::reduce)
     f += " root " + std::to_string(c.root);
@@ -52,7 +57,7 @@ void World::compare_instance(int group, const Instance& inst, int64_t k) {
     const OpInfo& info = op_info_[inst.members[m].op];
     d.ranks.push_back({info.rank, ranks_[info.rank]->streams[info.stream].name, inst.members[m].fingerprint,
                        inst.members[m].tag});
-    per_rank += "\n  rank " + std::to_string(info.rank) + ": " + names_[info.name] + "  [" +
+    per_rank += "\n  rank " + std::to_string(info.rank) + ": " + op_text(inst.members[m].op) + "  [" +
                 inst.members[m].fingerprint + "]";
     key_parts.push_back(inst.members[m].tag + "/" + inst.members[m].fingerprint);
   }

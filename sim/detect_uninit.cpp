@@ -32,7 +32,7 @@ void World::check_defined(int rank, uint32_t op, const core::TensorRef& t) {
   uint64_t bytes = 0;
   for (const auto& [x, y] : undef) bytes += y - x;
   const Lifetime& l = lifetimes_[ranks_[rank]->buffers[t.buffer]];
-  const std::string& opname = names_[op_info_[op].name];
+  const std::string opname = op_text(op);
   const std::string& bname = names_[l.name];
   core::Finding f;
   f.kind = core::FindingKind::uninitialized_read;
@@ -44,6 +44,15 @@ void World::check_defined(int rank, uint32_t op, const core::TensorRef& t) {
       ".\nThose bytes were not written in this lifetime of the buffer (a fresh allocation, or a "
       "layout gap or padding that nothing initializes); whatever they hold flows into the result.\n"
       "Fix: write the range before reading it, or read only the tensors' own elements.";
+  if (op_info_[op].source != kNone) {  // a captured program: in PyTorch terms
+    f.explanation =
+        f.summary +
+        ".\nThose bytes were never written since the tensor was allocated (torch.empty, new_empty, "
+        "an uninitialized output, or padding of a view), so whatever the block held before flows "
+        "into the result.\nFix: initialize it where it is allocated (torch.zeros instead of "
+        "torch.empty), or write every element before " +
+        opname + " reads it.";
+  }
   f.key = "uninit|" + opname + "|" + bname;
   core::ElementDetail d;
   d.tensor = bname;

@@ -87,6 +87,16 @@ const std::string& World::source_of(uint32_t op) const {
   return names_[s == kNone ? 0 : s];
 }
 
+std::string World::op_text(uint32_t op) const {
+  const OpInfo& info = op_info_[op];
+  const std::string& name = names_[info.name];
+  if (info.source == kNone) return name;
+  // "kernel 'aten::add_'" -> "aten::add_": a captured operator is named by itself.
+  const std::string what =
+      name.rfind("kernel '", 0) == 0 && name.size() > 9 ? name.substr(8, name.size() - 9) : name;
+  return what + " at " + names_[info.source];
+}
+
 std::span<const std::byte> World::read(int rank, core::BufferId buffer) {
   const Lifetime& l = live_buffer(rank, buffer, "read");
   return {ranks_[rank]->heap.bytes(l.addr), l.bytes};

@@ -223,6 +223,13 @@ class World {
   void set_source(int rank, uint32_t id);
   // The source of op `op`, or "" when it has none.
   const std::string& source_of(uint32_t op) const;
+  // How findings name op `op`: its name ("kernel 'fc1.forward'"), or, with a source, the
+  // operator and its Python line ("aten::add_ at train.py:40", "reduce_scatter 'grad' at ...").
+  std::string op_text(uint32_t op) const;
+  // A race of a captured program, in PyTorch terms: the summary, explanation and fixes name
+  // Python lines, and a reuse race the free and the allocation that handed the block over.
+  void speak_python(int rank, const AccessRec& a, const AccessRec& b, Access b_kind, bool shares_bytes,
+                    core::RaceDetail& d, core::Finding& f);
   int participant(int rank, int stream) const {
     return rank * (1 + Options::kMaxStreamsPerRank) + 1 + stream;
   }
