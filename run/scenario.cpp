@@ -99,8 +99,7 @@ LoadedScenario from_capture(core::CapturedProgram c) {
 }  // namespace
 
 core::Expected<LoadedScenario> load_scenario(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
+  if (core::is_capture_dir(path)) {  // a folder of rank-*.jsonl files; any other folder is refused below
     auto c = core::load_captured_program(path);
     if (!c) return c.error();
     return from_capture(std::move(c).value());

@@ -29,8 +29,9 @@ struct LoadedScenario {
   std::shared_ptr<TrainingState> training;  // set for training scenarios
 };
 
-// Loads and validates a scenario; the error message is `file:line:column: message`. A folder is
-// a captured program (docs/capture-format.md), whose errors read `DIR/rank-R.jsonl:line: message`.
+// Loads and validates a scenario; the error message is `file:line:column: message`. A folder of
+// rank-*.jsonl files is a captured program (docs/capture-format.md), whose errors read
+// `DIR/rank-R.jsonl:line: message`.
 core::Expected<LoadedScenario> load_scenario(const std::string& path);
 
 // Schedules explored of a captured program unless --runs says otherwise.

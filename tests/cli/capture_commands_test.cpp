@@ -52,7 +52,7 @@ TEST_CASE("explore and replay take a capture folder", "[cli][capture]") {
   REQUIRE(a.out == b.out);
 }
 
-TEST_CASE("--report writes a report of a captured program", "[cli][capture]") {
+TEST_CASE("run with --report writes a report of a captured program", "[cli][capture]") {
   const std::string dir = "/tmp/shardcheck-capture-report-test";
   std::filesystem::remove_all(dir);
   auto r = run_shardcheck("run " + fixture("megatron-6137") + " --runs 2 --report " + dir);
@@ -80,5 +80,5 @@ TEST_CASE("a bad capture folder exits 2 with the file and line", "[cli][capture]
   }
   auto empty = run_shardcheck("run " + fixture(""));
   REQUIRE(empty.exit_code == 2);
-  REQUIRE_THAT(empty.err, Catch::Contains("no rank-<R>.jsonl files"));
+  REQUIRE_THAT(empty.err, Catch::Contains("a directory, not a scenario file"));
 }

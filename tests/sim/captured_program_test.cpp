@@ -37,7 +37,7 @@ run::ScenarioOutcome run_fixture(const std::string& name, const char* policy = n
 }  // namespace
 
 TEST_CASE(
-    "the Megatron reuse race names its Python lines; the record_stream fix is clean, under every policy",
+    "the Megatron reuse race names its Python lines and the record_stream fix is clean, under every policy",
     "[sim][capture]") {
   for (const char* policy : {"in_order", "random", "pct", "delay_comm"}) {
     INFO(policy);
@@ -129,7 +129,7 @@ bool has(const sim::RunResult& r, core::FindingKind k) {
 
 }  // namespace
 
-TEST_CASE("reduce writes only the root's output; reading it elsewhere is an uninitialized read",
+TEST_CASE("reduce writes only the root output, and reading it elsewhere is an uninitialized read",
           "[sim][capture]") {
   for (bool values : {true, false}) {
     auto r = two_ranks(
