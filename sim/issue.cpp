@@ -206,10 +206,10 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
     if (!options_.detectors) return;
     for (const Block* b : held) {
       if (taken_size != 0 && b->size > taken_size) continue;
-      if (std::find(held_taken_.begin(), held_taken_.end(), b->free_op) != held_taken_.end()) continue;
+      if (held_taken_.count(b->free_op)) continue;
       const auto it = freed_lifetime_.find(b->free_op);
       if (it == freed_lifetime_.end()) continue;
-      held_taken_.push_back(b->free_op);
+      held_taken_.insert(b->free_op);
       could.push_back({rank, it->second, b->pending, {}});
     }
   };

@@ -18,6 +18,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/base/rng.hpp"
@@ -271,7 +272,8 @@ class World {
   };
   std::map<uint32_t, std::vector<HeldReuse>> held_reuses_;  // by the new lifetime
   std::unordered_map<uint64_t, uint32_t> freed_lifetime_;   // free op -> the lifetime it ended
-  std::vector<uint64_t> held_taken_;                        // free ops whose block got a HeldReuse
+  // Free ops whose block got a HeldReuse: a set, as a captured program frees 10^5 such blocks.
+  std::unordered_set<uint64_t> held_taken_;
   Shadow::Ranges ranges_;
   int participants_ = 0;
   bool mismatch_seen_ = false;
