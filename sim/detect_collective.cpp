@@ -80,6 +80,11 @@ void World::compare_instance(int group, const Instance& inst, int64_t k) {
         "\nThe sizes agree, so nothing hangs: values are silently combined across different tensors. "
         "Issue the collectives in one order on every rank.";
   }
+  if (sources_seen_) {
+    f.explanation +=
+        "\nIn PyTorch: every rank must call the same torch.distributed collectives on a process group in "
+        "the same order, with tensors of the same dtype and number of elements (and the same op and root).";
+  }
   std::sort(key_parts.begin(), key_parts.end());
   key_parts.erase(std::unique(key_parts.begin(), key_parts.end()), key_parts.end());
   f.key = std::string(fp_differs ? "mismatch|" : "swap|") + d.group;

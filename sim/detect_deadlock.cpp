@@ -188,6 +188,12 @@ void World::report_deadlock() {
       (d.is_cycle ? "\nEach waits for the next and the last for the first. Issue collectives and p2p calls "
                     "in one order on every rank, or put them on separate streams."
                   : "");
+  if (sources_seen_) {
+    f.explanation +=
+        "\nIn PyTorch: issue torch.distributed collectives in the same order on every rank of a group, "
+        "and pair point-to-point calls so that every send meets a recv its peer has posted (for example "
+        "even ranks send first and odd ranks receive first, or post both with dist.batch_isend_irecv).";
+  }
   f.key = "deadlock" + key;
   f.detail = std::move(d);
   f.seed = options_.seed;

@@ -80,6 +80,7 @@ uint32_t World::intern(std::string s) {
 void World::set_source(int rank, uint32_t id) {
   if (id != kNone && id >= names_.size()) throw InternalError("set_source of an unknown source");
   ranks_.at(rank)->source = id;
+  sources_seen_ |= id != kNone;
 }
 
 const std::string& World::source_of(uint32_t op) const {

@@ -277,6 +277,7 @@ class World {
   Shadow::Ranges ranges_;
   int participants_ = 0;
   bool mismatch_seen_ = false;
+  bool sources_seen_ = false;  // a captured program named its operations' Python lines
 };
 
 }  // namespace shardcheck::sim

@@ -196,3 +196,25 @@ TEST_CASE("a reduce with different roots, or a barrier against an all_reduce, is
   REQUIRE(b.error.empty());
   REQUIRE(has(b, core::FindingKind::collective_mismatch));
 }
+
+TEST_CASE("a side-stream race, a read of torch.empty memory and a p2p deadlock speak PyTorch",
+          "[sim][capture]") {
+  const auto race = run_fixture("side-stream-race");
+  REQUIRE_FALSE(race.explored.findings.empty());
+  const core::Finding& f = race.explored.findings[0];
+  REQUIRE(f.kind == core::FindingKind::stream_race);
+  REQUIRE_THAT(f.summary,
+               Catch::Contains("aten::add_ at opt.py:24 on stream 'side' reads the tensor allocated at "
+                               "opt.py:20 while aten::mm at opt.py:21"));
+  REQUIRE_THAT(f.explanation, Catch::Contains("wait_stream"));
+  const auto uninit = run_fixture("uninit-empty");
+  REQUIRE(uninit.explored.findings.size() == 1);
+  REQUIRE(uninit.explored.findings[0].kind == core::FindingKind::uninitialized_read);
+  REQUIRE_THAT(uninit.explored.findings[0].explanation,
+               Catch::Contains("torch.zeros instead of torch.empty"));
+  const auto deadlock = run_fixture("p2p-deadlock");
+  REQUIRE(deadlock.explored.findings.size() == 1);
+  REQUIRE(deadlock.explored.findings[0].kind == core::FindingKind::deadlock);
+  REQUIRE_THAT(deadlock.explored.findings[0].explanation, Catch::Contains("send 'act' to 1 at pipe.py:14"));
+  REQUIRE_THAT(deadlock.explored.findings[0].explanation, Catch::Contains("dist.batch_isend_irecv"));
+}
