@@ -61,7 +61,7 @@ std::string ranks_text(const std::vector<int>& r) {
   return s + "]";
 }
 
-// Reads lines of one file; a line past the bound is refused without being held whole.
+// Reads the lines of one file, counting them for messages.
 class Lines {
  public:
   explicit Lines(const std::string& path) : in_(path, std::ios::binary) {}

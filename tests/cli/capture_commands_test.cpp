@@ -78,6 +78,9 @@ TEST_CASE("a bad capture folder exits 2 with the file and line", "[cli][capture]
       REQUIRE(r.out.empty());
     }
   }
+  auto gpu = run_shardcheck("run " + fixture("megatron-6137") + " --backend gpu");
+  REQUIRE(gpu.exit_code == 2);
+  REQUIRE_THAT(gpu.err, Catch::Contains("runs on the simulator only"));
   auto empty = run_shardcheck("run " + fixture(""));
   REQUIRE(empty.exit_code == 2);
   REQUIRE_THAT(empty.err, Catch::Contains("a directory, not a scenario file"));
