@@ -128,7 +128,8 @@ class RankLoader {
              std::map<std::string, std::pair<int32_t, std::string>>& group_where)
       : p_(p), r_(r), rank_(rank), strings_(strings), sources_(sources), group_where_(group_where) {}
 
-  void load(Lines& lines, int64_t* total_records) {
+  void load(Lines& lines, int64_t* total_records, int64_t* total_ranges) {
+    ranges_total_ = total_ranges;
     std::string line;
     lines.next(line);  // the header, read already
     bool ended = false;
@@ -242,6 +243,14 @@ class RankLoader {
   }
   int32_t name(const Fields& f, std::string_view key = "name") {
     return intern(strings_, p_.strings, f.str(key));
+  }
+
+  void count_ranges(const Fields& f, int64_t n) const {
+    *ranges_total_ += n;
+    if (*ranges_total_ > CaptureLimits::kMaxRanges) {
+      f.fail("more than " + std::to_string(CaptureLimits::kMaxRanges) +
+             " byte ranges summed over the ranks (README, \"Limits\")");
+    }
   }
 
   void define_dense(const Fields& f, const char* what, size_t defined) const {
@@ -367,6 +376,7 @@ class RankLoader {
         f.fail("an op with " + std::to_string(r.count + w.count) + " ranges, past the limit of " +
                std::to_string(CaptureLimits::kMaxRangesPerOp) + " (README, \"Limits\")");
       }
+      count_ranges(f, r.count + w.count);
       rec.first = static_cast<uint32_t>(r_.ranges.size());
       for (uint32_t i = 0; i < r.count; ++i) r_.ranges.push_back(range(f, j_.element(r, i), "r"));
       for (uint32_t i = 0; i < w.count; ++i) r_.ranges.push_back(range(f, j_.element(w, i), "w"));
@@ -419,6 +429,7 @@ class RankLoader {
           !tag || (tag->type != Type::integer && tag->type != Type::string))
         f.fail(std::string(k) + " record without its field 'tag' (an integer)");
       rec.source = site_ref(f);
+      count_ranges(f, 1);
       rec.first = static_cast<uint32_t>(r_.ranges.size());
       const CapturedRange buf = range(f, f.need("buf", Type::array), "buf");
       if (buf.bytes < rec.n * dtype_bytes(rec.dtype)) {
@@ -489,6 +500,7 @@ class RankLoader {
     const int64_t es = dtype_bytes(rec.dtype);
     const int64_t in_numel = rec.coll == CollectiveKind::reduce_scatter ? rec.n * members : rec.n;
     const int64_t out_numel = rec.coll == CollectiveKind::all_gather ? rec.n * members : rec.n;
+    count_ranges(f, 2);
     rec.first = static_cast<uint32_t>(r_.ranges.size());
     for (const auto& [key, numel] : {std::pair{"in", in_numel}, std::pair{"out", out_numel}}) {
       const CapturedRange x = range(f, f.need(key, Type::array), key);
@@ -521,6 +533,7 @@ class RankLoader {
   std::vector<int64_t> sizes_;  // buffer id -> bytes
   std::vector<uint8_t> live_;
   int64_t live_bytes_ = 0;
+  int64_t* ranges_total_ = nullptr;
 };
 
 Header read_header(Lines& lines, const std::string& file, int file_rank) {
@@ -616,7 +629,7 @@ Expected<CapturedProgram> load_captured_program(const std::string& dir_in) {
   Interned strings, sources;
   strings.emplace("", 0);
   std::map<std::string, std::pair<int32_t, std::string>> group_where;
-  int64_t total = 0;
+  int64_t total = 0, ranges = 0;
   p.ranks.resize(static_cast<size_t>(p.world_size));
   for (const auto& [r, path] : files) {
     CapturedRank& rank = p.ranks[static_cast<size_t>(r)];
@@ -625,7 +638,7 @@ Expected<CapturedProgram> load_captured_program(const std::string& dir_in) {
     if (!lines.ok()) return Error(path + ": cannot be read");
     RankLoader loader(p, rank, r, strings, sources, group_where);
     try {
-      loader.load(lines, &total);
+      loader.load(lines, &total, &ranges);
     } catch (const Refusal& e) {
       return Error(path + ":" + std::to_string(e.line) + ": " + e.what);
     }

@@ -31,6 +31,7 @@ struct CaptureLimits {
   static constexpr int64_t kMaxLiveBytes = int64_t{192} << 30;    // allocated at once, per rank
   static constexpr int64_t kMaxDeviceBytes = int64_t{256} << 30;  // simulated address space per rank
   static constexpr int kMaxRangesPerOp = 4096;                    // reads plus writes of one record
+  static constexpr int64_t kMaxRanges = 64'000'000;               // ranges summed over the ranks
   static constexpr int64_t kMaxIds = 16'000'000;                  // events, buffers and sites per rank
   static constexpr size_t kMaxLineBytes = size_t{1} << 20;
 };

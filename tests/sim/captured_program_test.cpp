@@ -3,7 +3,9 @@
 // programs issue (reduce, all_to_all, barrier).
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 
+#include "core/base/rng.hpp"
 #include "run/scenario_run.hpp"
 #include "sim/explore.hpp"
 #include "sim/world.hpp"
@@ -217,4 +219,83 @@ TEST_CASE("a side-stream race, a read of torch.empty memory and a p2p deadlock s
   REQUIRE(deadlock.explored.findings[0].kind == core::FindingKind::deadlock);
   REQUIRE_THAT(deadlock.explored.findings[0].explanation, Catch::Contains("send 'act' to 1 at pipe.py:14"));
   REQUIRE_THAT(deadlock.explored.findings[0].explanation, Catch::Contains("dist.batch_isend_irecv"));
+}
+
+namespace {
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("mutated capture folders are refused with a file and line, or run without an internal error",
+          "[sim][capture]") {
+  namespace fs = std::filesystem;
+  core::Rng rng(20261201);
+  const std::vector<std::string> fixtures = {"megatron-6137", "megatron-6137-fixed", "mismatch-dtype",
+                                             "order-swap",    "p2p-deadlock",        "side-stream-race"};
+  const std::string dir = "/tmp/shardcheck-capture-mutant";
+  int refused = 0, ran = 0;
+  for (int i = 0; i < 300; ++i) {
+    const std::string& name = fixtures[rng.uniform(fixtures.size())];
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(fixture(name))) files.push_back(e.path().filename().string());
+    std::sort(files.begin(), files.end());
+    const std::string victim = files[rng.uniform(files.size())];
+    for (const auto& f : files) {
+      std::vector<std::string> lines = read_lines(fixture(name) + "/" + f);
+      if (f == victim) {
+        const size_t at = rng.uniform(lines.size());
+        std::string& l = lines[at];
+        switch (rng.uniform(5)) {
+          case 0:  // drop a line
+            lines.erase(lines.begin() + static_cast<std::ptrdiff_t>(at));
+            break;
+          case 1:  // repeat it
+            lines.insert(lines.begin() + static_cast<std::ptrdiff_t>(at), l);
+            break;
+          case 2: {  // change a digit
+            std::vector<size_t> digits;
+            for (size_t k = 0; k < l.size(); ++k) {
+              if (std::isdigit(static_cast<unsigned char>(l[k]))) digits.push_back(k);
+            }
+            if (!digits.empty())
+              l[digits[rng.uniform(digits.size())]] = static_cast<char>('0' + rng.uniform(10));
+            break;
+          }
+          case 3:  // cut it short
+            l.resize(rng.uniform(l.size() + 1));
+            break;
+          default:  // swap it with another line
+            std::swap(l, lines[rng.uniform(lines.size())]);
+        }
+      }
+      std::ofstream out(dir + "/" + f);
+      for (const auto& l : lines) out << l << "\n";
+    }
+    auto s = run::load_scenario(dir);
+    if (!s) {
+      ++refused;
+      const std::string m = s.error().message();
+      INFO(m);
+      REQUIRE(m.rfind(dir + "/rank-", 0) == 0);
+      REQUIRE(m.find(".jsonl:") != std::string::npos);
+      continue;
+    }
+    ++ran;
+    run::ScheduleOverrides o;
+    o.runs = 2;
+    const auto out = run::run_scenario(*s, o);
+    INFO(name << " mutant " << i << ": " << out.explored.error);
+    REQUIRE((out.explored.error.empty() || out.explored.limit));
+  }
+  fs::remove_all(dir);
+  REQUIRE(refused > 50);
+  REQUIRE(ran > 20);
 }
