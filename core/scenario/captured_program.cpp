@@ -9,6 +9,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "core/base/text.hpp"
 #include "core/scenario/json_line.hpp"
 
 namespace shardcheck::core {
@@ -18,6 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 using Type = JsonLine::Type;
 using Value = JsonLine::Value;
+
+constexpr size_t kMaxNameBytes = 4096;
 
 struct Refusal {
   int64_t line;
@@ -107,7 +110,23 @@ class Fields {
     }
     return x;
   }
-  std::string_view str(std::string_view key) const { return need(key, Type::string).s; }
+  // Names, files and functions end up in findings printed on a terminal: no control characters
+  // (even written as JSON escapes), and at most kMaxNameBytes.
+  std::string_view str(std::string_view key) const {
+    const std::string_view s = need(key, Type::string).s;
+    if (s.size() > kMaxNameBytes) {
+      fail("field '" + std::string(key) + "' of " + std::string(kind_) + " is longer than " +
+           std::to_string(kMaxNameBytes) + " bytes");
+    }
+    for (size_t i = 0; i < s.size();) {
+      const Utf8Sequence u = utf8_sequence_at(s, i);
+      if (is_control(u.code_point)) {
+        fail("field '" + std::string(key) + "' of " + std::string(kind_) + " holds a control character");
+      }
+      i += u.length;
+    }
+    return s;
+  }
   bool flag(std::string_view key) const {
     const Value* v = j_.find(key);
     if (!v) return false;

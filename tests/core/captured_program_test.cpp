@@ -149,6 +149,8 @@ TEST_CASE("every malformed record is refused with its line", "[core][capture]") 
               "\"name\": \"g\", \"at\": 0}\n"),
       Catch::StartsWith("5: group 0 is used before its group record defines it"));
   REQUIRE_THAT(refusal("\n"), Catch::StartsWith("5: a blank line"));
+  REQUIRE_THAT(refusal("{\"k\": \"stream\", \"id\": 1, \"name\": \"a\\u001b[2J\"}\n"),
+               Catch::StartsWith("5: field 'name' of stream holds a control character"));
   REQUIRE_THAT(refusal("{\"k\": \"alloc\", \"buf\": 1, \"bytes\": 1.5, \"stream\": 0, \"at\": 0}\n"),
                Catch::StartsWith("5: field 'bytes' of alloc must be an integer"));
 }
