@@ -19,6 +19,14 @@ void print_findings(std::ostream& out, const run::LoadedScenario& s,
 }
 
 void print_verdict(std::ostream& out, const run::LoadedScenario& s, const core::ExpectationResult& r) {
+  if (s.kind == "capture") {  // a captured program expects nothing but to be clean
+    if (r.met) {
+      out << "clean   " << s.name << ": no findings\n";
+    } else {
+      out << "FOUND   " << s.name << ": " << core::kinds_to_string(r.found) << "\n";
+    }
+    return;
+  }
   out << (r.met ? "ok      " : "FAILED  ") << s.name << ": expected " << core::describe(s.expect)
       << ", found " << core::kinds_to_string(r.found);
   if (!r.missing.empty()) out << "; missing " << core::kinds_to_string(r.missing);

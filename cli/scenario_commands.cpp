@@ -184,6 +184,13 @@ int run_files(const RunArgs& a) {
   std::vector<LoadedScenario> scenarios;
   if (!load_all(a.files, a.schedule, scenarios)) return kBadInput;
   if (a.gpu.backend != "sim") {
+    for (const auto& s : scenarios) {
+      if (s.kind != "capture") continue;
+      std::cerr << "shardcheck: " << core::printable(s.file)
+                << " is a captured program, which runs on the simulator only (drop --backend "
+                << core::printable(a.gpu.backend) << ")\n";
+      return kBadInput;
+    }
     if (a.check_determinism) {
       std::cerr
           << "shardcheck: --check-determinism reruns simulated schedules; it does not apply to --backend "

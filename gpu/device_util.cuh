@@ -66,7 +66,13 @@ __device__ __forceinline__ C load(const void* base, core::DType t, int64_t i) {
     case core::DType::i64:
       return static_cast<C>(static_cast<const int64_t*>(base)[i]);
     case core::DType::u8:
+    case core::DType::boolean:
       return static_cast<C>(static_cast<const uint8_t*>(base)[i]);
+    case core::DType::i8:
+      return static_cast<C>(static_cast<const int8_t*>(base)[i]);
+    case core::DType::i16:
+    case core::DType::f16:  // as core's load: f16 values are not modelled
+      return static_cast<C>(static_cast<const int16_t*>(base)[i]);
   }
   return C{};
 }
@@ -93,6 +99,14 @@ __device__ __forceinline__ void store(void* base, core::DType t, int64_t i, C v)
       return;
     case core::DType::u8:
       static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v);
+      return;
+    case core::DType::boolean:
+    case core::DType::i8:
+      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(static_cast<int64_t>(v));
+      return;
+    case core::DType::i16:
+    case core::DType::f16:
+      static_cast<int16_t*>(base)[i] = static_cast<int16_t>(v);
       return;
   }
 }

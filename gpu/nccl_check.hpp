@@ -31,6 +31,13 @@ inline ncclDataType_t nccl_type(core::DType t) {
     case core::DType::i64:
       return ncclInt64;
     case core::DType::u8:
+    case core::DType::boolean:
+      return ncclUint8;
+    case core::DType::f16:
+      return ncclFloat16;
+    case core::DType::i8:
+      return ncclInt8;
+    case core::DType::i16:  // NCCL has no 16-bit integer; captured programs never run here
       return ncclUint8;
   }
   return ncclUint8;

@@ -214,6 +214,11 @@ void GpuRuntime::do_collective(core::CollectiveCall call) {
   Group& g = w_.groups[gi];
   if (std::string e = core::check_collective_shape(call, static_cast<int>(g.members.size())); !e.empty())
     throw InternalError(e);
+  // Captured programs' collectives and reductions (docs/capture-format.md) run on the simulator only.
+  if (call.kind > core::CollectiveKind::broadcast || call.reduce > core::ReduceOp::avg)
+    throw InternalError(core::op_name(call) +
+                        ": the GPU backend runs all_gather, reduce_scatter, all_reduce "
+                        "and broadcast with sum or avg only");
   if (w_.options.record_collectives) {
     r_.collectives.push_back({call.kind, call.input.dtype, call.reduce, call.input.numel, call.output.numel,
                               static_cast<int>(g.members.size()), g.name});
@@ -243,6 +248,10 @@ void GpuRuntime::do_collective(core::CollectiveCall call) {
       case core::CollectiveKind::broadcast:
         SC_NCCL_CHECK(ncclBroadcast(in, out, call.output.numel, t, call.root, comm, s));
         break;
+      case core::CollectiveKind::reduce:
+      case core::CollectiveKind::all_to_all:
+      case core::CollectiveKind::barrier:
+        break;  // refused above
     }
     return;
   }

@@ -32,7 +32,12 @@ LocalCollective::Type local_type(core::DType t) {
     case core::DType::i64:
       return LocalCollective::bytes8;
     case core::DType::u8:
+    case core::DType::i8:
+    case core::DType::boolean:
       return LocalCollective::bytes1;
+    case core::DType::f16:
+    case core::DType::i16:
+      throw InternalError("the GPU backend's local collectives have no 16-bit element type but bf16");
   }
   return LocalCollective::bytes1;
 }

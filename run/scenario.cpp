@@ -4,6 +4,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
+
+#include "core/scenario/captured_program.hpp"
 #include "core/scenario/trace_program.hpp"
 #include "core/scenario/trace_scenario.hpp"
 #include "core/scenario/yaml_reader.hpp"
@@ -69,9 +72,43 @@ LoadedScenario from_training(core::TrainingScenario t) {
   return s;
 }
 
+static_assert(core::CaptureLimits::kMaxStreams <= sim::Options::kMaxStreamsPerRank);
+static_assert(core::CaptureLimits::kMaxRanks <= sim::Options::kMaxRanks);
+
+// A captured program (docs/capture-format.md): no expectation (clean is what it should be),
+// the schedule defaults of README's "Check your own PyTorch program", and a shadow-only run over
+// a simulated address space as large as a real GPU's.
+LoadedScenario from_capture(core::CapturedProgram c) {
+  auto owned = std::make_shared<const core::CapturedProgram>(std::move(c));
+  LoadedScenario s;
+  s.file = owned->dir;
+  s.name = std::filesystem::path(owned->dir).filename().string();
+  if (s.name.empty() || s.name == ".") s.name = "capture";
+  s.kind = "capture";
+  s.description = "a captured program: " + std::to_string(owned->world_size) + " ranks, " +
+                  std::to_string(owned->records()) + " records";
+  s.schedule.policy = "random";
+  s.schedule.seed = 1;
+  s.schedule.runs = kCaptureRuns;
+  s.options.ranks = owned->world_size;
+  s.options.allocator = sim::AllocatorModel::caching;
+  s.options.reuse = sim::Reuse::best_fit;
+  s.options.values = false;
+  s.options.max_device_bytes = core::CaptureLimits::kMaxDeviceBytes * owned->world_size;
+  const core::CapturedProgram* raw = owned.get();
+  s.factory = sim::plain([raw](core::Runtime& rt) { return core::run_captured_program(rt, *raw); });
+  s.keep = owned;
+  return s;
+}
+
 }  // namespace
 
 core::Expected<LoadedScenario> load_scenario(const std::string& path) {
+  if (core::is_capture_dir(path)) {  // a folder of rank-*.jsonl files; any other folder is refused below
+    auto c = core::load_captured_program(path);
+    if (!c) return c.error();
+    return from_capture(std::move(c).value());
+  }
   auto kind = peek_kind(path);
   if (!kind) return kind.error();
   if (*kind == "trace") {

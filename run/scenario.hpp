@@ -20,7 +20,7 @@ namespace shardcheck::run {
 struct LoadedScenario {
   std::string file;
   std::string name;
-  std::string kind;  // "trace" or "training"
+  std::string kind;  // "trace", "training" or "capture" (a captured program's folder)
   std::string description;
   core::Expectation expect;
   core::ScheduleSpec schedule;
@@ -31,8 +31,13 @@ struct LoadedScenario {
   int64_t bytes_per_run = 0;                // a trace's bytes touched per schedule (TraceLimits)
 };
 
-// Loads and validates a scenario; the error message is `file:line:column: message`.
+// Loads and validates a scenario; the error message is `file:line:column: message`. A folder of
+// rank-*.jsonl files is a captured program (docs/capture-format.md), whose errors read
+// `DIR/rank-R.jsonl:line: message`.
 core::Expected<LoadedScenario> load_scenario(const std::string& path);
+
+// Schedules explored of a captured program unless --runs says otherwise.
+inline constexpr int kCaptureRuns = 20;
 
 // Command-line overrides of a scenario's schedule.
 struct ScheduleOverrides {

@@ -105,7 +105,14 @@ std::string World::fingerprint(const core::CollectiveCall& c, const std::vector<
   if (c.kind == core::CollectiveKind::all_reduce || c.kind == core::CollectiveKind::reduce_scatter) {
     f += " " + std::string(core::to_string(c.reduce));
   }
-  if (c.kind == core::CollectiveKind::broadcast) f += " root " + std::to_string(c.root);
+  if (c.kind == core::CollectiveKind::barrier) {
+    f = "barrier on " + group + " [";
+    for (size_t i = 0; i < members.size(); ++i) f += (i ? "," : "") + std::to_string(members[i]);
+    return f + "]";
+  }
+  if (c.kind == core::CollectiveKind::reduce) f += " " + std::string(core::to_string(c.reduce));
+  if (c.kind == core::CollectiveKind::broadcast || c.kind == core::CollectiveKind::reduce)
+    f += " root " + std::to_string(c.root);
   f += " on " + group + " [";
   for (size_t i = 0; i < members.size(); ++i) f += (i ? "," : "") + std::to_string(members[i]);
   return f + "]";
@@ -145,7 +152,7 @@ void World::compare_instance(int group, const Instance& inst, int64_t k) {
     const OpInfo& info = op_info_[inst.members[m].op];
     d.ranks.push_back({info.rank, ranks_[info.rank]->streams[info.stream].name, inst.members[m].fingerprint,
                        inst.members[m].tag});
-    per_rank += "\n  rank " + std::to_string(info.rank) + ": " + names_[info.name] + "  [" +
+    per_rank += "\n  rank " + std::to_string(info.rank) + ": " + op_text(inst.members[m].op) + "  [" +
                 inst.members[m].fingerprint + "]";
     key_parts.push_back(inst.members[m].tag + "/" + inst.members[m].fingerprint);
   }
@@ -165,6 +172,11 @@ void World::compare_instance(int group, const Instance& inst, int64_t k) {
         f.summary + ":" + per_rank +
         "\nThe sizes agree, so nothing hangs: values are silently combined across different tensors. "
         "Issue the collectives in one order on every rank.";
+  }
+  if (sources_seen_) {
+    f.explanation +=
+        "\nIn PyTorch: every rank must call the same torch.distributed collectives on a process group in "
+        "the same order, with tensors of the same dtype and number of elements (and the same op and root).";
   }
   std::sort(key_parts.begin(), key_parts.end());
   key_parts.erase(std::unique(key_parts.begin(), key_parts.end()), key_parts.end());

@@ -35,7 +35,7 @@ struct CycleFinder : boost::default_dfs_visitor {
 std::string World::describe_head(int rank, int stream) {
   const Stream& s = ranks_[rank]->streams[stream];
   if (s.queue.empty()) return "(idle)";
-  return names_[op_info_[s.queue.front().id].name];
+  return op_text(s.queue.front().id);
 }
 
 void World::report_deadlock() {
@@ -65,8 +65,7 @@ void World::report_deadlock() {
       if (op.kind == OpKind::wait) {
         const Record& rec = records_[op.record];
         edge(self, participant(rec.rank, rec.stream),
-             names_[op_info_[rec.op].name] + " on stream '" + ranks_[rec.rank]->streams[rec.stream].name +
-                 "'");
+             op_text(rec.op) + " on stream '" + ranks_[rec.rank]->streams[rec.stream].name + "'");
       } else if (op.kind == OpKind::collective) {
         Group& grp = groups_[op.group];
         if (op.instance != grp.first) {
@@ -83,7 +82,7 @@ void World::report_deadlock() {
                        earlier.members[m].position) {
               edge(self, participant(peer, earlier.members[m].stream),
                    "collective #" + std::to_string(grp.first) + " of group '" + grp.name + "' (" +
-                       names_[op_info_[earlier.members[m].op].name] + " on rank " + std::to_string(peer) +
+                       op_text(earlier.members[m].op) + " on rank " + std::to_string(peer) +
                        "), which the communicator runs first");
             }
           }
@@ -101,7 +100,7 @@ void World::report_deadlock() {
             edge(self, participant(peer, inst.members[m].stream),
                  "rank " + std::to_string(peer) + "'s stream '" +
                      ranks_[peer]->streams[inst.members[m].stream].name + "' to reach " +
-                     names_[op_info_[inst.members[m].op].name]);
+                     op_text(inst.members[m].op));
           }
         }
       } else if (op.kind == OpKind::send || op.kind == OpKind::recv) {
@@ -116,7 +115,7 @@ void World::report_deadlock() {
         } else {
           edge(self, participant(peer, other.stream),
                "rank " + std::to_string(peer) + "'s stream '" + ranks_[peer]->streams[other.stream].name +
-                   "' to reach " + names_[op_info_[other.op].name]);
+                   "' to reach " + op_text(other.op));
         }
       }
     }
@@ -188,6 +187,12 @@ void World::report_deadlock() {
       (d.is_cycle ? "\nEach waits for the next and the last for the first. Issue collectives and p2p calls "
                     "in one order on every rank, or put them on separate streams."
                   : "");
+  if (sources_seen_) {
+    f.explanation +=
+        "\nIn PyTorch: issue torch.distributed collectives in the same order on every rank of a group, "
+        "and pair point-to-point calls so that every send meets a recv its peer has posted (for example "
+        "even ranks send first and odd ranks receive first, or post both with dist.batch_isend_irecv).";
+  }
   f.key = "deadlock" + key;
   f.detail = std::move(d);
   f.seed = options_.seed;

@@ -49,6 +49,7 @@ bool World::check_layouts(int group, const Instance& inst, int64_t k) {
   std::shared_ptr<const core::LogicalMap> names;
   for (size_t m = 0; m < inst.members.size(); ++m) {
     const core::TensorRef& in = inst.members[m].input;
+    if (in.buffer < 0) return false;  // a barrier among them: a mismatch, not a layout question
     const auto& map = lifetime_maps_[ranks_[g.members[m]]->buffers[in.buffer]];
     if (!map) return false;  // unannotated buffers are not checked
     names = map;

@@ -38,7 +38,7 @@ core::AccessSite World::site(int rank, const AccessRec& a, Access kind, uint64_t
   core::AccessSite s;
   s.rank = rank;
   s.stream = stream >= 0 ? ranks_[rank]->streams[stream].name : "host";
-  s.op = names_[info.name];
+  s.op = op_text(a.op);
   s.step = info.exec_step >= 0 ? info.exec_step : step_;
   s.op_id = a.op;
   s.buffer = names_[l.name];
@@ -170,6 +170,8 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
                   std::to_string(B.lifetime) + "), step " + std::to_string(B.step) +
                   "\n  missing: " + d.missing_edge + "\n  fixes:";
   for (const auto& fix : d.fixes) f.explanation += "\n    - " + fix;
+  if (op_info_[a->op].source != kNone || op_info_[b->op].source != kNone)
+    speak_python(rank, *a, *b, cur_kind, shares_bytes, d, f);
   // Same key = same bug: the same two operations on the same buffers, on other ranks, steps or
   // schedules. Names are kept whole (t0 and t1 are two races) but for a send's or recv's peer, and
   // the pair is oriented above, so both execution orders of one race share the key.
@@ -227,6 +229,97 @@ void World::report_held_reuse_races() {
     }
   }
   step_ = end_step;
+}
+
+}  // namespace shardcheck::sim
+
+namespace shardcheck::sim {
+
+void World::speak_python(int rank, const AccessRec& a, const AccessRec& b, Access b_kind, bool shares_bytes,
+                         core::RaceDetail& d, core::Finding& f) {
+  const auto& A = d.first;
+  const auto& B = d.second;
+  const auto comm = [&](uint32_t op) {
+    const OpKind k = op_info_[op].kind;
+    return k == OpKind::collective || k == OpKind::send || k == OpKind::recv;
+  };
+  const bool a_comm = comm(a.op), b_comm = comm(b.op);
+  const std::string sa = q(A.stream), sb = q(B.stream);
+  const std::string a_does = A.write ? "write" : "read";
+  const std::string where_b = source_of(b.op).empty() ? B.op : source_of(b.op);
+  const std::string r = "rank " + std::to_string(rank);
+  std::string handover;
+  if (d.reuse) {
+    const Lifetime& la = lifetimes_[a.lifetime];
+    const Lifetime& lb = lifetimes_[b.lifetime];
+    const std::string freed =
+        la.free_op != kNone && !source_of(la.free_op).empty() ? "freed at " + source_of(la.free_op) : "freed";
+    const std::string& alloc_b = lb.alloc_op != kNone ? source_of(lb.alloc_op) : A.buffer;
+    const std::string free_at = la.free_op != kNone && !source_of(la.free_op).empty()
+                                    ? "the free at " + source_of(la.free_op)
+                                    : "its free";
+    f.summary = r + ": the " + A.buffer + " is " + freed + " while " + A.op + " on stream " + sa +
+                " may still " + a_does + " it; its block " +
+                (shares_bytes ? "goes" : "can go, once its record_stream events complete,") +
+                " to the tensor allocated at " + alloc_b + ", which " + B.op + " on stream " + sb + " " +
+                access_verb(b_kind);
+    handover = "\n  handed over: " + freed + " by the host without waiting for stream " + sa +
+               "; the caching allocator gives its block to the next allocation from the pool of stream " +
+               q(ranks_[rank]->streams[la.stream].name) + ", the tensor allocated at " + alloc_b;
+    d.missing_edge = "nothing orders " + A.op + " before " + free_at +
+                     ": the host does not wait for stream " + sa +
+                     " (no work.wait(), wait_stream or synchronize) and no record_stream on " + sa +
+                     " holds the block back";
+    if (a_comm) {
+      d.fixes = {"call work.wait() on the work handle of " + A.op + " (or pass async_op=False) before " +
+                     free_at +
+                     ": the current stream then waits for the collective, and the block is not "
+                     "handed over before it is done",
+                 "keep a reference to the " + A.buffer + " until after work.wait(), so " + free_at +
+                     " does not free it while the collective still " + (A.write ? "writes" : "reads") + " it",
+                 "call tensor.record_stream(s) on it for the stream the collective runs on (" + sa +
+                     "; ProcessGroupNCCL does this itself unless TORCH_NCCL_AVOID_RECORD_STREAMS=1) before " +
+                     free_at};
+    } else {
+      d.fixes = {
+          "call tensor.record_stream(s) with s the stream " + sa + " on the " + A.buffer + " before " +
+              free_at + ", so the caching allocator does not reuse its block until the work queued on " + sa +
+              " is done",
+          "before " + free_at + ", make the current stream wait for " + sa +
+              ": torch.cuda.current_stream().wait_stream(s) with s the stream " + sa,
+          "keep a reference to the " + A.buffer + " until " + sa +
+              " is done with it (after a wait_stream or torch.cuda.synchronize()), so its block is not "
+              "freed early"};
+    }
+  } else {
+    f.summary = r + ": " + B.op + " on stream " + sb + " " + access_verb(b_kind) + " the " + B.buffer +
+                " while " + A.op + " on stream " + sa + " may still " + a_does + " it";
+    d.fixes.clear();
+    if (a_comm) {
+      d.fixes.push_back("call work.wait() on the work handle of " + A.op +
+                        " (or pass async_op=False) before " + where_b +
+                        ": the current stream then waits for the collective");
+    }
+    if (b_comm) {
+      d.fixes.push_back(sb + " is where the process group runs " + B.op +
+                        ": before issuing it, make the current stream wait for " + sa +
+                        " (torch.cuda.current_stream().wait_stream(s) with s the stream " + sa +
+                        "); the collective waits for the stream it is issued from");
+    } else if (!a_comm) {
+      d.fixes.push_back("before " + where_b + ", make stream " + sb + " wait for " + sa + ": " +
+                        "s.wait_stream(t) with s the stream " + sb + " and t the stream " + sa +
+                        " (torch.cuda.current_stream().wait_stream(t) where " + sb +
+                        " is the current stream)");
+      d.fixes.push_back("or record an event on " + sa + " after " + A.op +
+                        " (e = torch.cuda.Event(); e.record(t)) and call e.wait(s) before " + where_b);
+    }
+  }
+  f.explanation = f.summary + ".\n  first:  rank " + std::to_string(A.rank) + ", stream " + sa + ", " + A.op +
+                  " " + (A.write ? "writes" : "reads") + " the " + A.buffer + handover + "\n  second: rank " +
+                  std::to_string(B.rank) + ", stream " + sb + ", " + B.op + " " + access_verb(b_kind) +
+                  " the " + B.buffer + (d.reuse ? " (the same memory)" : "") +
+                  "\n  missing: " + d.missing_edge + "\n  fixes:";
+  for (const auto& fix : d.fixes) f.explanation += "\n    - " + fix;
 }
 
 }  // namespace shardcheck::sim

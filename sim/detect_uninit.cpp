@@ -21,7 +21,7 @@ Shadow::Ranges World::undefined_rel(int rank, const core::TensorRef& t) {
 }
 
 void World::set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel) {
-  if (!options_.detectors) return;
+  if (!options_.detectors || rel.empty()) return;
   const uint64_t a = address(rank, t);
   for (const auto& [x, y] : rel) ranks_[rank]->shadow.set_defined(a + x, a + y, false);
 }
@@ -32,7 +32,7 @@ void World::check_defined(int rank, uint32_t op, const core::TensorRef& t) {
   uint64_t bytes = 0;
   for (const auto& [x, y] : undef) bytes += y - x;
   const Lifetime& l = lifetimes_[ranks_[rank]->buffers[t.buffer]];
-  const std::string& opname = names_[op_info_[op].name];
+  const std::string opname = op_text(op);
   const std::string& bname = names_[l.name];
   core::Finding f;
   f.kind = core::FindingKind::uninitialized_read;
@@ -44,6 +44,15 @@ void World::check_defined(int rank, uint32_t op, const core::TensorRef& t) {
       ".\nThose bytes were not written in this lifetime of the buffer (a fresh allocation, or a "
       "layout gap or padding that nothing initializes); whatever they hold flows into the result.\n"
       "Fix: write the range before reading it, or read only the tensors' own elements.";
+  if (op_info_[op].source != kNone) {  // a captured program: in PyTorch terms
+    f.explanation =
+        f.summary +
+        ".\nThose bytes were never written since the tensor was allocated (torch.empty, new_empty, "
+        "an uninitialized output, or padding of a view), so whatever the block held before flows "
+        "into the result.\nFix: initialize it where it is allocated (torch.zeros instead of "
+        "torch.empty), or write every element before " +
+        opname + " reads it.";
+  }
   f.key = "uninit|" + opname + "|" + bname;
   core::ElementDetail d;
   d.tensor = bname;
@@ -109,6 +118,17 @@ Shadow::Ranges World::collective_undefined_rel(const core::CollectiveCall& c,
           break;
         case core::CollectiveKind::broadcast:
           if (static_cast<int>(src) == c.root) rel.emplace_back(x, y);
+          break;
+        case core::CollectiveKind::reduce:  // only the root's output is written
+          if (static_cast<int>(m) == c.root) rel.emplace_back(x, y);
+          break;
+        case core::CollectiveKind::all_to_all: {  // block m of src's input -> block src of m's
+          const uint64_t block = in_bytes / n;
+          const uint64_t lo = std::max<uint64_t>(x, m * block), hi = std::min<uint64_t>(y, (m + 1) * block);
+          if (lo < hi) rel.emplace_back(lo - m * block + src * block, hi - m * block + src * block);
+          break;
+        }
+        case core::CollectiveKind::barrier:
           break;
       }
     }

@@ -1,5 +1,6 @@
 // Executing stream operations: real bytes move and real arithmetic happens (kernels through
-// core's CPU reference, collectives in fixed rank order), and every access is recorded in the
+// core's CPU reference, collectives in fixed rank order; not in a shadow-only run, where
+// Options::values is false), and every access is recorded in the
 // rank's shadow, which the detectors read: its conflicts are races (detect_race.cpp) and its
 // definedness finds reads of never-written bytes (detect_uninit.cpp).
 #include <algorithm>
@@ -63,7 +64,7 @@ void World::touch_range(int rank, int stream, uint32_t op, uint32_t lifetime, ui
   const AccessRec cur{p, s.clock[p], op, lifetime};
   conflicts_.clear();
   ranges_.clear();
-  const bool poison = options_.reuse == Reuse::earliest;
+  const bool poison = options_.reuse == Reuse::earliest && options_.values;
   ranks_[rank]->shadow.access(a, b, cur, kind, s.clock, conflicts_, poison ? &ranges_ : nullptr);
   // reuse: earliest poisons a block when its new lifetime first writes it, in stream order:
   // a correctly ordered program never sees the poison; an operation of the old lifetime
@@ -87,6 +88,7 @@ void World::execute_kernel(int rank, int stream, Op& op) {
   for (const auto& in : k.reads) touch(rank, stream, op.id, in, Access::read);
   for (const auto& out : k.writes) touch(rank, stream, op.id, out, Access::write);
   set_kernel_outputs_undefined(rank, k, elems);
+  if (!options_.values) return;
   WorldMemory mem([&](const core::TensorRef& t) { return host_pointer(rank, t); });
   mem.cancel = core::CancelToken{options_.cancel};
   core::execute_cpu(k, mem);
@@ -106,17 +108,22 @@ void World::execute_collective(int rank, int stream) {
   // Definedness of the inputs, before in-place outputs overwrite them.
   std::vector<Shadow::Ranges> undef(n);
   for (size_t m = 0; m < n; ++m) undef[m] = undefined_rel(g.members[m], ops[m]->coll.input);
+  const auto& c = ops[0]->coll;
+  const bool data = options_.values && c.kind != core::CollectiveKind::barrier;
   std::vector<std::byte*> in(n), out(n);
   for (size_t m = 0; m < n; ++m) {
     touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll.input, Access::read);
+    if (!data) continue;
     in[m] = host_pointer(g.members[m], ops[m]->coll.input);
     out[m] = host_pointer(g.members[m], ops[m]->coll.output);
   }
-  const auto& c = ops[0]->coll;
-  // Outputs are touched before the data moves: a lifetime they begin is poisoned first.
-  for (size_t m = 0; m < n; ++m)
+  // Outputs are touched before the data moves: a lifetime they begin is poisoned first. A
+  // reduce writes only the root's output.
+  for (size_t m = 0; m < n; ++m) {
+    if (c.kind == core::CollectiveKind::reduce && static_cast<int>(m) != c.root) continue;
     touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll.output, Access::write);
-  core::execute_collective_cpu(c, in, out);
+  }
+  if (data) core::execute_collective_cpu(c, in, out);
   for (size_t m = 0; m < n; ++m) {
     set_undefined_rel(g.members[m], ops[m]->coll.output, collective_undefined_rel(c, undef, m));
   }
@@ -148,8 +155,10 @@ void World::execute_p2p(int rank, int stream) {
   const Shadow::Ranges undef = undefined_rel(from, s_op.p2p.buffer);
   touch(from, pair.first.stream, s_op.id, s_op.p2p.buffer, Access::read);
   touch(to, pair.second.stream, r_op.id, r_op.p2p.buffer, Access::write);
-  std::memmove(host_pointer(to, r_op.p2p.buffer), host_pointer(from, s_op.p2p.buffer),
-               s_op.p2p.buffer.bytes());
+  if (options_.values) {
+    std::memmove(host_pointer(to, r_op.p2p.buffer), host_pointer(from, s_op.p2p.buffer),
+                 s_op.p2p.buffer.bytes());
+  }
   set_undefined_rel(to, r_op.p2p.buffer, undef);
   VectorClock joined = ranks_[from]->streams[pair.first.stream].clock;
   joined.join(ranks_[to]->streams[pair.second.stream].clock);
@@ -166,19 +175,20 @@ void World::execute_p2p(int rank, int stream) {
 void World::execute_transfer(int rank, int stream, Op& op) {
   if (op.kind == OpKind::upload) {
     touch(rank, stream, op.id, op.ref, Access::write);
-    std::memcpy(host_pointer(rank, op.ref), op.data.data(), op.data.size());
+    if (options_.values) std::memcpy(host_pointer(rank, op.ref), op.data.data(), op.data.size());
     return;
   }
   if (options_.detectors) check_defined(rank, op.id, op.ref);
   touch(rank, stream, op.id, op.ref, Access::read);
-  std::memcpy(op.out.data(), host_pointer(rank, op.ref), op.out.size());
+  if (options_.values) std::memcpy(op.out.data(), host_pointer(rank, op.ref), op.out.size());
 }
 
 void World::execute_free(int rank, int stream, Op& op) {
   const Lifetime& l = lifetimes_[op.lifetime];
   if (options_.detectors)
     touch_range(rank, stream, op.id, op.lifetime, l.addr, l.addr + l.bytes, Access::free);
-  if (options_.reuse == Reuse::earliest) std::memset(ranks_[rank]->heap.bytes(l.addr), 0xff, l.bytes);
+  if (options_.reuse == Reuse::earliest && options_.values)
+    std::memset(ranks_[rank]->heap.bytes(l.addr), 0xff, l.bytes);
 }
 
 }  // namespace shardcheck::sim

@@ -6,9 +6,10 @@
 
 namespace shardcheck::sim {
 
-Heap::Heap(AllocatorModel model, Reuse reuse, int64_t* world_bytes, int64_t world_limit)
+Heap::Heap(AllocatorModel model, Reuse reuse, int64_t* world_bytes, int64_t world_limit, bool values)
     : world_bytes_(world_bytes),
       world_limit_(world_limit),
+      values_(values),
       pool_(model == AllocatorModel::caching,
             reuse == Reuse::earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit,
             [this](uint64_t size) { return new_segment(size); }) {}
@@ -20,9 +21,12 @@ uint64_t Heap::new_segment(uint64_t size) {
         " bytes would exceed the limit of " + std::to_string(world_limit_));
   }
   *world_bytes_ += static_cast<int64_t>(size);
-  Segment s{std::make_unique<std::byte[]>(size), size};
-  // Never-written device memory reads as NaN in every float dtype.
-  std::memset(s.data.get(), 0xff, size);
+  Segment s{nullptr, size};
+  if (values_) {
+    s.data = std::make_unique<std::byte[]>(size);
+    // Never-written device memory reads as NaN in every float dtype.
+    std::memset(s.data.get(), 0xff, size);
+  }
   const uint64_t base = next_addr_;
   segments_.emplace(base, std::move(s));
   next_addr_ += size + core::BlockPool::kRound;  // a guard gap: segments never look contiguous
@@ -34,6 +38,7 @@ std::byte* Heap::bytes(uint64_t addr) {
   if (it == segments_.begin()) throw std::logic_error("address outside simulated memory");
   --it;
   if (addr >= it->first + it->second.size) throw std::logic_error("address outside simulated memory");
+  if (!values_) throw std::logic_error("a shadow-only run has no bytes behind simulated memory");
   return it->second.data.get() + (addr - it->first);
 }
 

@@ -33,7 +33,8 @@ class Heap {
   using Legal = core::BlockPool::Legal;
   using Allocation = core::BlockPool::Allocation;
 
-  Heap(AllocatorModel model, Reuse reuse, int64_t* world_bytes, int64_t world_limit);
+  // values = false: segments are address ranges only, with no host bytes behind them.
+  Heap(AllocatorModel model, Reuse reuse, int64_t* world_bytes, int64_t world_limit, bool values = true);
 
   // A block of at least `bytes` for `stream`. Throws ResourceError past the memory limit.
   Allocation allocate(uint64_t bytes, int stream, const Legal& legal) {
@@ -51,6 +52,7 @@ class Heap {
 
   int64_t* world_bytes_;
   int64_t world_limit_;
+  bool values_;
   uint64_t next_addr_ = kBase;
   struct Segment {
     std::unique_ptr<std::byte[]> data;

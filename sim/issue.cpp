@@ -112,6 +112,7 @@ uint32_t World::new_op(int rank, int stream, OpKind kind, std::string name) {
   info.kind = kind;
   info.name = intern(std::move(name));
   info.issue_step = step_;
+  info.source = ranks_[rank]->source;
   op_info_.push_back(info);
   const uint32_t id = static_cast<uint32_t>(op_info_.size() - 1);
   digest_ = core::mix64(digest_ ^ (static_cast<uint64_t>(step_) << 20) ^ (static_cast<uint64_t>(rank) << 4) ^
@@ -205,10 +206,10 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
     if (!options_.detectors) return;
     for (const Block* b : held) {
       if (taken_size != 0 && b->size > taken_size) continue;
-      if (std::find(held_taken_.begin(), held_taken_.end(), b->free_op) != held_taken_.end()) continue;
+      if (held_taken_.count(b->free_op)) continue;
       const auto it = freed_lifetime_.find(b->free_op);
       if (it == freed_lifetime_.end()) continue;
-      held_taken_.push_back(b->free_op);
+      held_taken_.insert(b->free_op);
       could.push_back({rank, it->second, b->pending, {}});
     }
   };
@@ -325,8 +326,10 @@ void World::collective(int rank, core::CollectiveCall call) {
       !e.empty()) {
     throw InternalError(e);
   }
-  check_ref(rank, call.input, "collective input");
-  check_ref(rank, call.output, "collective output");
+  if (call.kind != core::CollectiveKind::barrier) {  // a barrier's references are empty
+    check_ref(rank, call.input, "collective input");
+    check_ref(rank, call.output, "collective output");
+  }
   if (call.stream < 0 || call.stream >= num_streams(rank))
     throw InternalError("collective on an unknown stream");
   const int mi = group.index_of(rank);

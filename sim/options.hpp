@@ -45,6 +45,11 @@ struct Options {
   bool record_trace = false;                    // keep every event for a Chrome trace
   int64_t max_steps = 200'000'000;              // a bound on the scheduler loop
   int64_t max_device_bytes = int64_t{4} << 30;  // simulated memory across all ranks
+  // false: a shadow-only run. No host byte stands behind simulated device memory, and kernels,
+  // collectives, transfers and poisoning move no data; scheduling, the shadow state and every
+  // detector work as before (races, reuse, definedness and collective order need no values).
+  // Captured programs (gigabytes of tensors per rank) run this way; World::read is unavailable.
+  bool values = true;
   // Polled between runs and every few thousand steps of one: once it reads true, the run
   // stops early (RunResult::cancelled) and exploration ends. A signal handler sets it, so
   // this is an atomic and never anything a handler could not touch.

@@ -22,6 +22,8 @@ class SimRuntime final : public core::Runtime {
   void annotate(core::BufferId b, std::shared_ptr<const core::LogicalMap> map) override {
     world_.annotate(rank_, b, std::move(map));
   }
+  uint32_t define_source(std::string_view text) override { return world_.intern(std::string(text)); }
+  void set_source(uint32_t id) override { world_.set_source(rank_, id); }
   bool host_may_continue() override { return false; }
   void park(std::coroutine_handle<> h) override;
 

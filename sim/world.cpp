@@ -50,7 +50,7 @@ World::World(Options options) : options_(options), rng_(core::Rng(options.seed).
   participants_ = options_.ranks * (kDenseStride + kExtraStride);
   for (int r = 0; r < options_.ranks; ++r) {
     ranks_.push_back(std::make_unique<Rank>(options_.allocator, options_.reuse, &device_bytes_,
-                                            options_.max_device_bytes));
+                                            options_.max_device_bytes, options_.values));
     ranks_.back()->host.clock = VectorClock(dense_participants());
     ranks_.back()->host.versions.push_back(ranks_.back()->host.clock);
     runtimes_.push_back(std::make_unique<SimRuntime>(*this, r));
@@ -76,6 +76,27 @@ uint32_t World::intern(std::string s) {
   name_ids_.emplace(s, id);
   names_.push_back(std::move(s));
   return id;
+}
+
+void World::set_source(int rank, uint32_t id) {
+  if (id != kNone && id >= names_.size()) throw InternalError("set_source of an unknown source");
+  ranks_.at(rank)->source = id;
+  sources_seen_ |= id != kNone;
+}
+
+const std::string& World::source_of(uint32_t op) const {
+  const uint32_t s = op_info_[op].source;
+  return names_[s == kNone ? 0 : s];
+}
+
+std::string World::op_text(uint32_t op) const {
+  const OpInfo& info = op_info_[op];
+  const std::string& name = names_[info.name];
+  if (info.source == kNone) return name;
+  // "kernel 'aten::add_'" -> "aten::add_": a captured operator is named by itself.
+  const std::string what =
+      name.rfind("kernel '", 0) == 0 && name.size() > 9 ? name.substr(8, name.size() - 9) : name;
+  return what + " at " + names_[info.source];
 }
 
 std::span<const std::byte> World::read(int rank, core::BufferId buffer) {

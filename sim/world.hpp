@@ -19,6 +19,7 @@
 #include <tuple>
 #include <unordered_map>
 #include <utility>
+#include <unordered_set>
 #include <vector>
 
 #include "core/base/rng.hpp"
@@ -58,6 +59,9 @@ struct OpInfo {
   int64_t issue_step = 0;
   int64_t exec_step = -1;
   uint32_t epoch = 0;  // the executing stream's clock component (stream ops)
+  // Where the user's program issued it (Runtime::set_source): an interned "file:line (op)"
+  // of a captured program; kNone for every other program. Findings speak Python with it.
+  uint32_t source = kNone;
 };
 
 // One allocation: a buffer's lifetime on a block of device memory.
@@ -234,6 +238,16 @@ class World {
   static constexpr int kDenseStride = 1 + kDenseStreams;
   static constexpr int kExtraStride = Options::kMaxStreamsPerRank - kDenseStreams;
   int dense_participants() const { return ranks() * kDenseStride; }
+  void set_source(int rank, uint32_t id);
+  // The source of op `op`, or "" when it has none.
+  const std::string& source_of(uint32_t op) const;
+  // How findings name op `op`: its name ("kernel 'fc1.forward'"), or, with a source, the
+  // operator and its Python line ("aten::add_ at train.py:40", "reduce_scatter 'grad' at ...").
+  std::string op_text(uint32_t op) const;
+  // A race of a captured program, in PyTorch terms: the summary, explanation and fixes name
+  // Python lines, and a reuse race the free and the allocation that handed the block over.
+  void speak_python(int rank, const AccessRec& a, const AccessRec& b, Access b_kind, bool shares_bytes,
+                    core::RaceDetail& d, core::Finding& f);
   int participant(int rank, int stream) const {
     if (stream < kDenseStreams) return rank * kDenseStride + 1 + stream;
     return dense_participants() + rank * kExtraStride + (stream - kDenseStreams);
@@ -282,11 +296,13 @@ class World {
   };
   std::map<uint32_t, std::vector<HeldReuse>> held_reuses_;  // by the new lifetime
   std::unordered_map<uint64_t, uint32_t> freed_lifetime_;   // free op -> the lifetime it ended
-  std::vector<uint64_t> held_taken_;                        // free ops whose block got a HeldReuse
+  // Free ops whose block got a HeldReuse: a set, as a captured program frees 10^5 such blocks.
+  std::unordered_set<uint64_t> held_taken_;
   Shadow::Ranges ranges_;
   int participants_ = 0;
   bool mismatch_seen_ = false;
   std::map<int, size_t> cascade_roots_;  // group -> its first divergent collective in findings_
+  bool sources_seen_ = false;  // a captured program named its operations' Python lines
 };
 
 }  // namespace shardcheck::sim

@@ -61,7 +61,9 @@ struct World::Rank {
     uint32_t op = 0;     // the wait
   };
   std::vector<EarlyWait> early_waits;
-  Rank(AllocatorModel m, Reuse r, int64_t* bytes, int64_t limit) : heap(m, r, bytes, limit) {}
+  uint32_t source = kNone;  // Runtime::set_source: the source of the operations issued next
+  Rank(AllocatorModel m, Reuse r, int64_t* bytes, int64_t limit, bool values)
+      : heap(m, r, bytes, limit, values) {}
 };
 
 struct World::Record {

@@ -83,6 +83,9 @@ double bus_factor(core::CollectiveKind k, int n) {
     case core::CollectiveKind::reduce_scatter:
       return static_cast<double>(n - 1) / n;
     case core::CollectiveKind::broadcast:
+    case core::CollectiveKind::reduce:
+    case core::CollectiveKind::all_to_all:
+    case core::CollectiveKind::barrier:
       return 1.0;
   }
   return 1.0;
@@ -149,6 +152,10 @@ double time_alone(const gpu::CollectiveSample& c) {
         case core::CollectiveKind::broadcast:
           SC_NCCL_CHECK(ncclBroadcast(in[d], out[d], c.out_numel, t, 0, comm, s));
           break;
+        case core::CollectiveKind::reduce:
+        case core::CollectiveKind::all_to_all:
+        case core::CollectiveKind::barrier:
+          break;  // not measured
       }
     }
     SC_NCCL_CHECK(ncclGroupEnd());

@@ -10,7 +10,10 @@
 
 namespace shardcheck::core {
 
-enum class DType : uint8_t { f32, bf16, f64, i32, i64, u8 };
+// f16, i8, i16 and boolean name the element types of captured programs (docs/capture-format.md),
+// which run without values: their collectives are compared and their bytes tracked, and the CPU
+// reference keeps them as plain integers (f16 as its bit pattern's magnitude is not modelled).
+enum class DType : uint8_t { f32, bf16, f64, i32, i64, u8, f16, i8, i16, boolean };
 
 constexpr int64_t dtype_bytes(DType t) {
   switch (t) {
@@ -25,6 +28,14 @@ constexpr int64_t dtype_bytes(DType t) {
     case DType::i64:
       return 8;
     case DType::u8:
+      return 1;
+    case DType::f16:
+      return 2;
+    case DType::i8:
+      return 1;
+    case DType::i16:
+      return 2;
+    case DType::boolean:
       return 1;
   }
   return 1;
@@ -44,13 +55,23 @@ constexpr std::string_view to_string(DType t) {
       return "i64";
     case DType::u8:
       return "u8";
+    case DType::f16:
+      return "f16";
+    case DType::i8:
+      return "i8";
+    case DType::i16:
+      return "i16";
+    case DType::boolean:
+      return "bool";
   }
   return "?";
 }
 
 std::optional<DType> parse_dtype(std::string_view s);  // "f32", "fp32", "bf16", ...
 
-constexpr bool is_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f64; }
+constexpr bool is_float(DType t) {
+  return t == DType::f32 || t == DType::bf16 || t == DType::f64 || t == DType::f16;
+}
 
 // fp32 -> bf16, round to nearest even; NaN stays a (quiet) NaN.
 constexpr uint16_t to_bf16(float f) {

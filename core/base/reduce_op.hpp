@@ -1,4 +1,5 @@
-// How a reduction combines its members: the element-wise sum, or the mean (sum / members).
+// How a reduction combines its members: the element-wise sum, the mean (sum / members), the
+// product, the minimum or the maximum.
 // Shared by the runtime's collectives and by Partial placements, so it lives below both.
 #pragma once
 
@@ -7,7 +8,22 @@
 
 namespace shardcheck::core {
 
-enum class ReduceOp : uint8_t { sum, avg };
-constexpr std::string_view to_string(ReduceOp op) { return op == ReduceOp::sum ? "sum" : "avg"; }
+// product, min and max come from captured programs (docs/capture-format.md).
+enum class ReduceOp : uint8_t { sum, avg, product, min, max };
+constexpr std::string_view to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::avg:
+      return "avg";
+    case ReduceOp::product:
+      return "product";
+    case ReduceOp::min:
+      return "min";
+    case ReduceOp::max:
+      return "max";
+  }
+  return "?";
+}
 
 }  // namespace shardcheck::core

@@ -1,4 +1,4 @@
-// CPU collectives: all_gather, reduce_scatter, all_reduce (sum, avg), broadcast.
+// CPU collectives: all_gather, reduce_scatter, all_reduce, broadcast, reduce, all_to_all, barrier.
 #include "core/runtime/collectives_cpu.hpp"
 
 #include <cstring>
@@ -15,7 +15,24 @@ void reduce_into(std::span<std::byte* const> inputs, DType t, int64_t first, int
   const auto members = static_cast<C>(inputs.size());
   for (int64_t i = 0; i < count; ++i) {
     C acc = static_cast<C>(load_element(inputs[0], t, first + i));
-    for (size_t m = 1; m < inputs.size(); ++m) acc += static_cast<C>(load_element(inputs[m], t, first + i));
+    for (size_t m = 1; m < inputs.size(); ++m) {
+      const C v = static_cast<C>(load_element(inputs[m], t, first + i));
+      switch (op) {
+        case ReduceOp::sum:
+        case ReduceOp::avg:
+          acc += v;
+          break;
+        case ReduceOp::product:
+          acc *= v;
+          break;
+        case ReduceOp::min:
+          acc = v < acc ? v : acc;
+          break;
+        case ReduceOp::max:
+          acc = v > acc ? v : acc;
+          break;
+      }
+    }
     if (op == ReduceOp::avg) acc = acc / members;
     store_element(dst, t, i, static_cast<double>(acc));
   }
@@ -40,7 +57,8 @@ void reduce_f32(std::span<std::byte* const> inputs, int64_t first, int64_t count
 
 void reduce_range(std::span<std::byte* const> inputs, DType t, int64_t first, int64_t count, ReduceOp op,
                   std::byte* dst) {
-  if (t == DType::f32) return reduce_f32(inputs, first, count, op, dst);
+  if (t == DType::f32 && (op == ReduceOp::sum || op == ReduceOp::avg))
+    return reduce_f32(inputs, first, count, op, dst);
   // Integer and byte buffers reduce in double too; only their sums are meaningful.
   if (t == DType::f32 || t == DType::bf16) {
     reduce_into<float>(inputs, t, first, count, op, dst);
@@ -88,6 +106,26 @@ void execute_collective_cpu(const CollectiveCall& c, std::span<std::byte* const>
       for (int m = 0; m < members; ++m) std::memcpy(outputs[m], src.data(), src.size());
       return;
     }
+    case CollectiveKind::reduce: {
+      std::vector<std::byte> result(out_n * esize);
+      reduce_range(inputs, t, 0, out_n, c.reduce, result.data());
+      std::memcpy(outputs[c.root], result.data(), result.size());
+      return;
+    }
+    case CollectiveKind::all_to_all: {
+      // Block j of member i's input goes to block i of member j's output; copied out first, as
+      // input and output may be the same range.
+      const int64_t block = in_n / members * esize;
+      std::vector<std::byte> all(static_cast<size_t>(members * in_n * esize));
+      for (int m = 0; m < members; ++m) std::memcpy(all.data() + m * in_n * esize, inputs[m], in_n * esize);
+      for (int i = 0; i < members; ++i) {
+        for (int j = 0; j < members; ++j)
+          std::memcpy(outputs[j] + i * block, all.data() + i * in_n * esize + j * block, block);
+      }
+      return;
+    }
+    case CollectiveKind::barrier:
+      return;
   }
 }
 

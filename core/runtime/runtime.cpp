@@ -14,6 +14,12 @@ std::string_view to_string(CollectiveKind k) {
       return "all_reduce";
     case CollectiveKind::broadcast:
       return "broadcast";
+    case CollectiveKind::reduce:
+      return "reduce";
+    case CollectiveKind::all_to_all:
+      return "all_to_all";
+    case CollectiveKind::barrier:
+      return "barrier";
   }
   return "?";
 }
@@ -98,10 +104,19 @@ std::string check_collective_shape(const CollectiveCall& c, int members) {
       break;
     case CollectiveKind::all_reduce:
     case CollectiveKind::broadcast:
+    case CollectiveKind::reduce:
       if (in != out) return what + ": input and output must have the same length";
       break;
+    case CollectiveKind::all_to_all:
+      if (in != out) return what + ": input and output must have the same length";
+      if (in % members != 0) return what + ": its length must be a multiple of the group size";
+      break;
+    case CollectiveKind::barrier:
+      if (in != 0 || out != 0) return what + ": a barrier moves no data";
+      break;
   }
-  if (c.kind == CollectiveKind::broadcast && (c.root < 0 || c.root >= members)) {
+  if ((c.kind == CollectiveKind::broadcast || c.kind == CollectiveKind::reduce) &&
+      (c.root < 0 || c.root >= members)) {
     return what + ": root is not a group rank";
   }
   return "";

@@ -30,12 +30,24 @@
 
 namespace shardcheck::core {
 
-enum class CollectiveKind : uint8_t { all_gather, reduce_scatter, all_reduce, broadcast };
+// reduce, all_to_all and barrier come from captured programs (docs/capture-format.md).
+enum class CollectiveKind : uint8_t {
+  all_gather,
+  reduce_scatter,
+  all_reduce,
+  broadcast,
+  reduce,
+  all_to_all,
+  barrier
+};
 std::string_view to_string(CollectiveKind k);
 
 // A collective on a process group. Sizes follow NCCL: all_gather output = input * members,
-// reduce_scatter input = output * members, all_reduce and broadcast input = output (in place
-// when input and output are the same range). Members contribute in group-rank order.
+// reduce_scatter input = output * members, all_reduce, broadcast, reduce and all_to_all input =
+// output (in place when input and output are the same range; reduce writes only the root's
+// output; all_to_all sends block j of member i's input to block i of member j's output). A
+// barrier moves no data: its input and output are empty references. Members contribute in
+// group-rank order.
 struct CollectiveCall {
   CollectiveKind kind = CollectiveKind::all_reduce;
   GroupId group = -1;
@@ -43,7 +55,7 @@ struct CollectiveCall {
   TensorRef input;
   TensorRef output;
   ReduceOp reduce = ReduceOp::sum;
-  int root = 0;     // broadcast: group rank of the source
+  int root = 0;     // broadcast: group rank of the source; reduce: of the destination
   std::string tag;  // logical name ("grad:group0"); equal fingerprints, different tags = swap
 };
 
@@ -110,6 +122,15 @@ class Runtime {
   // Says which logical parameter elements a buffer holds (see logical_map.hpp). The
   // simulator checks reductions with it; other backends ignore it.
   virtual void annotate(BufferId, std::shared_ptr<const LogicalMap>) {}
+
+  // Where in the user's program the operations issued next come from, for findings: a
+  // captured program (docs/capture-format.md) names each record's Python line and operator,
+  // "train.py:31 (aten::add_)". define_source returns a handle for the text (define each text
+  // once per run); set_source(h) applies to every operation issued until the next call, and
+  // kNoSource clears it. Backends that do not report ignore both.
+  static constexpr uint32_t kNoSource = 0xffffffffu;
+  virtual uint32_t define_source(std::string_view) { return kNoSource; }
+  virtual void set_source(uint32_t) {}
 
   // --- the backend's side of Issued<> ---
   // True when the host may continue at once (no scheduling point, no pending wait).

@@ -48,7 +48,16 @@ C load(const std::byte* base, DType t, int64_t i) {
       return static_cast<C>(v);
     }
     case DType::u8:
+    case DType::boolean:
       return static_cast<C>(static_cast<uint8_t>(base[i]));
+    case DType::i8:
+      return static_cast<C>(static_cast<int8_t>(base[i]));
+    case DType::i16:
+    case DType::f16: {  // f16 values are not modelled (captured programs run without values)
+      int16_t v;
+      std::memcpy(&v, base + 2 * i, 2);
+      return static_cast<C>(v);
+    }
   }
   return C{};
 }
@@ -84,6 +93,16 @@ void store(std::byte* base, DType t, int64_t i, C v) {
     case DType::u8:
       base[i] = static_cast<std::byte>(static_cast<uint8_t>(v));
       return;
+    case DType::boolean:
+    case DType::i8:
+      base[i] = static_cast<std::byte>(static_cast<uint8_t>(static_cast<int64_t>(v)));
+      return;
+    case DType::i16:
+    case DType::f16: {
+      int16_t x = static_cast<int16_t>(v);
+      std::memcpy(base + 2 * i, &x, 2);
+      return;
+    }
   }
 }
 

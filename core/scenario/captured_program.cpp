@@ -1,0 +1,803 @@
+// Loading a capture folder (docs/capture-format.md): every rank's header first, so that the
+// folder's shape is checked before any body is read, then each file streamed line by line
+// into its rank's compact records. Every refusal names the file and line.
+#include "core/scenario/captured_program.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <unordered_map>
+
+#include "core/base/text.hpp"
+#include "core/scenario/json_line.hpp"
+
+namespace shardcheck::core {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Type = JsonLine::Type;
+using Value = JsonLine::Value;
+
+constexpr size_t kMaxNameBytes = 4096;
+
+struct Refusal {
+  int64_t line;
+  std::string what;
+};
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using Interned = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+int32_t intern(Interned& ids, std::vector<std::string>& table, std::string_view s) {
+  auto it = ids.find(s);
+  if (it != ids.end()) return it->second;
+  const auto id = static_cast<int32_t>(table.size());
+  table.emplace_back(s);
+  ids.emplace(std::string(s), id);
+  return id;
+}
+
+// "rank-12.jsonl" -> 12; -1 for any other name.
+int rank_of_file(const std::string& name) {
+  constexpr std::string_view prefix = "rank-", suffix = ".jsonl";
+  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return -1;
+  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (digits.empty() || digits.size() > 6 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stoi(digits);
+}
+
+std::string kind_list() {
+  return "site, stream, group, alloc, free, op, record_stream, event_record, event_wait, event_sync, "
+         "stream_sync, device_sync, coll, send, recv, end";
+}
+
+std::string ranks_text(const std::vector<int>& r) {
+  std::string s = "[";
+  for (size_t i = 0; i < r.size(); ++i) s += (i ? ", " : "") + std::to_string(r[i]);
+  return s + "]";
+}
+
+// Reads the lines of one file, counting them for messages.
+class Lines {
+ public:
+  explicit Lines(const std::string& path) : in_(path, std::ios::binary) {}
+  bool ok() const { return static_cast<bool>(in_); }
+  // False at the end of the file.
+  bool next(std::string& line) {
+    line.clear();
+    if (!std::getline(in_, line)) return false;
+    ++number_;
+    return true;
+  }
+  int64_t number() const { return number_; }
+
+ private:
+  std::ifstream in_;
+  int64_t number_ = 0;
+};
+
+struct Header {
+  int rank = 0;
+  int world_size = 0;
+};
+
+// The checks on one parsed line: a field's presence and type, with the record's line.
+class Fields {
+ public:
+  Fields(const JsonLine& j, int64_t line, std::string_view kind) : j_(j), line_(line), kind_(kind) {}
+  [[noreturn]] void fail(const std::string& what) const { throw Refusal{line_, what}; }
+  const Value& need(std::string_view key, Type t) const {
+    const Value* v = j_.find(key);
+    if (!v) fail(std::string(kind_) + " record without its field '" + std::string(key) + "'");
+    if (v->type != t) {
+      fail("field '" + std::string(key) + "' of " + std::string(kind_) + " must be " +
+           std::string(JsonLine::type_name(t)) + ", not " + std::string(JsonLine::type_name(v->type)));
+    }
+    return *v;
+  }
+  int64_t integer(std::string_view key, int64_t lo, int64_t hi) const {
+    const int64_t x = need(key, Type::integer).i;
+    if (x < lo || x > hi) {
+      fail("field '" + std::string(key) + "' of " + std::string(kind_) + " is " + std::to_string(x) +
+           ", outside " + std::to_string(lo) + ".." + std::to_string(hi));
+    }
+    return x;
+  }
+  // Names, files and functions end up in findings printed on a terminal: no control characters
+  // (even written as JSON escapes), and at most kMaxNameBytes.
+  std::string_view str(std::string_view key) const {
+    const std::string_view s = need(key, Type::string).s;
+    if (s.size() > kMaxNameBytes) {
+      fail("field '" + std::string(key) + "' of " + std::string(kind_) + " is longer than " +
+           std::to_string(kMaxNameBytes) + " bytes");
+    }
+    for (size_t i = 0; i < s.size();) {
+      const Utf8Sequence u = utf8_sequence_at(s, i);
+      if (is_control(u.code_point)) {
+        fail("field '" + std::string(key) + "' of " + std::string(kind_) + " holds a control character");
+      }
+      i += u.length;
+    }
+    return s;
+  }
+  bool flag(std::string_view key) const {
+    const Value* v = j_.find(key);
+    if (!v) return false;
+    return need(key, Type::boolean).b;
+  }
+  bool has(std::string_view key) const { return j_.find(key) != nullptr; }
+  const JsonLine& json() const { return j_; }
+
+ private:
+  const JsonLine& j_;
+  int64_t line_;
+  std::string_view kind_;
+};
+
+class RankLoader {
+ public:
+  RankLoader(CapturedProgram& p, CapturedRank& r, int rank, Interned& strings, Interned& sources,
+             std::map<std::string, std::pair<int32_t, std::string>>& group_where)
+      : p_(p), r_(r), rank_(rank), strings_(strings), sources_(sources), group_where_(group_where) {}
+
+  void load(Lines& lines, int64_t* total_records, int64_t* total_ranges) {
+    ranges_total_ = total_ranges;
+    std::string line;
+    lines.next(line);  // the header, read already
+    bool ended = false;
+    while (lines.next(line)) {
+      line_ = lines.number();
+      if (ended) throw Refusal{line_, "a line after the end record"};
+      if (line.size() > CaptureLimits::kMaxLineBytes) {
+        throw Refusal{line_, "a line of " + std::to_string(line.size()) + " bytes, past the limit of " +
+                                 std::to_string(CaptureLimits::kMaxLineBytes)};
+      }
+      if (line.empty() || line == "\r") throw Refusal{line_, "a blank line (every line is one JSON object)"};
+      if (std::string e = j_.parse(line); !e.empty()) throw Refusal{line_, e};
+      const Value* k = j_.find("k");
+      if (!k) throw Refusal{line_, "a record without 'k', its kind"};
+      if (k->type != Type::string) throw Refusal{line_, "field 'k' must be a string"};
+      if (k->s == "end") {
+        Fields f(j_, line_, "end");
+        const int64_t n = f.integer("records", 0, INT64_MAX);
+        if (n != records_) {
+          f.fail("the end record counts " + std::to_string(n) + " records but the file holds " +
+                 std::to_string(records_) + " (truncated or corrupt)");
+        }
+        ended = true;
+        continue;
+      }
+      ++records_;
+      if (records_ > CaptureLimits::kMaxRecordsPerRank) {
+        throw Refusal{line_, "more than " + std::to_string(CaptureLimits::kMaxRecordsPerRank) +
+                                 " records for one rank (README, \"Limits\")"};
+      }
+      if (++*total_records > CaptureLimits::kMaxRecords) {
+        throw Refusal{line_, "more than " + std::to_string(CaptureLimits::kMaxRecords) +
+                                 " records summed over the ranks (README, \"Limits\")"};
+      }
+      record(k->s);
+    }
+    if (!ended) {
+      throw Refusal{
+          std::max<int64_t>(lines.number(), 1),
+          "the file ends without its end record (truncated: the capture did not finish writing it)"};
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const { throw Refusal{line_, what}; }
+
+  int32_t stream_ref(const Fields& f, std::string_view key = "stream") const {
+    const int64_t s = f.integer(key, 0, INT32_MAX);
+    if (s >= static_cast<int64_t>(r_.streams.size()))
+      f.fail("stream " + std::to_string(s) + " is used before its stream record defines it");
+    return static_cast<int32_t>(s);
+  }
+  int32_t site_ref(const Fields& f) const {
+    const int64_t s = f.integer("at", 0, INT32_MAX);
+    if (s >= static_cast<int64_t>(sites_.size()))
+      f.fail("site " + std::to_string(s) + " is used before its site record defines it");
+    return sites_[static_cast<size_t>(s)];
+  }
+  int32_t buffer_ref(const Fields& f, int64_t b, const char* use) const {
+    if (b < 0 || b >= static_cast<int64_t>(sizes_.size()))
+      f.fail(std::string(use) + " of buffer " + std::to_string(b) + ", which no alloc record has defined");
+    if (!live_[static_cast<size_t>(b)])
+      f.fail(std::string(use) + " of buffer " + std::to_string(b) + " after it was freed");
+    return static_cast<int32_t>(b);
+  }
+  int32_t event_ref(const Fields& f) {
+    const int64_t e = f.integer("event", 0, CaptureLimits::kMaxIds - 1);
+    r_.events = std::max(r_.events, static_cast<int32_t>(e + 1));
+    return static_cast<int32_t>(e);
+  }
+  int32_t group_ref(const Fields& f) const {
+    const int64_t g = f.integer("group", 0, INT32_MAX);
+    if (g >= static_cast<int64_t>(r_.groups.size()))
+      f.fail("group " + std::to_string(g) + " is used before its group record defines it");
+    const CapturedGroup& group = p_.groups[static_cast<size_t>(r_.groups[static_cast<size_t>(g)])];
+    if (!std::binary_search(group.ranks.begin(), group.ranks.end(), rank_))
+      f.fail("rank " + std::to_string(rank_) + " uses group '" + group.name +
+             "', which it is not a member of");
+    return static_cast<int32_t>(g);
+  }
+  CapturedRange range(const Fields& f, const Value& v, std::string_view key) const {
+    if (v.type != Type::array || v.count != 3)
+      f.fail("a range in '" + std::string(key) + "' must be [buf, offset, bytes]");
+    int64_t x[3];
+    for (uint32_t i = 0; i < 3; ++i) {
+      const Value& e = f.json().element(v, i);
+      if (e.type != Type::integer)
+        f.fail("a range in '" + std::string(key) + "' must be [buf, offset, bytes] of integers");
+      x[i] = e.i;
+    }
+    const int32_t b = buffer_ref(f, x[0], "a range");
+    const int64_t size = sizes_[static_cast<size_t>(b)];
+    if (x[1] < 0 || x[2] < 0 || x[1] > size || x[2] > size - x[1]) {
+      f.fail("the range [" + std::to_string(x[0]) + ", " + std::to_string(x[1]) + ", " +
+             std::to_string(x[2]) + "] in '" + std::string(key) + "' reaches outside buffer " +
+             std::to_string(x[0]) + " of " + std::to_string(size) + " bytes");
+    }
+    return {x[1], x[2], b};
+  }
+  DType dtype(const Fields& f) const {
+    const std::string_view s = f.str("dtype");
+    static constexpr std::pair<std::string_view, DType> kNames[] = {
+        {"f32", DType::f32}, {"f16", DType::f16},     {"bf16", DType::bf16}, {"f64", DType::f64},
+        {"i8", DType::i8},   {"u8", DType::u8},       {"i16", DType::i16},   {"i32", DType::i32},
+        {"i64", DType::i64}, {"bool", DType::boolean}};
+    for (const auto& [n, t] : kNames) {
+      if (n == s) return t;
+    }
+    f.fail("unknown dtype '" + std::string(s) +
+           "' (expected f32, f16, bf16, f64, i8, u8, i16, i32, i64 or bool)");
+  }
+  int32_t name(const Fields& f, std::string_view key = "name") {
+    return intern(strings_, p_.strings, f.str(key));
+  }
+
+  void count_ranges(const Fields& f, int64_t n) const {
+    *ranges_total_ += n;
+    if (*ranges_total_ > CaptureLimits::kMaxRanges) {
+      f.fail("more than " + std::to_string(CaptureLimits::kMaxRanges) +
+             " byte ranges summed over the ranks (README, \"Limits\")");
+    }
+  }
+
+  void define_dense(const Fields& f, const char* what, size_t defined) const {
+    const int64_t id = f.integer("id", 0, CaptureLimits::kMaxIds - 1);
+    if (id < static_cast<int64_t>(defined))
+      f.fail(std::string(what) + " " + std::to_string(id) + " is defined twice");
+    if (id > static_cast<int64_t>(defined)) {
+      f.fail(std::string(what) + " " + std::to_string(id) + " is defined before " + what + " " +
+             std::to_string(defined) + " (ids are dense and defined in order)");
+    }
+  }
+
+  void record(std::string_view k) {
+    CapturedRecord rec;
+    if (k == "site") {
+      Fields f(j_, line_, "site");
+      define_dense(f, "site", sites_.size());
+      const std::string_view file = f.str("file");
+      const int64_t line = f.integer("line", 0, INT32_MAX);
+      f.str("func");
+      sites_.push_back(intern(sources_, p_.sources, std::string(file) + ":" + std::to_string(line)));
+      return;
+    }
+    if (k == "stream") {
+      Fields f(j_, line_, "stream");
+      define_dense(f, "stream", r_.streams.size());
+      if (r_.streams.size() >= static_cast<size_t>(CaptureLimits::kMaxStreams)) {
+        f.fail("more than " + std::to_string(CaptureLimits::kMaxStreams) +
+               " streams on one rank (README, \"Limits\")");
+      }
+      std::string n(f.str("name"));
+      if (n.empty()) n = "stream " + std::to_string(r_.streams.size());
+      // Stream names are how the simulator tells streams apart: a repeated name gets its id.
+      if (std::find(r_.streams.begin(), r_.streams.end(), n) != r_.streams.end())
+        n += " #" + std::to_string(r_.streams.size());
+      r_.streams.push_back(std::move(n));
+      return;
+    }
+    if (k == "group") {
+      Fields f(j_, line_, "group");
+      define_dense(f, "group", r_.groups.size());
+      const std::string n(f.str("name"));
+      const Value& rv = f.need("ranks", Type::array);
+      std::vector<int> ranks;
+      for (uint32_t i = 0; i < rv.count; ++i) {
+        const Value& e = j_.element(rv, i);
+        if (e.type != Type::integer || e.i < 0 || e.i >= p_.world_size)
+          f.fail("group '" + n + "': ranks must be integers in 0.." + std::to_string(p_.world_size - 1));
+        if (!ranks.empty() && e.i <= ranks.back())
+          f.fail("group '" + n + "': ranks must be ascending, each once");
+        ranks.push_back(static_cast<int>(e.i));
+      }
+      if (ranks.empty()) f.fail("group '" + n + "' has no ranks");
+      auto it = group_where_.find(n);
+      if (it == group_where_.end()) {
+        if (p_.groups.size() >= static_cast<size_t>(CaptureLimits::kMaxGroups)) {
+          f.fail("more than " + std::to_string(CaptureLimits::kMaxGroups) +
+                 " process groups (README, \"Limits\")");
+        }
+        p_.groups.push_back({n, ranks});
+        it = group_where_
+                 .emplace(n, std::pair{static_cast<int32_t>(p_.groups.size() - 1),
+                                       r_.file + ":" + std::to_string(line_)})
+                 .first;
+      } else if (p_.groups[static_cast<size_t>(it->second.first)].ranks != ranks) {
+        f.fail("group '" + n + "' has ranks " + ranks_text(ranks) + " here but " +
+               ranks_text(p_.groups[static_cast<size_t>(it->second.first)].ranks) + " at " +
+               it->second.second);
+      }
+      r_.groups.push_back(it->second.first);
+      return;
+    }
+    if (k == "alloc") {
+      Fields f(j_, line_, "alloc");
+      const int64_t b = f.integer("buf", 0, CaptureLimits::kMaxIds - 1);
+      if (b < static_cast<int64_t>(sizes_.size()))
+        f.fail("buffer " + std::to_string(b) + " is defined twice");
+      if (b > static_cast<int64_t>(sizes_.size())) {
+        f.fail("buffer " + std::to_string(b) + " is defined before buffer " + std::to_string(sizes_.size()) +
+               " (ids are dense and defined in order)");
+      }
+      const int64_t bytes = f.integer("bytes", 0, CaptureLimits::kMaxLiveBytes);
+      const int32_t stream = stream_ref(f);
+      const int32_t source = site_ref(f);
+      sizes_.push_back(bytes);
+      live_.push_back(1);
+      r_.buffers = static_cast<int32_t>(sizes_.size());
+      live_bytes_ += bytes;
+      if (live_bytes_ > CaptureLimits::kMaxLiveBytes) {
+        f.fail("rank " + std::to_string(rank_) + " holds " + std::to_string(live_bytes_) +
+               " bytes at once, past the limit of " + std::to_string(CaptureLimits::kMaxLiveBytes) +
+               " (README, \"Limits\")");
+      }
+      r_.peak_live_bytes = std::max(r_.peak_live_bytes, live_bytes_);
+      if (f.flag("pre")) {
+        r_.pre.push_back({static_cast<int32_t>(b), stream, source, bytes});
+        return;
+      }
+      rec.kind = CapturedKind::alloc;
+      rec.a = static_cast<int32_t>(b);
+      rec.stream = stream;
+      rec.source = source;
+      rec.n = bytes;
+    } else if (k == "free") {
+      Fields f(j_, line_, "free");
+      const int64_t b = f.integer("buf", 0, INT32_MAX);
+      if (b < static_cast<int64_t>(live_.size()) && !live_[static_cast<size_t>(b)])
+        f.fail("buffer " + std::to_string(b) + " is freed twice");
+      rec.kind = CapturedKind::free;
+      rec.a = buffer_ref(f, b, "a free");
+      rec.source = site_ref(f);
+      live_[static_cast<size_t>(b)] = 0;
+      live_bytes_ -= sizes_[static_cast<size_t>(b)];
+    } else if (k == "op") {
+      Fields f(j_, line_, "op");
+      rec.kind = CapturedKind::op;
+      rec.name = name(f);
+      rec.stream = stream_ref(f);
+      rec.source = site_ref(f);
+      const Value& r = f.need("r", Type::array);
+      const Value& w = f.need("w", Type::array);
+      if (r.count + w.count > static_cast<uint32_t>(CaptureLimits::kMaxRangesPerOp)) {
+        f.fail("an op with " + std::to_string(r.count + w.count) + " ranges, past the limit of " +
+               std::to_string(CaptureLimits::kMaxRangesPerOp) + " (README, \"Limits\")");
+      }
+      count_ranges(f, r.count + w.count);
+      rec.first = static_cast<uint32_t>(r_.ranges.size());
+      for (uint32_t i = 0; i < r.count; ++i) r_.ranges.push_back(range(f, j_.element(r, i), "r"));
+      for (uint32_t i = 0; i < w.count; ++i) r_.ranges.push_back(range(f, j_.element(w, i), "w"));
+      rec.reads = static_cast<uint16_t>(r.count);
+      rec.writes = static_cast<uint16_t>(w.count);
+    } else if (k == "record_stream") {
+      Fields f(j_, line_, "record_stream");
+      rec.kind = CapturedKind::record_stream;
+      rec.a = buffer_ref(f, f.integer("buf", 0, INT32_MAX), "record_stream");
+      rec.stream = stream_ref(f);
+      rec.source = site_ref(f);
+    } else if (k == "event_record" || k == "event_wait") {
+      Fields f(j_, line_, k);
+      rec.kind = k == "event_record" ? CapturedKind::event_record : CapturedKind::event_wait;
+      rec.a = event_ref(f);
+      rec.stream = stream_ref(f);
+      rec.source = site_ref(f);
+    } else if (k == "event_sync") {
+      Fields f(j_, line_, "event_sync");
+      rec.kind = CapturedKind::event_sync;
+      rec.a = event_ref(f);
+      rec.source = site_ref(f);
+    } else if (k == "stream_sync") {
+      Fields f(j_, line_, "stream_sync");
+      rec.kind = CapturedKind::stream_sync;
+      rec.stream = stream_ref(f);
+      rec.source = site_ref(f);
+    } else if (k == "device_sync") {
+      Fields f(j_, line_, "device_sync");
+      rec.kind = CapturedKind::device_sync;
+      rec.source = site_ref(f);
+    } else if (k == "coll") {
+      collective(rec);
+    } else if (k == "send" || k == "recv") {
+      Fields f(j_, line_, k);
+      rec.kind = k == "send" ? CapturedKind::send : CapturedKind::recv;
+      rec.b = group_ref(f);
+      const CapturedGroup& g = p_.groups[static_cast<size_t>(r_.groups[static_cast<size_t>(rec.b)])];
+      const int64_t peer = f.integer("peer", 0, p_.world_size - 1);
+      if (peer == rank_) f.fail(std::string(k) + " with peer " + std::to_string(peer) + ", this rank itself");
+      if (!std::binary_search(g.ranks.begin(), g.ranks.end(), static_cast<int>(peer)))
+        f.fail("peer " + std::to_string(peer) + " is not a member of group '" + g.name + "'");
+      rec.a = static_cast<int32_t>(peer);
+      rec.stream = stream_ref(f);
+      rec.dtype = dtype(f);
+      rec.n = f.integer("count", 0, CaptureLimits::kMaxLiveBytes);
+      rec.name = name(f);
+      // NCCL matches transfers in issue order per communicator; the tag matches nothing there.
+      if (const Value* tag = j_.find("tag");
+          !tag || (tag->type != Type::integer && tag->type != Type::string))
+        f.fail(std::string(k) + " record without its field 'tag' (an integer)");
+      rec.source = site_ref(f);
+      count_ranges(f, 1);
+      rec.first = static_cast<uint32_t>(r_.ranges.size());
+      const CapturedRange buf = range(f, f.need("buf", Type::array), "buf");
+      if (buf.bytes < rec.n * dtype_bytes(rec.dtype)) {
+        f.fail(std::string(k) + " of " + std::to_string(rec.n) +
+               " elements, more than its buffer range holds (" + std::to_string(buf.bytes) + " bytes)");
+      }
+      r_.ranges.push_back(buf);
+      rec.reads = 1;
+    } else {
+      fail("unknown record kind '" + std::string(k) + "' (expected " + kind_list() + ")");
+    }
+    r_.records.push_back(rec);
+  }
+
+  void collective(CapturedRecord& rec) {
+    Fields f(j_, line_, "coll");
+    rec.kind = CapturedKind::coll;
+    const std::string_view op = f.str("op");
+    static constexpr std::pair<std::string_view, CollectiveKind> kOps[] = {
+        {"all_reduce", CollectiveKind::all_reduce}, {"reduce_scatter", CollectiveKind::reduce_scatter},
+        {"all_gather", CollectiveKind::all_gather}, {"broadcast", CollectiveKind::broadcast},
+        {"reduce", CollectiveKind::reduce},         {"all_to_all", CollectiveKind::all_to_all},
+        {"barrier", CollectiveKind::barrier}};
+    bool known = false;
+    for (const auto& [n, c] : kOps) {
+      if (n == op) {
+        rec.coll = c;
+        known = true;
+      }
+    }
+    if (!known) {
+      f.fail("unknown collective '" + std::string(op) +
+             "' (expected all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or barrier)");
+    }
+    rec.a = group_ref(f);
+    const CapturedGroup& g = p_.groups[static_cast<size_t>(r_.groups[static_cast<size_t>(rec.a)])];
+    const auto members = static_cast<int64_t>(g.ranks.size());
+    rec.stream = stream_ref(f);
+    rec.name = name(f);
+    rec.source = site_ref(f);
+    if (rec.coll == CollectiveKind::barrier) return;
+    rec.dtype = dtype(f);
+    rec.n = f.integer("count", 0, CaptureLimits::kMaxLiveBytes);
+    const std::string_view reduce = f.str("reduce");
+    static constexpr std::pair<std::string_view, ReduceOp> kReduce[] = {{"sum", ReduceOp::sum},
+                                                                        {"avg", ReduceOp::avg},
+                                                                        {"product", ReduceOp::product},
+                                                                        {"min", ReduceOp::min},
+                                                                        {"max", ReduceOp::max}};
+    known = reduce == "none";
+    for (const auto& [n, r] : kReduce) {
+      if (n == reduce) {
+        rec.reduce = r;
+        known = true;
+      }
+    }
+    if (!known)
+      f.fail("unknown reduce '" + std::string(reduce) + "' (expected sum, avg, product, min, max or none)");
+    const bool reduction = rec.coll == CollectiveKind::all_reduce ||
+                           rec.coll == CollectiveKind::reduce_scatter || rec.coll == CollectiveKind::reduce;
+    if (reduction && reduce == "none") f.fail(std::string(op) + " needs a reduce op, not 'none'");
+    const bool rooted = rec.coll == CollectiveKind::broadcast || rec.coll == CollectiveKind::reduce;
+    rec.b = static_cast<int32_t>(f.integer("root", 0, rooted ? members - 1 : 0));
+    if (rec.coll == CollectiveKind::all_to_all && rec.n % members != 0) {
+      f.fail("all_to_all of " + std::to_string(rec.n) + " elements on " + std::to_string(members) +
+             " ranks: the count must be a multiple of the group size");
+    }
+    const int64_t es = dtype_bytes(rec.dtype);
+    const int64_t in_numel = rec.coll == CollectiveKind::reduce_scatter ? rec.n * members : rec.n;
+    const int64_t out_numel = rec.coll == CollectiveKind::all_gather ? rec.n * members : rec.n;
+    count_ranges(f, 2);
+    rec.first = static_cast<uint32_t>(r_.ranges.size());
+    for (const auto& [key, numel] : {std::pair{"in", in_numel}, std::pair{"out", out_numel}}) {
+      const CapturedRange x = range(f, f.need(key, Type::array), key);
+      if (x.offset % es != 0) {
+        f.fail(std::string("'") + key + "' starts at byte " + std::to_string(x.offset) +
+               ", not a multiple of " + std::to_string(es) + " (the size of " +
+               std::string(to_string(rec.dtype)) + ")");
+      }
+      if (x.bytes < numel * es) {
+        f.fail(std::string(op) + " of count " + std::to_string(rec.n) + " needs " +
+               std::to_string(numel * es) + " bytes of '" + key + "', whose range holds " +
+               std::to_string(x.bytes));
+      }
+      r_.ranges.push_back({x.offset, numel * es, x.buf});
+    }
+    rec.reads = 1;
+    rec.writes = 1;
+  }
+
+  CapturedProgram& p_;
+  CapturedRank& r_;
+  int rank_;
+  Interned& strings_;
+  Interned& sources_;
+  std::map<std::string, std::pair<int32_t, std::string>>& group_where_;
+  JsonLine j_;
+  int64_t line_ = 1;
+  int64_t records_ = 0;
+  std::vector<int32_t> sites_;  // site id -> index in p_.sources
+  std::vector<int64_t> sizes_;  // buffer id -> bytes
+  std::vector<uint8_t> live_;
+  int64_t live_bytes_ = 0;
+  int64_t* ranges_total_ = nullptr;
+};
+
+Header read_header(Lines& lines, const std::string& file, int file_rank) {
+  std::string line;
+  if (!lines.next(line)) throw Refusal{1, "an empty file (expected the header line)"};
+  if (line.size() > CaptureLimits::kMaxLineBytes) throw Refusal{1, "a header line past the line limit"};
+  JsonLine j;
+  if (std::string e = j.parse(line); !e.empty()) throw Refusal{1, e};
+  Fields f(j, 1, "the header");
+  if (!f.has("shardcheck_capture")) f.fail("not a capture header: no 'shardcheck_capture' version");
+  const int64_t version = f.need("shardcheck_capture", Type::integer).i;
+  if (version != 1) {
+    f.fail("capture format version " + std::to_string(version) +
+           " is not one this shardcheck reads (it reads version 1)");
+  }
+  Header h;
+  h.world_size = static_cast<int>(f.integer("world_size", 1, CaptureLimits::kMaxRanks));
+  h.rank = static_cast<int>(f.integer("rank", 0, CaptureLimits::kMaxRanks - 1));
+  if (h.rank != file_rank) {
+    f.fail("the header says rank " + std::to_string(h.rank) + " but the file is named for rank " +
+           std::to_string(file_rank));
+  }
+  (void)file;
+  return h;
+}
+
+}  // namespace
+
+int64_t CapturedProgram::records() const {
+  int64_t n = 0;
+  for (const auto& r : ranks) n += static_cast<int64_t>(r.records.size());
+  return n;
+}
+
+bool is_capture_dir(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return false;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    if (rank_of_file(e.path().filename().string()) >= 0) return true;
+  }
+  return false;
+}
+
+Expected<CapturedProgram> load_captured_program(const std::string& dir_in) {
+  std::string dir = dir_in;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return Error(dir + ": not a folder");
+  std::map<int, std::string> files;  // rank -> path
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const int r = rank_of_file(name);
+    if (r < 0) continue;
+    const std::string path = dir + "/" + name;
+    if (auto [it, fresh] = files.emplace(r, path); !fresh) {
+      const auto& [a, b] = std::minmax(it->second, path);
+      return Error(b + ":1: rank " + std::to_string(r) + " has two files: " + a + " and " + b);
+    }
+  }
+  if (ec) return Error(dir + ": " + ec.message());
+  if (files.empty()) return Error(dir + ": no rank-<R>.jsonl files (docs/capture-format.md)");
+  CapturedProgram p;
+  p.dir = dir;
+  p.strings.emplace_back();
+  // Every header first: the folder's shape is refused before any body is read.
+  std::string first_file;
+  for (const auto& [r, path] : files) {
+    Lines lines(path);
+    if (!lines.ok()) return Error(path + ": cannot be read");
+    try {
+      const Header h = read_header(lines, path, r);
+      if (first_file.empty()) {
+        p.world_size = h.world_size;
+        first_file = path;
+      } else if (h.world_size != p.world_size) {
+        throw Refusal{1, "world_size is " + std::to_string(h.world_size) + " here but " +
+                             std::to_string(p.world_size) + " in " + first_file};
+      }
+      if (r >= p.world_size) {
+        throw Refusal{1,
+                      "rank " + std::to_string(r) + " is outside world_size " + std::to_string(p.world_size)};
+      }
+    } catch (const Refusal& e) {
+      return Error(path + ":" + std::to_string(e.line) + ": " + e.what);
+    }
+  }
+  for (int r = 0; r < p.world_size; ++r) {
+    if (!files.count(r)) {
+      return Error(first_file + ":1: world_size is " + std::to_string(p.world_size) + " but " + dir +
+                   " has no rank-" + std::to_string(r) + ".jsonl");
+    }
+  }
+  Interned strings, sources;
+  strings.emplace("", 0);
+  std::map<std::string, std::pair<int32_t, std::string>> group_where;
+  int64_t total = 0, ranges = 0;
+  p.ranks.resize(static_cast<size_t>(p.world_size));
+  for (const auto& [r, path] : files) {
+    CapturedRank& rank = p.ranks[static_cast<size_t>(r)];
+    rank.file = path;
+    Lines lines(path);
+    if (!lines.ok()) return Error(path + ": cannot be read");
+    RankLoader loader(p, rank, r, strings, sources, group_where);
+    try {
+      loader.load(lines, &total, &ranges);
+    } catch (const Refusal& e) {
+      return Error(path + ":" + std::to_string(e.line) + ": " + e.what);
+    }
+    rank.records.shrink_to_fit();
+    rank.ranges.shrink_to_fit();
+  }
+  return p;
+}
+
+}  // namespace shardcheck::core
+
+namespace shardcheck::core {
+
+Task<> run_captured_program(Runtime& rt, const CapturedProgram& p) {
+  const CapturedRank& r = p.ranks.at(static_cast<size_t>(rt.rank()));
+  std::vector<StreamId> streams;
+  for (const auto& name : r.streams) streams.push_back(rt.stream(name));
+  std::vector<GroupId> groups(r.groups.size(), -1);
+  for (size_t g = 0; g < r.groups.size(); ++g) {
+    const CapturedGroup& group = p.groups[static_cast<size_t>(r.groups[g])];
+    if (std::binary_search(group.ranks.begin(), group.ranks.end(), rt.rank()))
+      groups[g] = rt.group(group.name, group.ranks);
+  }
+  // Sources and buffer names are made once per run, when first used.
+  constexpr uint32_t kUnset = Runtime::kNoSource - 1;
+  std::vector<uint32_t> sources(p.sources.size(), kUnset);
+  auto source = [&](int32_t s) {
+    if (s < 0) return Runtime::kNoSource;
+    uint32_t& h = sources[static_cast<size_t>(s)];
+    if (h == kUnset) h = rt.define_source(p.sources[static_cast<size_t>(s)]);
+    return h;
+  };
+  auto buffer_name = [&](int32_t s, int32_t buf) {
+    return s < 0 ? "tensor " + std::to_string(buf)
+                 : "tensor allocated at " + p.sources[static_cast<size_t>(s)];
+  };
+  std::vector<BufferId> buffers(static_cast<size_t>(r.buffers), -1);
+  std::vector<EventId> events(static_cast<size_t>(r.events), -1);
+  auto event = [&](int32_t e) {
+    EventId& id = events[static_cast<size_t>(e)];
+    if (id < 0) id = rt.create_event("event " + std::to_string(e));
+    return id;
+  };
+  auto bytes = [&](const CapturedRange& x) {
+    return TensorRef::bytes_of(buffers[static_cast<size_t>(x.buf)], x.offset, x.bytes);
+  };
+  // Buffers from before the capture: allocated, written on the default stream, and ordered
+  // before every stream by a device sync, ahead of the first record.
+  for (const auto& pre : r.pre) {
+    rt.set_source(source(pre.source));
+    buffers[static_cast<size_t>(pre.buf)] =
+        co_await rt.alloc(pre.bytes, streams[static_cast<size_t>(pre.stream)],
+                          buffer_name(pre.source, pre.buf) + " (before the capture)");
+  }
+  for (const auto& pre : r.pre) {
+    if (pre.bytes == 0) continue;
+    rt.set_source(source(pre.source));
+    co_await rt.launch(
+        kernels::opaque("defined before the capture", streams[0], {},
+                        {TensorRef::bytes_of(buffers[static_cast<size_t>(pre.buf)], 0, pre.bytes)}));
+  }
+  if (!r.pre.empty()) co_await rt.sync_device();
+  for (const CapturedRecord& rec : r.records) {
+    rt.set_source(source(rec.source));
+    const StreamId stream = streams.empty() ? -1 : streams[static_cast<size_t>(rec.stream)];
+    switch (rec.kind) {
+      case CapturedKind::alloc:
+        buffers[static_cast<size_t>(rec.a)] =
+            co_await rt.alloc(rec.n, stream, buffer_name(rec.source, rec.a));
+        break;
+      case CapturedKind::free:
+        co_await rt.free(buffers[static_cast<size_t>(rec.a)]);
+        break;
+      case CapturedKind::op: {
+        std::vector<TensorRef> reads, writes;
+        reads.reserve(rec.reads);
+        writes.reserve(rec.writes);
+        for (uint32_t i = 0; i < rec.reads; ++i) reads.push_back(bytes(r.ranges[rec.first + i]));
+        for (uint32_t i = 0; i < rec.writes; ++i)
+          writes.push_back(bytes(r.ranges[rec.first + rec.reads + i]));
+        co_await rt.launch(kernels::opaque(p.strings[static_cast<size_t>(rec.name)], stream, std::move(reads),
+                                           std::move(writes)));
+        break;
+      }
+      case CapturedKind::record_stream:
+        co_await rt.record_stream(buffers[static_cast<size_t>(rec.a)], stream);
+        break;
+      case CapturedKind::event_record:
+        co_await rt.record(event(rec.a), stream);
+        break;
+      case CapturedKind::event_wait:
+        co_await rt.wait_event(stream, event(rec.a));
+        break;
+      case CapturedKind::event_sync:
+        co_await rt.sync_event(event(rec.a));
+        break;
+      case CapturedKind::stream_sync:
+        co_await rt.sync(stream);
+        break;
+      case CapturedKind::device_sync:
+        co_await rt.sync_device();
+        break;
+      case CapturedKind::coll: {
+        CollectiveCall c;
+        c.kind = rec.coll;
+        c.group = groups[static_cast<size_t>(rec.a)];
+        c.stream = stream;
+        c.reduce = rec.reduce;
+        c.root = rec.b;
+        c.tag = p.strings[static_cast<size_t>(rec.name)];
+        if (rec.coll == CollectiveKind::barrier) {
+          c.input.dtype = c.output.dtype = DType::u8;
+        } else {
+          const int64_t es = dtype_bytes(rec.dtype);
+          const CapturedRange& in = r.ranges[rec.first];
+          const CapturedRange& out = r.ranges[rec.first + 1];
+          c.input = {buffers[static_cast<size_t>(in.buf)], in.offset / es, in.bytes / es, rec.dtype};
+          c.output = {buffers[static_cast<size_t>(out.buf)], out.offset / es, out.bytes / es, rec.dtype};
+        }
+        co_await rt.collective(std::move(c));
+        break;
+      }
+      case CapturedKind::send:
+      case CapturedKind::recv: {
+        const CapturedRange& x = r.ranges[rec.first];
+        P2PCall call{rec.a, stream,
+                     TensorRef::bytes_of(buffers[static_cast<size_t>(x.buf)], x.offset,
+                                         rec.n * dtype_bytes(rec.dtype)),
+                     p.strings[static_cast<size_t>(rec.name)],
+                     p.groups[static_cast<size_t>(r.groups[static_cast<size_t>(rec.b)])].name};
+        if (rec.kind == CapturedKind::send) {
+          co_await rt.send(std::move(call));
+        } else {
+          co_await rt.recv(std::move(call));
+        }
+        break;
+      }
+    }
+  }
+  rt.set_source(Runtime::kNoSource);
+}
+
+}  // namespace shardcheck::core

@@ -1,0 +1,129 @@
+// Captured programs (docs/capture-format.md): a folder of rank-<R>.jsonl files that record a
+// real PyTorch program's device work per rank. The loader streams every file once, checks
+// everything the format says a reader must refuse, and keeps each rank's records compact
+// (fixed-size records, interned names and sites, ranges side by side); the interpreter issues
+// them on any Runtime, naming every operation's Python line through Runtime::set_source.
+//   Expected<CapturedProgram> p = load_captured_program("capture/");
+//   if (!p) { std::cerr << p.error().message(); return 2; }   // "capture/rank-1.jsonl:812: ..."
+//   world.run([&](Runtime& rt) { return run_captured_program(rt, *p); });
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/base/status.hpp"
+#include "core/base/task.hpp"
+#include "core/runtime/runtime.hpp"
+
+namespace shardcheck::core {
+
+// Bounds on what a captured program may hold, checked while loading (README, "Limits").
+// Simulated memory of a captured program is address space only (a shadow-only run), so its
+// bound is far above the trace scenarios' 4 GiB.
+struct CaptureLimits {
+  static constexpr int kMaxRanks = 64;
+  static constexpr int64_t kMaxRecordsPerRank = 4'000'000;
+  static constexpr int64_t kMaxRecords = 16'000'000;  // summed over the ranks
+  static constexpr int kMaxStreams = 64;              // per rank: sim::Options::kMaxStreamsPerRank
+  static constexpr int kMaxGroups = 1024;
+  static constexpr int64_t kMaxLiveBytes = int64_t{192} << 30;    // allocated at once, per rank
+  static constexpr int64_t kMaxDeviceBytes = int64_t{256} << 30;  // simulated address space per rank
+  static constexpr int kMaxRangesPerOp = 4096;                    // reads plus writes of one record
+  static constexpr int64_t kMaxRanges = 64'000'000;               // ranges summed over the ranks
+  static constexpr int64_t kMaxIds = 16'000'000;                  // events, buffers and sites per rank
+  static constexpr size_t kMaxLineBytes = size_t{1} << 20;
+};
+
+enum class CapturedKind : uint8_t {
+  alloc,
+  free,
+  op,
+  record_stream,
+  event_record,
+  event_wait,
+  event_sync,
+  stream_sync,
+  device_sync,
+  coll,
+  send,
+  recv,
+};
+
+// A byte range of a buffer lifetime.
+struct CapturedRange {
+  int64_t offset = 0;
+  int64_t bytes = 0;
+  int32_t buf = 0;
+};
+
+// One record, fixed-size. Fields by kind:
+//   alloc: buf, stream, n = bytes (pre allocations are in CapturedRank::pre, not here)
+//   free, record_stream: buf (record_stream: stream)
+//   op: name, stream, ranges [first, first + reads) read, then `writes` written
+//   event_record, event_wait: event, stream; event_sync: event; stream_sync: stream
+//   coll: a = group, b = root, stream, dtype, coll, reduce, name, n = count, ranges: in and out,
+//         each exactly the bytes the collective touches (none for a barrier)
+//   send, recv: a = peer, b = group, stream, dtype, name, n = count, ranges: the buffer
+struct CapturedRecord {
+  CapturedKind kind = CapturedKind::op;
+  DType dtype = DType::u8;
+  CollectiveKind coll = CollectiveKind::all_reduce;
+  ReduceOp reduce = ReduceOp::sum;
+  int32_t stream = 0;
+  int32_t source = -1;  // index into CapturedProgram::sources, -1: none
+  int32_t a = 0;        // buf, event, group (coll), peer (send, recv)
+  int32_t b = 0;        // root (coll), group (send, recv)
+  int32_t name = 0;     // index into CapturedProgram::strings
+  uint32_t first = 0;   // first range
+  uint16_t reads = 0;
+  uint16_t writes = 0;
+  int64_t n = 0;
+};
+
+struct CapturedRank {
+  std::string file;                  // DIR/rank-R.jsonl
+  std::vector<std::string> streams;  // names by id, unique within the rank; 0 is the default
+  std::vector<int32_t> groups;       // group id in this file -> CapturedProgram::groups index
+  std::vector<CapturedRecord> records;
+  std::vector<CapturedRange> ranges;
+  // Buffers that existed before the capture ("pre": true): allocated, written and ordered
+  // before the first record.
+  struct Pre {
+    int32_t buf = 0;
+    int32_t stream = 0;
+    int32_t source = -1;
+    int64_t bytes = 0;
+  };
+  std::vector<Pre> pre;
+  int32_t buffers = 0;  // buffer ids 0 .. buffers-1
+  int32_t events = 0;   // event ids 0 .. events-1
+  int64_t peak_live_bytes = 0;
+};
+
+struct CapturedGroup {
+  std::string name;
+  std::vector<int> ranks;  // global ranks, ascending
+};
+
+struct CapturedProgram {
+  std::string dir;
+  int world_size = 0;
+  std::vector<CapturedRank> ranks;
+  std::vector<CapturedGroup> groups;
+  std::vector<std::string> strings;  // operator and collective names, tags; 0 is ""
+  std::vector<std::string> sources;  // "train.py:31": a site's file and line
+  int64_t records() const;           // summed over the ranks
+};
+
+// True when `path` is a folder holding at least one rank-*.jsonl file.
+bool is_capture_dir(const std::string& path);
+
+// Loads and checks a capture folder; errors read `DIR/rank-R.jsonl:LINE: message`.
+Expected<CapturedProgram> load_captured_program(const std::string& dir);
+
+// Issues rank rt.rank()'s records on `rt`.
+Task<> run_captured_program(Runtime& rt, const CapturedProgram& program);
+
+}  // namespace shardcheck::core

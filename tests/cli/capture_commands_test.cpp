@@ -1,0 +1,87 @@
+// run / explore / replay / --report on a capture folder through the real binary: exit 1 with
+// the findings' Python lines, 0 when clean, 2 with DIR/rank-R.jsonl:LINE for a bad folder.
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "tests/support/run_command.hpp"
+
+using shardcheck::testing::run_shardcheck;
+
+namespace {
+std::string fixture(const std::string& name) {
+  return std::string(SHARDCHECK_SOURCE_DIR) + "/tests/capture/fixtures/" + name;
+}
+}  // namespace
+
+TEST_CASE("run DIR exits 1 and prints the reuse race with its Python lines", "[cli][capture]") {
+  auto r = run_shardcheck("run " + fixture("megatron-6137"));
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(r.out, Catch::Contains("== megatron-6137 (" + fixture("megatron-6137") + "): 20 schedules"));
+  REQUIRE_THAT(r.out, Catch::Contains("[stream_race] rank 1: the tensor allocated at train.py:31 is freed at "
+                                      "train.py:38 while reduce_scatter 'grad' at train.py:37 on stream "
+                                      "'nccl:dp' may still read it"));
+  REQUIRE_THAT(r.out, Catch::Contains("aten::normal_ at train.py:42 on stream 'default' writes"));
+  REQUIRE_THAT(r.out, Catch::Contains("call work.wait() on the work handle of reduce_scatter 'grad'"));
+  REQUIRE_THAT(r.out,
+               Catch::Contains("reproduce: shardcheck replay " + fixture("megatron-6137") + " --seed 1"));
+  REQUIRE_THAT(r.out, Catch::Contains("FOUND   megatron-6137: stream_race"));
+}
+
+TEST_CASE("run DIR exits 0 for a clean capture, and --runs, --seed and --policy apply", "[cli][capture]") {
+  auto r = run_shardcheck("run " + fixture("megatron-6137-fixed") + " --runs 7 --seed 11 --policy pct");
+  REQUIRE(r.exit_code == 0);
+  REQUIRE_THAT(r.out, Catch::Contains("7 schedules"));
+  REQUIRE_THAT(r.out, Catch::Contains("clean   megatron-6137-fixed: no findings"));
+}
+
+TEST_CASE("explore and replay take a capture folder", "[cli][capture]") {
+  auto e = run_shardcheck("explore " + fixture("order-swap"));
+  REQUIRE(e.exit_code == 1);
+  REQUIRE_THAT(e.out, Catch::Contains("first finding after 1 schedule (seed 1)"));
+  REQUIRE_THAT(e.out, Catch::Contains("[collective_swap]"));
+  auto clean = run_shardcheck("explore " + fixture("megatron-6137-fixed") + " --runs 5");
+  REQUIRE(clean.exit_code == 0);
+  REQUIRE_THAT(clean.out, Catch::Contains("explored 5 schedules"));
+  auto r = run_shardcheck("replay " + fixture("mismatch-dtype") + " --seed 4");
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(r.out, Catch::Contains("replayed mismatch-dtype with seed 4"));
+  REQUIRE_THAT(r.out,
+               Catch::Contains("rank 0: all_reduce 'grad' at train.py:20  [all_reduce f32 1024->1024"));
+  auto a = run_shardcheck("replay " + fixture("megatron-6137") + " --seed 9");
+  auto b = run_shardcheck("replay " + fixture("megatron-6137") + " --seed 9");
+  REQUIRE(a.out == b.out);
+}
+
+TEST_CASE("run with --report writes a report of a captured program", "[cli][capture]") {
+  const std::string dir = "/tmp/shardcheck-capture-report-test";
+  std::filesystem::remove_all(dir);
+  auto r = run_shardcheck("run " + fixture("megatron-6137") + " --runs 2 --report " + dir);
+  REQUIRE(r.exit_code == 1);
+  REQUIRE(std::filesystem::exists(dir + "/report.md"));
+  REQUIRE(std::filesystem::exists(dir + "/report.json"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a bad capture folder exits 2 with the file and line", "[cli][capture]") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"bad-truncated", "/rank-1.jsonl:20: the file ends without its end record"},
+      {"bad-corrupt-line", "/rank-1.jsonl:12: not a JSON object: column 96"},
+      {"bad-world-size", "/rank-1.jsonl:1: world_size is 3 here but 2 in"},
+      {"bad-missing-rank", "/rank-1.jsonl:1: world_size is 2 but"},
+  };
+  for (const auto& [name, message] : cases) {
+    INFO(name);
+    for (const char* verb : {"run ", "explore ", "replay "}) {
+      auto r = run_shardcheck(verb + fixture(name));
+      REQUIRE(r.exit_code == 2);
+      REQUIRE_THAT(r.err, Catch::Contains(fixture(name) + message));
+      REQUIRE(r.out.empty());
+    }
+  }
+  auto gpu = run_shardcheck("run " + fixture("megatron-6137") + " --backend gpu");
+  REQUIRE(gpu.exit_code == 2);
+  REQUIRE_THAT(gpu.err, Catch::Contains("runs on the simulator only"));
+  auto empty = run_shardcheck("run " + fixture(""));
+  REQUIRE(empty.exit_code == 2);
+  REQUIRE_THAT(empty.err, Catch::Contains("a directory, not a scenario file"));
+}

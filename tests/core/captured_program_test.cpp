@@ -1,0 +1,247 @@
+// The capture loader (docs/capture-format.md): the JSON line reader, every refusal of "What a
+// reader must refuse" with its file and line, and the compact records of a folder that loads.
+#include <unistd.h>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "core/scenario/captured_program.hpp"
+#include "core/scenario/json_line.hpp"
+
+using namespace shardcheck::core;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fixture(const std::string& name) {
+  return std::string(SHARDCHECK_SOURCE_DIR) + "/tests/capture/fixtures/" + name;
+}
+
+// A temporary capture folder; removed when the test ends.
+struct Folder {
+  std::string dir;
+  Folder() {
+    char tmpl[] = "/tmp/shardcheck-capture-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+  }
+  ~Folder() { fs::remove_all(dir); }
+  void write(const std::string& name, const std::string& text) const {
+    std::ofstream(dir + "/" + name, std::ios::binary) << text;
+  }
+};
+
+std::string header(int rank, int world) {
+  return R"({"shardcheck_capture": 1, "rank": )" + std::to_string(rank) + R"(, "world_size": )" +
+         std::to_string(world) + R"(, "torch": "2.11.0", "device": "cpu", "argv": ["t.py"]})" + "\n";
+}
+
+// One rank's file: the header, `body` (lines ending in \n), and an end record counting them.
+std::string file_of(int rank, int world, const std::string& body) {
+  int64_t n = 0;
+  for (char c : body) n += c == '\n';
+  return header(rank, world) + body + R"({"k": "end", "records": )" + std::to_string(n) + "}\n";
+}
+
+const std::string kPrologue =
+    "{\"k\": \"stream\", \"id\": 0, \"name\": \"default\"}\n"
+    "{\"k\": \"site\", \"id\": 0, \"file\": \"t.py\", \"line\": 7, \"func\": \"f\"}\n"
+    "{\"k\": \"alloc\", \"buf\": 0, \"bytes\": 64, \"stream\": 0, \"at\": 0}\n";
+
+// Loads a one-rank folder whose body follows the prologue; returns the error ("" if it loads).
+std::string refusal(const std::string& body) {
+  Folder f;
+  f.write("rank-0.jsonl", file_of(0, 1, kPrologue + body));
+  auto p = load_captured_program(f.dir);
+  if (p) return "";
+  const std::string m = p.error().message();
+  const std::string prefix = f.dir + "/rank-0.jsonl:";
+  REQUIRE(m.rfind(prefix, 0) == 0);
+  return m.substr(prefix.size());
+}
+
+}  // namespace
+
+TEST_CASE("JsonLine reads flat objects with nested arrays and refuses what is not JSON", "[core][capture]") {
+  JsonLine j;
+  REQUIRE(j.parse(R"({"k": "op", "r": [[1, 0, 64], [2, 8, 8]], "s": "a\"b\u00e9", "x": -5, "t": true})") ==
+          "");
+  const auto* r = j.find("r");
+  REQUIRE(r);
+  REQUIRE(r->type == JsonLine::Type::array);
+  REQUIRE(r->count == 2);
+  REQUIRE(j.element(j.element(*r, 1), 1).i == 8);
+  REQUIRE(j.find("s")->s == "a\"b\xc3\xa9");
+  REQUIRE(j.find("x")->i == -5);
+  REQUIRE(j.find("t")->b);
+  REQUIRE(j.find("missing") == nullptr);
+  REQUIRE(j.parse(R"({"n": 1.5, "big": 9223372036854775808})") == "");
+  REQUIRE(j.find("n")->type == JsonLine::Type::number);
+  REQUIRE(j.find("big")->type == JsonLine::Type::number);
+  REQUIRE_THAT(j.parse(R"({"k": "op",})"), Catch::Contains("column"));
+  REQUIRE_THAT(j.parse(R"([1, 2])"), Catch::Contains("expected '{'"));
+  REQUIRE_THAT(j.parse(R"({"a": 1} x)"), Catch::Contains("end of the line"));
+  REQUIRE_THAT(j.parse(R"({"a": 1, "a": 2})"), Catch::Contains("appears twice"));
+  REQUIRE_THAT(j.parse("{\"a\": \"\xff\"}"), Catch::Contains("UTF-8"));
+}
+
+TEST_CASE("the Megatron fixture loads into compact records with its sites and groups", "[core][capture]") {
+  auto p = load_captured_program(fixture("megatron-6137"));
+  REQUIRE(p.ok());
+  REQUIRE(p->world_size == 2);
+  REQUIRE(p->ranks.size() == 2);
+  const CapturedRank& r = p->ranks[0];
+  REQUIRE(r.streams == std::vector<std::string>{"default", "side", "nccl:dp"});
+  REQUIRE(r.pre.size() == 1);
+  REQUIRE(p->groups.size() == 1);
+  REQUIRE(p->groups[0].ranks == std::vector<int>{0, 1});
+  // site, stream, group and pre-alloc lines define things; the rest are records.
+  REQUIRE(r.records.size() == 15);
+  REQUIRE(std::find(p->sources.begin(), p->sources.end(), "train.py:37") != p->sources.end());
+  REQUIRE(sizeof(CapturedRecord) <= 48);
+  REQUIRE(sizeof(CapturedRange) <= 24);
+}
+
+TEST_CASE("a capture folder is a folder with rank files", "[core][capture]") {
+  REQUIRE(is_capture_dir(fixture("megatron-6137")));
+  REQUIRE_FALSE(is_capture_dir(fixture("")));
+  REQUIRE_FALSE(is_capture_dir(fixture("megatron-6137/rank-0.jsonl")));
+}
+
+TEST_CASE("every malformed record is refused with its line", "[core][capture]") {
+  REQUIRE(refusal("") == "");
+  REQUIRE_THAT(refusal("{\"k\": \"op\"\n"), Catch::StartsWith("5: not a JSON object"));
+  REQUIRE_THAT(refusal("{\"kind\": \"op\"}\n"), Catch::StartsWith("5: a record without 'k'"));
+  REQUIRE_THAT(refusal("{\"k\": \"launch\"}\n"), Catch::StartsWith("5: unknown record kind 'launch'"));
+  REQUIRE_THAT(refusal("{\"k\": \"free\", \"at\": 0}\n"),
+               Catch::StartsWith("5: free record without its field 'buf'"));
+  REQUIRE_THAT(refusal("{\"k\": \"free\", \"buf\": \"0\", \"at\": 0}\n"),
+               Catch::StartsWith("5: field 'buf' of free must be an integer, not a string"));
+  REQUIRE_THAT(refusal("{\"k\": \"free\", \"buf\": 0, \"at\": 3}\n"),
+               Catch::StartsWith("5: site 3 is used before its site record defines it"));
+  REQUIRE_THAT(refusal("{\"k\": \"stream\", \"id\": 0, \"name\": \"x\"}\n"),
+               Catch::StartsWith("5: stream 0 is defined twice"));
+  REQUIRE_THAT(refusal("{\"k\": \"stream\", \"id\": 2, \"name\": \"x\"}\n"),
+               Catch::StartsWith("5: stream 2 is defined before stream 1"));
+  REQUIRE_THAT(refusal("{\"k\": \"op\", \"name\": \"a\", \"stream\": 1, \"r\": [], \"w\": [], \"at\": 0}\n"),
+               Catch::StartsWith("5: stream 1 is used before"));
+  REQUIRE_THAT(
+      refusal("{\"k\": \"op\", \"name\": \"a\", \"stream\": 0, \"r\": [[0, 60, 8]], \"w\": [], \"at\": 0}\n"),
+      Catch::StartsWith("5: the range [0, 60, 8] in 'r' reaches outside buffer 0 of 64 bytes"));
+  REQUIRE_THAT(
+      refusal("{\"k\": \"op\", \"name\": \"a\", \"stream\": 0, \"r\": [[0, 0]], \"w\": [], \"at\": 0}\n"),
+      Catch::StartsWith("5: a range in 'r' must be [buf, offset, bytes]"));
+  REQUIRE_THAT(
+      refusal("{\"k\": \"free\", \"buf\": 0, \"at\": 0}\n"
+              "{\"k\": \"op\", \"name\": \"a\", \"stream\": 0, \"r\": [[0, 0, 8]], \"w\": [], \"at\": 0}\n"),
+      Catch::StartsWith("6: a range of buffer 0 after it was freed"));
+  REQUIRE_THAT(
+      refusal("{\"k\": \"free\", \"buf\": 0, \"at\": 0}\n{\"k\": \"free\", \"buf\": 0, \"at\": 0}\n"),
+      Catch::StartsWith("6: buffer 0 is freed twice"));
+  REQUIRE_THAT(refusal("{\"k\": \"alloc\", \"buf\": 0, \"bytes\": 8, \"stream\": 0, \"at\": 0}\n"),
+               Catch::StartsWith("5: buffer 0 is defined twice"));
+  REQUIRE_THAT(refusal("{\"k\": \"free\", \"buf\": 9, \"at\": 0}\n"),
+               Catch::StartsWith("5: a free of buffer 9, which no alloc record has defined"));
+  REQUIRE_THAT(
+      refusal("{\"k\": \"coll\", \"op\": \"all_reduce\", \"group\": 0, \"stream\": 0, \"in\": [0, 0, 64], "
+              "\"out\": [0, 0, 64], \"dtype\": \"f32\", \"count\": 16, \"reduce\": \"sum\", \"root\": 0, "
+              "\"name\": \"g\", \"at\": 0}\n"),
+      Catch::StartsWith("5: group 0 is used before its group record defines it"));
+  REQUIRE_THAT(refusal("\n"), Catch::StartsWith("5: a blank line"));
+  REQUIRE_THAT(refusal("{\"k\": \"stream\", \"id\": 1, \"name\": \"a\\u001b[2J\"}\n"),
+               Catch::StartsWith("5: field 'name' of stream holds a control character"));
+  REQUIRE_THAT(refusal("{\"k\": \"alloc\", \"buf\": 1, \"bytes\": 1.5, \"stream\": 0, \"at\": 0}\n"),
+               Catch::StartsWith("5: field 'bytes' of alloc must be an integer"));
+}
+
+TEST_CASE("collectives are checked against their group, dtype and count", "[core][capture]") {
+  const std::string group = "{\"k\": \"group\", \"id\": 0, \"name\": \"world\", \"ranks\": [0]}\n";
+  auto coll = [](const std::string& op, const std::string& dtype, int count, const std::string& reduce,
+                 const std::string& in = "[0, 0, 64]") {
+    return "{\"k\": \"coll\", \"op\": \"" + op + "\", \"group\": 0, \"stream\": 0, \"in\": " + in +
+           ", \"out\": [0, 0, 64], \"dtype\": \"" + dtype + "\", \"count\": " + std::to_string(count) +
+           ", \"reduce\": \"" + reduce + "\", \"root\": 0, \"name\": \"g\", \"at\": 0}\n";
+  };
+  REQUIRE(refusal(group + coll("all_reduce", "f16", 32, "max")) == "");
+  REQUIRE(refusal(group + coll("all_to_all", "i8", 64, "none")) == "");
+  REQUIRE(refusal(group +
+                  "{\"k\": \"coll\", \"op\": \"barrier\", \"group\": 0, \"stream\": 0, \"name\": \"\", "
+                  "\"at\": 0}\n") == "");
+  REQUIRE_THAT(refusal(group + coll("all_reduce", "f8", 16, "sum")),
+               Catch::StartsWith("6: unknown dtype 'f8'"));
+  REQUIRE_THAT(refusal(group + coll("gather", "f32", 16, "sum")), Catch::StartsWith("6: unknown collective"));
+  REQUIRE_THAT(refusal(group + coll("all_reduce", "f32", 16, "none")),
+               Catch::StartsWith("6: all_reduce needs a reduce op"));
+  REQUIRE_THAT(refusal(group + coll("all_reduce", "f32", 17, "sum")),
+               Catch::StartsWith("6: all_reduce of count 17 needs 68 bytes of 'in'"));
+  REQUIRE_THAT(refusal(group + coll("all_reduce", "f32", 8, "sum", "[0, 2, 32]")),
+               Catch::StartsWith("6: 'in' starts at byte 2, not a multiple of 4"));
+}
+
+TEST_CASE("a folder's shape is refused with the file and line that show it", "[core][capture]") {
+  SECTION("a truncated file") {
+    auto p = load_captured_program(fixture("bad-truncated"));
+    REQUIRE_FALSE(p.ok());
+    REQUIRE_THAT(p.error().message(), Catch::StartsWith(fixture("bad-truncated") +
+                                                        "/rank-1.jsonl:20: the file ends without its end"));
+  }
+  SECTION("a corrupt line") {
+    auto p = load_captured_program(fixture("bad-corrupt-line"));
+    REQUIRE_FALSE(p.ok());
+    REQUIRE_THAT(p.error().message(),
+                 Catch::StartsWith(fixture("bad-corrupt-line") + "/rank-1.jsonl:12: not a JSON object"));
+  }
+  SECTION("world sizes that disagree") {
+    auto p = load_captured_program(fixture("bad-world-size"));
+    REQUIRE_FALSE(p.ok());
+    REQUIRE_THAT(p.error().message(), Catch::StartsWith(fixture("bad-world-size") +
+                                                        "/rank-1.jsonl:1: world_size is 3 here but 2 in"));
+  }
+  SECTION("a missing rank") {
+    auto p = load_captured_program(fixture("bad-missing-rank"));
+    REQUIRE_FALSE(p.ok());
+    REQUIRE_THAT(p.error().message(),
+                 Catch::StartsWith(fixture("bad-missing-rank") + "/rank-1.jsonl:1: world_size is 2 but " +
+                                   fixture("bad-missing-rank") + " has no rank-0.jsonl"));
+  }
+  SECTION("a duplicated rank, a rank the file name contradicts, an unknown version, an end that lies") {
+    Folder f;
+    f.write("rank-0.jsonl", file_of(0, 1, kPrologue));
+    f.write("rank-00.jsonl", file_of(0, 1, kPrologue));
+    REQUIRE_THAT(load_captured_program(f.dir).error().message(), Catch::Contains("rank 0 has two files"));
+    fs::remove(f.dir + "/rank-00.jsonl");
+    f.write("rank-0.jsonl", file_of(1, 2, kPrologue));
+    REQUIRE_THAT(load_captured_program(f.dir).error().message(),
+                 Catch::Contains("rank-0.jsonl:1: the header says rank 1 but the file is named for rank 0"));
+    std::string h = file_of(0, 1, kPrologue);
+    h.replace(h.find("\"shardcheck_capture\": 1"), 23, "\"shardcheck_capture\": 2");
+    f.write("rank-0.jsonl", h);
+    REQUIRE_THAT(
+        load_captured_program(f.dir).error().message(),
+        Catch::Contains("rank-0.jsonl:1: capture format version 2 is not one this shardcheck reads"));
+    f.write("rank-0.jsonl", header(0, 1) + kPrologue + "{\"k\": \"end\", \"records\": 2}\n");
+    REQUIRE_THAT(load_captured_program(f.dir).error().message(),
+                 Catch::Contains("rank-0.jsonl:5: the end record counts 2 records but the file holds 3"));
+  }
+  SECTION("groups whose ranks differ between files") {
+    Folder f;
+    const std::string g0 = "{\"k\": \"group\", \"id\": 0, \"name\": \"dp\", \"ranks\": [0, 1]}\n";
+    const std::string g1 = "{\"k\": \"group\", \"id\": 0, \"name\": \"dp\", \"ranks\": [1]}\n";
+    f.write("rank-0.jsonl", file_of(0, 2, kPrologue + g0));
+    f.write("rank-1.jsonl", file_of(1, 2, kPrologue + g1));
+    REQUIRE_THAT(load_captured_program(f.dir).error().message(),
+                 Catch::Contains("rank-1.jsonl:5: group 'dp' has ranks [1] here but [0, 1] at"));
+  }
+}
+
+TEST_CASE("the captured-program limits are enforced at load", "[core][capture]") {
+  std::string body;
+  for (int s = 1; s <= CaptureLimits::kMaxStreams; ++s)
+    body +=
+        "{\"k\": \"stream\", \"id\": " + std::to_string(s) + ", \"name\": \"s" + std::to_string(s) + "\"}\n";
+  REQUIRE_THAT(refusal(body), Catch::Contains("more than 12 streams on one rank"));
+  REQUIRE_THAT(refusal("{\"k\": \"alloc\", \"buf\": 1, \"bytes\": " +
+                       std::to_string(CaptureLimits::kMaxLiveBytes) + ", \"stream\": 0, \"at\": 0}\n"),
+               Catch::Contains("bytes at once, past the limit"));
+}

@@ -1,0 +1,301 @@
+// Captured programs on the simulator: the fixtures' findings with their Python lines under every
+// policy, shadow-only runs that change nothing but the bytes, and the collectives only captured
+// programs issue (reduce, all_to_all, barrier).
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "core/base/rng.hpp"
+#include "run/scenario_run.hpp"
+#include "sim/explore.hpp"
+#include "sim/world.hpp"
+
+using namespace shardcheck;
+using core::CollectiveKind;
+using core::DType;
+using core::Runtime;
+using core::Task;
+using core::TensorRef;
+
+namespace {
+
+std::string fixture(const std::string& name) {
+  return std::string(SHARDCHECK_SOURCE_DIR) + "/tests/capture/fixtures/" + name;
+}
+
+run::ScenarioOutcome run_fixture(const std::string& name, const char* policy = nullptr, int runs = 20) {
+  auto s = run::load_scenario(fixture(name));
+  REQUIRE(s.ok());
+  REQUIRE(s->kind == "capture");
+  REQUIRE_FALSE(s->options.values);
+  run::ScheduleOverrides o;
+  if (policy) o.policy = policy;
+  o.runs = runs;
+  auto out = run::run_scenario(*s, o);
+  REQUIRE(out.explored.error.empty());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "the Megatron reuse race names its Python lines and the record_stream fix is clean, under every policy",
+    "[sim][capture]") {
+  for (const char* policy : {"in_order", "random", "pct", "delay_comm"}) {
+    INFO(policy);
+    const auto bug = run_fixture("megatron-6137", policy, 10);
+    REQUIRE(bug.explored.findings.size() == 1);
+    const core::Finding& f = bug.explored.findings[0];
+    REQUIRE(f.kind == core::FindingKind::stream_race);
+    const auto& d = std::get<core::RaceDetail>(f.detail);
+    REQUIRE(d.reuse);
+    REQUIRE(d.first.op == "reduce_scatter 'grad' at train.py:37");
+    REQUIRE(d.first.buffer == "tensor allocated at train.py:31");
+    REQUIRE(d.second.op == "aten::normal_ at train.py:42");
+    REQUIRE(d.second.buffer == "tensor allocated at train.py:41");
+    REQUIRE_THAT(f.explanation, Catch::Contains("freed at train.py:38"));
+    REQUIRE_THAT(f.explanation, Catch::Contains("work.wait()"));
+    REQUIRE_THAT(f.explanation, Catch::Contains("record_stream"));
+    REQUIRE_THAT(f.explanation, Catch::Contains("keep a reference to the tensor allocated at train.py:31"));
+    const auto fixed = run_fixture("megatron-6137-fixed", policy, 10);
+    REQUIRE(fixed.explored.findings.empty());
+    REQUIRE(fixed.judged.met);
+  }
+}
+
+TEST_CASE("collective mismatches and swaps of captured programs name each rank's line", "[sim][capture]") {
+  const auto mismatch = run_fixture("mismatch-dtype");
+  REQUIRE(mismatch.explored.findings.size() == 1);
+  REQUIRE(mismatch.explored.findings[0].kind == core::FindingKind::collective_mismatch);
+  REQUIRE_THAT(mismatch.explored.findings[0].explanation,
+               Catch::Contains("rank 1: all_reduce 'grad' at train.py:20  [all_reduce bf16"));
+  const auto swap = run_fixture("order-swap");
+  REQUIRE(swap.explored.findings.size() == 1);
+  REQUIRE(swap.explored.findings[0].kind == core::FindingKind::collective_swap);
+  REQUIRE_THAT(swap.explored.findings[0].explanation,
+               Catch::Contains("all_reduce 'bias.grad' at train.py:31"));
+  REQUIRE_FALSE(swap.judged.met);
+}
+
+TEST_CASE("a shadow-only run of every trace scenario repeats its digests and findings", "[sim][capture]") {
+  std::vector<std::string> files;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace")) {
+    if (e.path().extension() == ".yaml") files.push_back(e.path().string());
+  }
+  REQUIRE(files.size() >= 12);
+  for (const auto& file : files) {
+    auto s = run::load_scenario(file);
+    REQUIRE(s.ok());
+    sim::ExploreOptions o;
+    o.base = s->options;
+    o.base.seed = 3;
+    o.runs = 4;
+    const auto valued = sim::explore(s->factory, o);
+    o.base.values = false;
+    const auto shadow = sim::explore(s->factory, o);
+    INFO(file);
+    REQUIRE(valued.digests == shadow.digests);
+    REQUIRE(valued.findings.size() == shadow.findings.size());
+    for (size_t i = 0; i < valued.findings.size(); ++i) {
+      REQUIRE(valued.findings[i].key == shadow.findings[i].key);
+      REQUIRE(valued.findings[i].explanation == shadow.findings[i].explanation);
+    }
+  }
+}
+
+namespace {
+
+// Two ranks, one group; `body` issues on rank r with buffers x (in) and y (out) of 64 bytes.
+sim::RunResult two_ranks(
+    const std::function<Task<>(Runtime&, core::GroupId, core::BufferId, core::BufferId)>& body, bool values) {
+  sim::Options o;
+  o.ranks = 2;
+  o.values = values;
+  o.seed = 5;
+  sim::World w(o);
+  return w.run([&](Runtime& rt) -> Task<> {
+    const core::StreamId s = rt.stream("default");
+    const std::vector<int> members{0, 1};
+    const core::GroupId g = rt.group("world", members);
+    const core::BufferId x = co_await rt.alloc(64, s, "x");
+    const core::BufferId y = co_await rt.alloc(64, s, "y");
+    co_await rt.launch(core::kernels::opaque("init", s, {}, {TensorRef::bytes_of(x, 0, 64)}));
+    co_await body(rt, g, x, y);
+  });
+}
+
+bool has(const sim::RunResult& r, core::FindingKind k) {
+  return std::any_of(r.findings.begin(), r.findings.end(), [&](const auto& f) { return f.kind == k; });
+}
+
+}  // namespace
+
+TEST_CASE("reduce writes only the root output, and reading it elsewhere is an uninitialized read",
+          "[sim][capture]") {
+  for (bool values : {true, false}) {
+    auto r = two_ranks(
+        [](Runtime& rt, core::GroupId g, core::BufferId x, core::BufferId y) -> Task<> {
+          const core::StreamId s = rt.stream("default");
+          co_await rt.collective({CollectiveKind::reduce, g, s, TensorRef{x, 0, 16, DType::f32},
+                                  TensorRef{y, 0, 16, DType::f32}, core::ReduceOp::max, 1, "r"});
+          co_await rt.launch(core::kernels::opaque("use", s, {TensorRef::bytes_of(y, 0, 64)}, {}));
+          co_await rt.sync_device();
+        },
+        values);
+    INFO(values);
+    REQUIRE(r.error.empty());
+    REQUIRE(r.completed);
+    REQUIRE(r.findings.size() == 1);
+    REQUIRE(r.findings[0].kind == core::FindingKind::uninitialized_read);
+    REQUIRE_THAT(r.findings[0].summary, Catch::StartsWith("rank 0:"));
+  }
+}
+
+TEST_CASE("all_to_all and barrier complete and order their members", "[sim][capture]") {
+  for (bool values : {true, false}) {
+    auto r = two_ranks(
+        [](Runtime& rt, core::GroupId g, core::BufferId x, core::BufferId y) -> Task<> {
+          const core::StreamId s = rt.stream("default");
+          co_await rt.collective({CollectiveKind::all_to_all, g, s, TensorRef{x, 0, 32, DType::f16},
+                                  TensorRef{y, 0, 32, DType::f16}, core::ReduceOp::sum, 0, "a2a"});
+          co_await rt.collective({CollectiveKind::barrier, g, s, TensorRef{-1, 0, 0, DType::u8},
+                                  TensorRef{-1, 0, 0, DType::u8}, core::ReduceOp::sum, 0, ""});
+          co_await rt.launch(core::kernels::opaque("use", s, {TensorRef::bytes_of(y, 0, 64)}, {}));
+          co_await rt.sync_device();
+        },
+        values);
+    INFO(values);
+    REQUIRE(r.error.empty());
+    REQUIRE(r.completed);
+    REQUIRE(r.findings.empty());
+  }
+}
+
+TEST_CASE("a reduce with different roots, or a barrier against an all_reduce, is a mismatch",
+          "[sim][capture]") {
+  auto r = two_ranks(
+      [](Runtime& rt, core::GroupId g, core::BufferId x, core::BufferId y) -> Task<> {
+        const core::StreamId s = rt.stream("default");
+        co_await rt.collective({CollectiveKind::reduce, g, s, TensorRef{x, 0, 16, DType::f32},
+                                TensorRef{y, 0, 16, DType::f32}, core::ReduceOp::product, rt.rank(), "r"});
+      },
+      false);
+  REQUIRE(has(r, core::FindingKind::collective_mismatch));
+  REQUIRE_THAT(r.findings[0].explanation, Catch::Contains("reduce f32 16->16 product root 0"));
+  auto b = two_ranks(
+      [](Runtime& rt, core::GroupId g, core::BufferId x, core::BufferId) -> Task<> {
+        const core::StreamId s = rt.stream("default");
+        if (rt.rank() == 0) {
+          co_await rt.collective({CollectiveKind::barrier, g, s, TensorRef{-1, 0, 0, DType::u8},
+                                  TensorRef{-1, 0, 0, DType::u8}, core::ReduceOp::sum, 0, ""});
+        } else {
+          co_await rt.collective({CollectiveKind::all_reduce, g, s, TensorRef{x, 0, 16, DType::f32},
+                                  TensorRef{x, 0, 16, DType::f32}, core::ReduceOp::sum, 0, ""});
+        }
+      },
+      false);
+  REQUIRE(b.error.empty());
+  REQUIRE(has(b, core::FindingKind::collective_mismatch));
+}
+
+TEST_CASE("a side-stream race, a read of torch.empty memory and a p2p deadlock speak PyTorch",
+          "[sim][capture]") {
+  const auto race = run_fixture("side-stream-race");
+  REQUIRE_FALSE(race.explored.findings.empty());
+  const core::Finding& f = race.explored.findings[0];
+  REQUIRE(f.kind == core::FindingKind::stream_race);
+  REQUIRE_THAT(f.summary,
+               Catch::Contains("aten::add_ at opt.py:24 on stream 'side' reads the tensor allocated at "
+                               "opt.py:20 while aten::mm at opt.py:21"));
+  REQUIRE_THAT(f.explanation, Catch::Contains("wait_stream"));
+  const auto uninit = run_fixture("uninit-empty");
+  REQUIRE(uninit.explored.findings.size() == 1);
+  REQUIRE(uninit.explored.findings[0].kind == core::FindingKind::uninitialized_read);
+  REQUIRE_THAT(uninit.explored.findings[0].explanation,
+               Catch::Contains("torch.zeros instead of torch.empty"));
+  const auto deadlock = run_fixture("p2p-deadlock");
+  REQUIRE(deadlock.explored.findings.size() == 1);
+  REQUIRE(deadlock.explored.findings[0].kind == core::FindingKind::deadlock);
+  REQUIRE_THAT(deadlock.explored.findings[0].explanation, Catch::Contains("send 'act' to 1 at pipe.py:14"));
+  REQUIRE_THAT(deadlock.explored.findings[0].explanation, Catch::Contains("dist.batch_isend_irecv"));
+}
+
+namespace {
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("mutated capture folders are refused with a file and line, or run without an internal error",
+          "[sim][capture]") {
+  namespace fs = std::filesystem;
+  core::Rng rng(20261201);
+  const std::vector<std::string> fixtures = {"megatron-6137", "megatron-6137-fixed", "mismatch-dtype",
+                                             "order-swap",    "p2p-deadlock",        "side-stream-race"};
+  const std::string dir = "/tmp/shardcheck-capture-mutant";
+  int refused = 0, ran = 0;
+  for (int i = 0; i < 300; ++i) {
+    const std::string& name = fixtures[rng.uniform(fixtures.size())];
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(fixture(name))) files.push_back(e.path().filename().string());
+    std::sort(files.begin(), files.end());
+    const std::string victim = files[rng.uniform(files.size())];
+    for (const auto& f : files) {
+      std::vector<std::string> lines = read_lines(fixture(name) + "/" + f);
+      if (f == victim) {
+        const size_t at = rng.uniform(lines.size());
+        std::string& l = lines[at];
+        switch (rng.uniform(5)) {
+          case 0:  // drop a line
+            lines.erase(lines.begin() + static_cast<std::ptrdiff_t>(at));
+            break;
+          case 1:  // repeat it
+            lines.insert(lines.begin() + static_cast<std::ptrdiff_t>(at), l);
+            break;
+          case 2: {  // change a digit
+            std::vector<size_t> digits;
+            for (size_t k = 0; k < l.size(); ++k) {
+              if (std::isdigit(static_cast<unsigned char>(l[k]))) digits.push_back(k);
+            }
+            if (!digits.empty())
+              l[digits[rng.uniform(digits.size())]] = static_cast<char>('0' + rng.uniform(10));
+            break;
+          }
+          case 3:  // cut it short
+            l.resize(rng.uniform(l.size() + 1));
+            break;
+          default:  // swap it with another line
+            std::swap(l, lines[rng.uniform(lines.size())]);
+        }
+      }
+      std::ofstream out(dir + "/" + f);
+      for (const auto& l : lines) out << l << "\n";
+    }
+    auto s = run::load_scenario(dir);
+    if (!s) {
+      ++refused;
+      const std::string m = s.error().message();
+      INFO(m);
+      REQUIRE(m.rfind(dir + "/rank-", 0) == 0);
+      REQUIRE(m.find(".jsonl:") != std::string::npos);
+      continue;
+    }
+    ++ran;
+    run::ScheduleOverrides o;
+    o.runs = 2;
+    const auto out = run::run_scenario(*s, o);
+    INFO(name << " mutant " << i << ": " << out.explored.error);
+    REQUIRE((out.explored.error.empty() || out.explored.limit));
+  }
+  fs::remove_all(dir);
+  REQUIRE(refused > 50);
+  REQUIRE(ran > 20);
+}
