@@ -18,8 +18,8 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
-#include <utility>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "core/base/rng.hpp"
@@ -302,7 +302,7 @@ class World {
   int participants_ = 0;
   bool mismatch_seen_ = false;
   std::map<int, size_t> cascade_roots_;  // group -> its first divergent collective in findings_
-  bool sources_seen_ = false;  // a captured program named its operations' Python lines
+  bool sources_seen_ = false;            // a captured program named its operations' Python lines
 };
 
 }  // namespace shardcheck::sim

@@ -240,7 +240,8 @@ TEST_CASE("the captured-program limits are enforced at load", "[core][capture]")
   for (int s = 1; s <= CaptureLimits::kMaxStreams; ++s)
     body +=
         "{\"k\": \"stream\", \"id\": " + std::to_string(s) + ", \"name\": \"s" + std::to_string(s) + "\"}\n";
-  REQUIRE_THAT(refusal(body), Catch::Contains("more than 12 streams on one rank"));
+  REQUIRE_THAT(refusal(body), Catch::Contains("more than " + std::to_string(CaptureLimits::kMaxStreams) +
+                                              " streams on one rank"));
   REQUIRE_THAT(refusal("{\"k\": \"alloc\", \"buf\": 1, \"bytes\": " +
                        std::to_string(CaptureLimits::kMaxLiveBytes) + ", \"stream\": 0, \"at\": 0}\n"),
                Catch::Contains("bytes at once, past the limit"));

@@ -30,7 +30,9 @@ class Recorder:
         self._next_buf = 0
         self._names = {}  # operator name -> its JSON string
         self.stream_names = {}  # handle -> a name to give the stream when first seen
-        self._coll_streams = {}  # buf -> stream ids of collectives that used it
+        self._coll_streams = {}
+        self._buf_site = {}  # buf -> the site of its allocation
+        self._site_text = {}  # site id -> "file:line"  # buf -> stream ids of collectives that used it
         self.stats = {"ops": 0, "allocs": 0, "frees": 0, "collectives": 0, "unseen_allocs": 0}
         self.stream(default_stream, "default")
 
@@ -42,6 +44,7 @@ class Recorder:
             sid = len(self._sites)
             self._sites[key] = sid
             self._w.write({"k": "site", "id": sid, "file": file, "line": line, "func": func})
+            self._site_text[sid] = "%s:%d" % (file, line)
         return sid
 
     def stream(self, handle, name=None):
@@ -123,6 +126,7 @@ class Recorder:
         self._w.write(rec)
         self.stats["allocs"] += 1
         self._live[ptr] = (buf, nbytes)
+        self._buf_site[buf] = rec["at"]
         return buf
 
     def touch(self, spans, stream_handle, site):
@@ -215,6 +219,13 @@ class Recorder:
                 rec["out"] = self.ranges([out])[0]
                 for r in (rec["in"], rec["out"]):
                     self._coll_streams.setdefault(r[0], set()).add(rec["stream"])
+                if op not in ("broadcast",):
+                    # Ranks that reduce different tensors at one position of a group (equal
+                    # shapes, swapped order) are told apart by where each tensor was made:
+                    # the checker compares names across the ranks.
+                    where = self._site_text.get(self._buf_site.get(rec["in"][0]))
+                    if where and not where.startswith("<"):
+                        name = "%s of the tensor from %s" % (name, where)
             rec.update({"dtype": dtype, "count": count, "reduce": reduce, "root": root,
                         "name": name, "at": site})
             self._w.write(rec)
