@@ -107,9 +107,15 @@ struct Tally {
   int determinism_checked = 0;  // scenarios
   int digests_matched = 0;      // schedules whose rerun repeated
   int nondeterministic = 0;     // scenarios
+  size_t captures = 0;          // of `ran`: captured programs, which have no expectation
+  int captures_found = 0;       // captured programs with findings
 
   void add(const LoadedScenario& s, const CheckedRun& c) {
     ++ran;
+    if (s.kind == "capture") {
+      ++captures;
+      captures_found += c.outcome.judged.met ? 0 : 1;
+    }
     failed += c.outcome.judged.met ? 0 : 1;
     if (!c.error.empty() && internal_error.empty()) internal_error = s.name + ": " + c.error;
     if (!c.bad_input.empty() && bad_input.empty()) bad_input = c.bad_input;
@@ -122,6 +128,25 @@ struct Tally {
   // Stops the loop: after a signal, or after an internal error, past which nothing is trusted.
   bool stop() const { return interrupted() || !internal_error.empty(); }
 };
+
+// "3 scenarios: 3 met expectations, 0 did not", with captured programs (no expectation: clean
+// or not) counted apart: "1 captured program: 1 with findings, 0 clean".
+std::string summary_line(const Tally& t) {
+  std::string line;
+  const size_t files = t.ran - t.captures;
+  const int files_failed = t.failed - t.captures_found;
+  if (files > 0 || t.captures == 0) {
+    line = std::to_string(files) + " scenario" + (files == 1 ? "" : "s") + ": " +
+           std::to_string(static_cast<int>(files) - files_failed) + " met expectations, " +
+           std::to_string(files_failed) + " did not";
+  }
+  if (t.captures > 0) {
+    line += (line.empty() ? "" : "; ") + std::to_string(t.captures) + " captured program" +
+            (t.captures == 1 ? "" : "s") + ": " + std::to_string(t.captures_found) + " with findings, " +
+            std::to_string(static_cast<int>(t.captures) - t.captures_found) + " clean";
+  }
+  return line;
+}
 
 // The closing lines of `run`: stopped early, and the determinism check's sum.
 void print_ending(const Tally& t, size_t total) {
@@ -235,9 +260,7 @@ int run_files(const RunArgs& a) {
         });
   }
   line.clear();
-  std::cout << "\n"
-            << t.ran << " scenario" << (t.ran == 1 ? "" : "s") << ": " << t.ran - t.failed
-            << " met expectations, " << t.failed << " did not\n";
+  std::cout << "\n" << summary_line(t) << "\n";
   print_ending(t, scenarios.size());
   const int code =
       finish(report, t,

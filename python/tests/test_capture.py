@@ -122,6 +122,21 @@ class RecorderTest(unittest.TestCase):
         sync = records(self.path, "stream_sync")[0]
         self.assertEqual(sync["stream"], records(self.path, "coll")[0]["stream"])
 
+    def test_a_collective_is_named_by_where_its_tensor_was_made(self):
+        site = self.rec.site("train.py", 20, "main")
+        self.rec.on_alloc(0x1000, 0, site)
+        self.rec.op("aten::full", 0, [], [(0x1000, 64, 0, 64)], site)
+        gid = self.rec.group("world", "world", [0, 1])
+        span = (0x1000, 64, 0, 64)
+        self.rec.collective("all_reduce", gid, 0, span, span, "f32", 16, "sum", 0,
+                            "c10d::allreduce_", self.site)
+        self.rec.collective("broadcast", gid, 0, span, span, "f32", 16, "none", 0,
+                            "c10d::broadcast_", self.site)
+        self.rec.close()
+        names = [c["name"] for c in records(self.path, "coll")]
+        self.assertEqual(names, ["c10d::allreduce_ of the tensor from train.py:20",
+                                 "c10d::broadcast_"])
+
     def test_ids_are_defined_before_use(self):
         self.rec.on_alloc(0x1000, 5, self.site)
         self.rec.event_record(0xE, 5, self.site)

@@ -85,3 +85,51 @@ TEST_CASE("a bad capture folder exits 2 with the file and line", "[cli][capture]
   REQUIRE(empty.exit_code == 2);
   REQUIRE_THAT(empty.err, Catch::Contains("a directory, not a scenario file"));
 }
+
+// Captures of real PyTorch programs, made on one H200 with torch 2.11 by examples/ (see
+// docs/capture.md): what the checker says of each is pinned here, so CI, which has no GPU,
+// holds the whole path from a real program to its findings.
+namespace {
+std::string h200(const std::string& name) {
+  return std::string(SHARDCHECK_SOURCE_DIR) + "/tests/capture/h200/" + name;
+}
+}  // namespace
+
+TEST_CASE("the #6137 pattern in PyTorch: the reuse race with its Python lines, and its fix clean",
+          "[cli][capture][h200]") {
+  auto r = run_shardcheck("run " + h200("grad-reuse-race"));
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(r.out, Catch::Contains("[stream_race] rank 0: the tensor allocated at "
+                                      "examples/pytorch/grad_reuse_race.py:27 is freed at "
+                                      "examples/pytorch/grad_reuse_race.py:36 while aten::mul at "
+                                      "examples/pytorch/grad_reuse_race.py:32"));
+  REQUIRE_THAT(r.out, Catch::Contains("its block goes to the tensor allocated at "
+                                      "examples/pytorch/grad_reuse_race.py:37, which aten::copy_ at "
+                                      "examples/pytorch/grad_reuse_race.py:38 on stream 'default' writes"));
+  REQUIRE_THAT(r.out, Catch::Contains("record_stream"));
+  auto fixed = run_shardcheck("run " + h200("grad-reuse-race-fix"));
+  REQUIRE(fixed.exit_code == 0);
+  REQUIRE_THAT(fixed.out, Catch::Contains("clean   grad-reuse-race-fix: no findings"));
+}
+
+TEST_CASE("a rank-dependent collective order in PyTorch is a swap; one order is clean",
+          "[cli][capture][h200]") {
+  auto r = run_shardcheck("run " + h200("collective-order-bug-gloo2"));
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(r.out, Catch::Contains("[collective_swap] collective #0 of group 'world'"));
+  REQUIRE_THAT(r.out, Catch::Contains("the tensor from collective_order_bug.py:20 vs c10d::allreduce_ of "
+                                      "the tensor from collective_order_bug.py:21"));
+  REQUIRE(run_shardcheck("run " + h200("collective-order-bug-fix-gloo2")).exit_code == 0);
+}
+
+TEST_CASE("DDP, FSDP2 and Megatron-FSDP v2 training runs captured on an H200 check clean",
+          "[cli][capture][h200]") {
+  for (const char* name :
+       {"ddp-train", "ddp-train-gloo2", "fsdp2-train", "mfsdp-zero3-before", "mfsdp-zero3-after"}) {
+    INFO(name);
+    auto r = run_shardcheck("run " + h200(name));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE_THAT(r.out, Catch::Contains("clean   " + std::string(name) + ": no findings"));
+  }
+}
