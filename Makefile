@@ -53,11 +53,11 @@ test-sanitize:
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir build-sanitize --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
-# libFuzzer on the scenario loader and the command-line parser, FUZZ_SECONDS each, starting
+# libFuzzer on the scenario loader, the command-line parser and the capture loader, FUZZ_SECONDS each, starting
 # from tests/fuzz/corpus/ (read-only) and growing build-fuzz/corpus/. A crash is saved to
 # build-fuzz/artifacts/TARGET/ and stops `make fuzz` with the command that reproduces it.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= fuzz_scenario fuzz_cli
+FUZZ_TARGETS ?= fuzz_scenario fuzz_cli fuzz_capture
 FUZZ_ARGS ?= -timeout=10 -rss_limit_mb=2048
 fuzz:
 	@scripts/install-deps fuzz

@@ -225,6 +225,33 @@ std::string check_scenario_file(const std::string& path, std::string_view text, 
   return "load_scenario accepted a scenario of kind '" + s.kind + "'";
 }
 
+std::string check_capture_folder(const std::string& dir, std::string_view text) {
+  auto loaded = run::load_scenario(dir);
+  if (!loaded) {
+    const std::string& m = loaded.error().message();
+    const std::string file = dir + "/rank-0.jsonl:";
+    if (m.rfind(file, 0) == 0) {
+      size_t i = file.size();
+      while (i < m.size() && m[i] >= '0' && m[i] <= '9') ++i;
+      if (i == file.size() || i >= m.size() || m[i] != ':') return "refused without the line: " + m;
+      return "";
+    }
+    if (m.rfind(dir, 0) == 0) return "";  // about the folder: a missing rank, a world size
+    return "refused without naming the file: " + m;
+  }
+  if (loaded->kind != "capture")
+    return "a capture folder loaded as a scenario of kind '" + loaded->kind + "'";
+  (void)text;
+  auto opt = run::options_for(*loaded, {});
+  if (!opt) return "options_for rejected a loaded capture: " + opt.error().message();
+  sim::Options o = opt.value();
+  o.max_steps = 200'000;
+  sim::World w(o);
+  const sim::RunResult r = sim::run_once(w, loaded->factory);
+  if (r.error.empty() || r.limit) return "";
+  return "the simulator failed on a loaded capture: " + r.error;
+}
+
 std::vector<std::string> split_arguments(std::string_view input) {
   std::vector<std::string> args{"shardcheck"};
   size_t pos = 0;

@@ -27,6 +27,11 @@ struct ScenarioCheck {
 // `text` is the content of the file at `path` (the loader reads the file itself).
 std::string check_scenario_file(const std::string& path, std::string_view text, const ScenarioCheck& c = {});
 
+// A captured program's folder `dir` holding one file, rank-0.jsonl, whose content is `text`:
+// the loader accepts it and one short simulated schedule runs without an internal error, or
+// it refuses it naming the file and a line (`DIR/rank-0.jsonl:LINE: message`) or the folder.
+std::string check_capture_folder(const std::string& dir, std::string_view text);
+
 // A command line as the fuzzer writes it: arguments separated by newlines (argv[0] is
 // supplied). `layout` and `list`, which are cheap and touch no files, are run as well, with
 // their output discarded; every other subcommand is parsed only.

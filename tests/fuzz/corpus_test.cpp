@@ -1,6 +1,8 @@
 // Replays the fuzz corpus and every saved crash (tests/fuzz/corpus/, tests/fuzz/regressions/)
 // through the normal build's loader and command-line parser, with the fuzz targets' checks,
 // so a fixed crash stays fixed without a fuzzing build.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -60,4 +62,24 @@ TEST_CASE("fuzz command lines are split at newlines, a trailing newline ending t
   REQUIRE(split_arguments("layout\n--ranks\n2\n") ==
           std::vector<std::string>{"shardcheck", "layout", "--ranks", "2"});
   REQUIRE(split_arguments("a\n\nb") == std::vector<std::string>{"shardcheck", "a", "", "b"});
+}
+
+TEST_CASE("every capture input of the fuzz corpus loads and runs, or is refused naming its file and line",
+          "[fuzz]") {
+  const auto files = files_in("capture");
+  REQUIRE(!files.empty());
+  const fs::path dir =
+      fs::temp_directory_path() / ("shardcheck-corpus-capture-" + std::to_string(::getpid()));
+  for (const auto& f : files) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string text = read(f);
+    {
+      std::ofstream out(dir / "rank-0.jsonl", std::ios::binary);
+      out << text;
+    }
+    INFO(f.string());
+    REQUIRE(shardcheck::fuzz::check_capture_folder(dir.string(), text).empty());
+  }
+  fs::remove_all(dir);
 }
