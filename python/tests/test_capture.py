@@ -194,6 +194,20 @@ class TorchCpuTest(unittest.TestCase):
             self.assertEqual(lines[0]["argv"], [script, "2"])
             self.assertIn("aten::add_", [r.get("name") for r in lines])
 
+    @unittest.skipUnless(os.environ.get("SHARDCHECK_BIN"), "SHARDCHECK_BIN is not set")
+    def test_check_captures_and_checks_in_one_command(self):
+        with tempfile.TemporaryDirectory() as d:
+            script = os.path.join(d, "prog.py")
+            with open(script, "w") as f:
+                f.write("import torch\nx = torch.zeros(4)\nx.add_(1)\n")
+            out = os.path.join(d, "cap")
+            p = subprocess.run([sys.executable, "-m", "shardcheck.capture", "--check", "--out",
+                                out, "--device", "cpu", "--", script],
+                               env=dict(os.environ, PYTHONPATH=PYROOT), capture_output=True,
+                               text=True)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertIn("clean   cap: no findings", p.stdout)
+
     def test_command_line_refuses_a_missing_program(self):
         for args in (["--out", "x"], ["--out", "x", "--", "no-such-file.py"], []):
             p = subprocess.run([sys.executable, "-m", "shardcheck.capture"] + args,
