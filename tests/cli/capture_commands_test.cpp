@@ -112,7 +112,7 @@ TEST_CASE("the #6137 pattern in PyTorch: the reuse race with its Python lines, a
   REQUIRE_THAT(fixed.out, Catch::Contains("clean   grad-reuse-race-fix: no findings"));
 }
 
-TEST_CASE("a rank-dependent collective order in PyTorch is a swap; one order is clean",
+TEST_CASE("a rank-dependent collective order in PyTorch is a swap, and one order is clean",
           "[cli][capture][h200]") {
   auto r = run_shardcheck("run " + h200("collective-order-bug-gloo2"));
   REQUIRE(r.exit_code == 1);
