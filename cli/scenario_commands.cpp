@@ -109,12 +109,17 @@ struct Tally {
   int nondeterministic = 0;     // scenarios
   size_t captures = 0;          // of `ran`: captured programs, which have no expectation
   int captures_found = 0;       // captured programs with findings
+  size_t open = 0;              // of `ran`: files without `expect:`
+  int open_found = 0;           // of those, with findings
 
   void add(const LoadedScenario& s, const CheckedRun& c) {
     ++ran;
     if (s.kind == "capture") {
       ++captures;
       captures_found += c.outcome.judged.met ? 0 : 1;
+    } else if (!s.expect.given) {
+      ++open;
+      open_found += c.outcome.judged.met ? 0 : 1;
     }
     failed += c.outcome.judged.met ? 0 : 1;
     if (!c.error.empty() && internal_error.empty()) internal_error = s.name + ": " + c.error;
@@ -133,9 +138,9 @@ struct Tally {
 // or not) counted apart: "1 captured program: 1 with findings, 0 clean".
 std::string summary_line(const Tally& t) {
   std::string line;
-  const size_t files = t.ran - t.captures;
-  const int files_failed = t.failed - t.captures_found;
-  if (files > 0 || t.captures == 0) {
+  const size_t files = t.ran - t.captures - t.open;
+  const int files_failed = t.failed - t.captures_found - t.open_found;
+  if (files > 0 || (t.captures == 0 && t.open == 0)) {
     line = std::to_string(files) + " scenario" + (files == 1 ? "" : "s") + ": " +
            std::to_string(static_cast<int>(files) - files_failed) + " met expectations, " +
            std::to_string(files_failed) + " did not";
@@ -144,6 +149,11 @@ std::string summary_line(const Tally& t) {
     line += (line.empty() ? "" : "; ") + std::to_string(t.captures) + " captured program" +
             (t.captures == 1 ? "" : "s") + ": " + std::to_string(t.captures_found) + " with findings, " +
             std::to_string(static_cast<int>(t.captures) - t.captures_found) + " clean";
+  }
+  if (t.open > 0) {
+    line += (line.empty() ? "" : "; ") + std::to_string(t.open) + " scenario" + (t.open == 1 ? "" : "s") +
+            " without an expectation: " + std::to_string(t.open_found) + " with findings, " +
+            std::to_string(static_cast<int>(t.open) - t.open_found) + " clean";
   }
   return line;
 }

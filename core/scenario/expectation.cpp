@@ -40,6 +40,7 @@ std::string kinds_to_string(const std::vector<FindingKind>& k) {
 }
 
 std::string describe(const Expectation& e) {
+  if (!e.given) return "nothing stated (clean)";
   std::string s = kinds_to_string(e.findings);
   if (!e.allow.empty()) s += " (allow " + kinds_to_string(e.allow) + ")";
   return s;

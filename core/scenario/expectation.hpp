@@ -14,10 +14,13 @@
 
 namespace shardcheck::core {
 
+// Without `expect:` a file states nothing (`given` false): it is judged as one expecting to be
+// clean, and commands report what they find instead of a verdict on an expectation.
 struct Expectation {
   std::vector<FindingKind> findings;
   std::vector<FindingKind> allow;
   SourceLoc loc;
+  bool given = true;
 };
 
 struct ScheduleSpec {

@@ -42,8 +42,7 @@ class Parser {
             {"kind", "name", "description", "ranks", "streams", "groups", "allocator", "schedule", "program",
              "expect"},
             "a trace scenario");
-    for (const char* k : {"name", "ranks", "streams", "program", "expect"})
-      y_.require(root, k, "a trace scenario");
+    for (const char* k : {"name", "ranks", "streams", "program"}) y_.require(root, k, "a trace scenario");
     s.name = y_.str(root["name"], "name");
     if (root["description"]) s.description = y_.text(root["description"], "description");
     s.ranks = static_cast<int>(y_.integer(root["ranks"], "ranks", 1, TraceLimits::kMaxRanks));
@@ -61,7 +60,11 @@ class Parser {
     if (root["groups"]) groups(root["groups"], s);
     if (root["allocator"]) allocator(root["allocator"], s);
     if (root["schedule"]) s.schedule = read_schedule(y_, root["schedule"]);
-    s.expect = read_expectation(y_, root["expect"]);
+    if (root["expect"]) {
+      s.expect = read_expectation(y_, root["expect"]);
+    } else {
+      s.expect.given = false;
+    }
     const YAML::Node prog = y_.seq(root["program"], "program");
     if (prog.size() > static_cast<size_t>(TraceLimits::kMaxProgramSteps)) {
       y_.fail(prog, "the program has " + std::to_string(prog.size()) + " steps; the limit is " +

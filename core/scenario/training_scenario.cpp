@@ -67,7 +67,7 @@ class Parser {
              "micro_batch_size", "steps", "optimizer", "streams", "mutations", "schedule", "reference",
              "expect", "gradient_divisor", "allocator"},
             "a training scenario");
-    for (const char* k : {"name", "mesh", "model", "strategy", "steps", "expect"})
+    for (const char* k : {"name", "mesh", "model", "strategy", "steps"})
       y_.require(root, k, "a training scenario");
     s.name = y_.str(root["name"], "name");
     if (root["description"]) s.description = y_.text(root["description"], "description");
@@ -103,7 +103,11 @@ class Parser {
       if (s.reference != "single_rank" && s.reference != "none")
         y_.fail(root["reference"], "reference is single_rank or none");
     }
-    s.expect = read_expectation(y_, root["expect"]);
+    if (root["expect"]) {
+      s.expect = read_expectation(y_, root["expect"]);
+    } else {
+      s.expect.given = false;
+    }
     check(root, s);
     return s;
   }

@@ -195,3 +195,30 @@ TEST_CASE("a jobs count of 0 is refused with its range", "[cli][run][parallel]")
   REQUIRE(r.exit_code == 2);
   REQUIRE_THAT(r.err, Catch::Contains("0 is out of range 1..4096"));
 }
+
+TEST_CASE("a file without expect: run reports what it finds and exits 1 when it finds anything",
+          "[cli][run]") {
+  char dir[] = "/tmp/shardcheck-open-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string head =
+      "kind: trace\nranks: 1\nstreams: [a, b]\nprogram:\n"
+      "  - alloc: {buffer: x, bytes: 64, stream: a}\n"
+      "  - kernel: {name: w, stream: a, writes: [x]}\n";
+  const std::string racy = std::string(dir) + "/racy.yaml", clean = std::string(dir) + "/clean.yaml";
+  std::ofstream(racy) << "name: racy\n" << head << "  - kernel: {name: r, stream: b, reads: [x]}\n";
+  std::ofstream(clean) << "name: clean\n" << head << "  - kernel: {name: r, stream: a, reads: [x]}\n";
+  auto r = run_shardcheck("run " + racy);
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(r.out, Catch::Contains("[stream_race]"));
+  REQUIRE_THAT(r.out, Catch::Contains("FOUND   racy: stream_race"));
+  REQUIRE_THAT(r.out, Catch::Contains("1 scenario without an expectation: 1 with findings, 0 clean"));
+  auto c = run_shardcheck("run " + clean + " " + scenario("reuse-race.yaml"));
+  REQUIRE(c.exit_code == 0);
+  REQUIRE_THAT(c.out, Catch::Contains("clean   clean: no findings"));
+  REQUIRE_THAT(
+      c.out, Catch::Contains("1 scenario: 1 met expectations, 0 did not; 1 scenario without an expectation: "
+                             "0 with findings, 1 clean"));
+  auto e = run_shardcheck("explore " + racy);
+  REQUIRE(e.exit_code == 1);
+  std::filesystem::remove_all(dir);
+}

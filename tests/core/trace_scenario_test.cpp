@@ -395,3 +395,12 @@ TEST_CASE("a schedule whose seeds would pass 2^63-1 is refused: replay could not
   REQUIRE_THAT(schedule_seeds_exceeded(uint64_t{1} << 63, 1),
                Catch::Contains("seed 9223372036854775808 is past"));
 }
+
+TEST_CASE("a trace file without expect loads, stating nothing", "[core][scenario]") {
+  auto s = parse_trace_scenario(
+      "kind: trace\nname: open\nranks: 1\nstreams: [a]\nprogram:\n  - sync: device\n", "open.yaml");
+  INFO((s.ok() ? "" : s.error().message()));
+  REQUIRE(s.ok());
+  REQUIRE_FALSE(s->expect.given);
+  REQUIRE(s->expect.findings.empty());
+}

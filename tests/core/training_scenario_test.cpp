@@ -306,3 +306,16 @@ TEST_CASE("exact mode is refused where its grid cannot keep fp32 sums exact", "[
   INFO((mixed.ok() ? "" : mixed.error().message()));
   REQUIRE(mixed.ok());  // only exact mode promises bitwise sums
 }
+
+TEST_CASE("a training file without expect loads, stating nothing", "[core][scenario]") {
+  std::string text = kGood;
+  text.erase(text.find("expect:"));
+  auto s = parse_training_scenario(text, "t.yaml");
+  INFO((s.ok() ? "" : s.error().message()));
+  REQUIRE(s.ok());
+  REQUIRE_FALSE(s->expect.given);
+  REQUIRE(s->expect.findings.empty());
+  REQUIRE(describe(s->expect) == "nothing stated (clean)");
+  auto with = parse_training_scenario(kGood, "t.yaml");
+  REQUIRE(with->expect.given);
+}
