@@ -32,6 +32,11 @@ Action add_props_command(CLI::App& app);
 // and CLI11 lets only a transform change the value it then converts.
 CLI::Validator in_range(int64_t lo, int64_t hi);
 
+// A word option's choices: `--help` lists them ("TEXT:{sim,gpu}"), and any other value is
+// refused before anything runs, naming them ("--backend: cpu not in {sim,gpu}", exit 2).
+// Attach it with `->check(one_of({...}))`.
+CLI::Validator one_of(std::vector<std::string> choices);
+
 // `--backend`, `--comm`, `--alloc`, `--amplify`, `--amplify-at` on run and compare.
 void add_gpu_options(CLI::App* cmd, GpuArgs& a);
 

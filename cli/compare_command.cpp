@@ -146,7 +146,9 @@ Action add_compare_command(CLI::App& app) {
   CLI::App* cmd =
       app.add_subcommand("compare", "Train a scenario and compare losses and weights against a baseline");
   cmd->add_option("file", a->file, "Training scenario file")->required();
-  cmd->add_option("--against", a->against, "single_rank (the reference trainer) or distopt");
+  cmd->add_option("--against", a->against,
+                  "single_rank (the reference trainer), distopt, or sim (the simulator; with --backend gpu)")
+      ->check(one_of({"single_rank", "distopt", "sim"}));
   cmd->add_option("--steps", a->steps, "Steps to train (default: the file's)")
       ->transform(in_range(1, core::TrainingLimits::kMaxSteps));
   add_gpu_options(cmd, a->gpu);

@@ -11,6 +11,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/progress.hpp"
+#include "cli/table.hpp"
 #include "core/base/text.hpp"
 #include "reports/format.hpp"
 #include "run/interrupt.hpp"
@@ -65,14 +66,21 @@ void progress(ProgressLine& line, size_t i, size_t n, const std::string& name, c
   });
 }
 
+// Expected and found wrap first, then the scenario name and the digest are cut, so the table
+// fits the terminal (or kPipeWidth into a pipe) wherever the finding names fit.
 void print_table(const reports::Report& r) {
-  std::printf("\n%-38s %-44s %-40s %9s %-16s %8s\n", "scenario", "expected", "found", "schedules",
-              "trace digest", "time");
+  Table t({{"scenario", Table::kCut, 24, 1},
+           {"expected", Table::kWrap, 20},
+           {"found", Table::kWrap, 20},
+           {"runs", Table::kRight},
+           {"time", Table::kRight},
+           {"trace digest", Table::kCut, 9, 1}});
   for (const auto& s : r.scenarios) {
-    std::printf("%-38s %-44s %-40s %9d %-16s %7.3fs%s\n", s.name.c_str(), s.expected.c_str(),
-                core::kinds_to_string(s.found).c_str(), s.schedules,
-                reports::digest_text(s.trace_digest).c_str(), s.seconds, s.met ? "" : "  FAILED");
+    t.add({s.name, s.expected, core::kinds_to_string(s.found), std::to_string(s.schedules),
+           duration_text(s.seconds), reports::digest_text(s.trace_digest) + (s.met ? "" : "  FAILED")});
   }
+  std::cout << "\n";
+  t.print(std::cout, output_width());
 }
 
 std::vector<LoadedScenario> load_demo(const std::vector<std::string>& files, bool& ok) {

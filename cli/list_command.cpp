@@ -1,11 +1,12 @@
-// `shardcheck list`: the mutations of the seed-bug catalog and the shipped scenarios, one
+// `shardcheck list`: the mutations of the bug catalog and the shipped scenarios, one
 // line each.
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/table.hpp"
+#include "core/base/text.hpp"
 #include "core/strategies/training_config.hpp"
 #include "run/scenario.hpp"
 
@@ -26,12 +27,15 @@ int run_list(const std::string& given) {
   if (root.empty())
     root = std::filesystem::is_directory("scenarios") ? "scenarios"
                                                       : std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios";
-  std::cout << "mutations (seed bugs; switch on with `mutations: [name]` in a training scenario):\n";
+  std::cout << "mutations (catalog bugs; switch on with `mutations: [name]` in a training scenario):\n";
+  const int width = output_width();
+  Table mutations({{""}, {""}, {"", Table::kWrap, 30}});
   for (int i = 0; i < core::kMutations; ++i) {
     const auto m = static_cast<core::Mutation>(i);
-    std::printf("  %-36s %-13s %s\n", std::string(core::to_string(m)).c_str(), core::mutation_upstream(m),
-                core::mutation_summary(m));
+    mutations.add(
+        {"  " + std::string(core::to_string(m)), core::mutation_upstream(m), core::mutation_summary(m)});
   }
+  mutations.print(std::cout, width);
   for (const char* sub : {"catalog", "trace", "training"}) {
     std::vector<std::string> files;
     std::error_code ec;
@@ -41,16 +45,18 @@ int run_list(const std::string& given) {
     std::sort(files.begin(), files.end());
     if (files.empty()) continue;
     std::cout << "\n" << root << "/" << sub << "/:\n";
+    // The expectation wraps; the description, its first sentence, is cut to what is left.
+    Table t({{""}, {""}, {"", Table::kWrap, 26}, {"", Table::kCut, 20, 1}});
     for (const auto& f : files) {
+      const std::string name = "  " + std::filesystem::path(f).filename().string();
       auto s = load_scenario(f);
       if (!s) {
-        std::printf("  %-44s (does not load: %s)\n", std::filesystem::path(f).filename().c_str(),
-                    s.error().message().c_str());
+        t.add({name, "", "(does not load: " + core::printable(s.error().message()) + ")", ""});
         continue;
       }
-      std::printf("  %-44s %-9s expects %-28s %s\n", std::filesystem::path(f).filename().c_str(),
-                  s->kind.c_str(), core::describe(s->expect).c_str(), first_sentence(s->description).c_str());
+      t.add({name, s->kind, "expects " + core::describe(s->expect), first_sentence(s->description)});
     }
+    t.print(std::cout, width);
   }
   return kOk;
 }
@@ -59,7 +65,7 @@ int run_list(const std::string& given) {
 
 Action add_list_command(CLI::App& app) {
   auto root = std::make_shared<std::string>();
-  CLI::App* cmd = app.add_subcommand("list", "List the seed-bug mutations and the shipped scenarios");
+  CLI::App* cmd = app.add_subcommand("list", "List the catalog bugs (mutations) and the shipped scenarios");
   cmd->add_option("--scenarios", *root, "Scenario folder (default: ./scenarios)");
   return [root] { return run_list(*root); };
 }

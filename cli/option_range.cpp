@@ -1,5 +1,6 @@
 // Integer options held to their bounds before CLI11 converts them, with a message that names
-// the option, the value and the range: "--runs: 0 is out of range 1..100000".
+// the option, the value and the range: "--runs: 0 is out of range 1..100000"; word options
+// held to their choices.
 #include <charconv>
 
 #include "cli/commands.hpp"
@@ -27,5 +28,7 @@ CLI::Validator in_range(int64_t lo, int64_t hi) {
       },
       range, "RANGE");
 }
+
+CLI::Validator one_of(std::vector<std::string> choices) { return CLI::IsMember(std::move(choices)); }
 
 }  // namespace shardcheck::cli

@@ -143,7 +143,9 @@ Action add_props_command(CLI::App& app) {
   cmd->add_option("--cases", a->cases, "Cases per property (default 100)")->transform(in_range(1, INT32_MAX));
   cmd->add_option("--seed", a->seed, "Seed of the generated cases (default 1)")
       ->transform(in_range(0, INT64_MAX));
-  cmd->add_option("--only", a->only, "Run one property (see properties/README.md)");
+  std::vector<std::string> names;
+  for (const auto& p : properties::all_properties()) names.push_back(p.name);
+  cmd->add_option("--only", a->only, "Run one property (see properties/README.md)")->check(one_of(names));
   cmd->add_flag("--mutations", a->mutations, "Run the suite once per seed bug and print the mutation score");
   cmd->add_option("--out", a->out, "Folder for counterexamples (written to DIR/props/; default out)");
   cmd->add_option("--replay", a->replay,

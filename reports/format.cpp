@@ -1,6 +1,8 @@
 // Escaping, number formatting and totals shared by the Markdown, HTML and JSON renderers.
 #include "reports/format.hpp"
 
+#include "core/scenario/expectation.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -116,15 +118,8 @@ std::string truncate(std::string_view s, size_t chars) {
   return std::string(s);
 }
 
-std::string kinds_text(const std::vector<core::FindingKind>& kinds) {
-  if (kinds.empty()) return "none";
-  std::string out;
-  for (const auto k : kinds) {
-    if (!out.empty()) out += ", ";
-    out += core::to_string(k);
-  }
-  return out;
-}
+// The terminal's word (core::kinds_to_string), so every output says "clean" alike.
+std::string kinds_text(const std::vector<core::FindingKind>& kinds) { return core::kinds_to_string(kinds); }
 
 std::string result_text(const ScenarioResult& s) { return s.met && s.error.empty() ? "ok" : "FAILED"; }
 

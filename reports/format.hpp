@@ -34,7 +34,7 @@ size_t char_count(std::string_view s);
 // `s` cut to at most `chars` characters, the last of them "…" when it was cut.
 std::string truncate(std::string_view s, size_t chars);
 
-std::string kinds_text(const std::vector<core::FindingKind>& kinds);  // "a, b" or "none"
+std::string kinds_text(const std::vector<core::FindingKind>& kinds);  // "a, b" or "clean"
 std::string result_text(const ScenarioResult& s);                     // "ok" or "FAILED"
 // A scenario cut short: "after 12 schedules; those that ran are judged, the rest did not run".
 std::string stopped_text(const ScenarioResult& s);

@@ -66,6 +66,19 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
     std::cerr << "shardcheck: --alloc is caching or async, not '" << core::printable(a.alloc) << "'\n";
     return false;
   }
+  // A machine that cannot run the scenario is the command's input at fault, not shardcheck.
+  const int devices = gpu::usable_devices();
+  if (devices == 0) {
+    std::cerr << "shardcheck: --backend gpu: this machine has no usable CUDA device (the simulator, "
+                 "--backend sim, needs none)\n";
+    return false;
+  }
+  if (a.comm == "nccl" && !gpu::mpi_process().launched && scenario.ranks > devices) {
+    std::cerr << "shardcheck: --comm nccl runs one rank per GPU: the scenario has " << scenario.ranks
+              << " ranks and this machine " << devices
+              << " GPUs (--comm local runs them all on one GPU, an MPI launch spreads them over hosts)\n";
+    return false;
+  }
   o.ranks = scenario.ranks;
   o.reuse = scenario.reuse == sim::Reuse::earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit;
   o.comm = a.comm == "nccl" ? gpu::CommMode::nccl : gpu::CommMode::local;
@@ -89,8 +102,7 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
       return false;
     }
     o.process_rank = p.rank;
-    const int devices = gpu::usable_devices();
-    o.process_device = devices > 0 ? p.local_rank % devices : 0;
+    o.process_device = p.local_rank % devices;
   }
   return true;
 }

@@ -164,7 +164,11 @@ std::string YamlReader::read_file() const {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0)
     fail_at(start, std::string("cannot read the file: ") + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) fail_at(start, "a directory, not a scenario file; pass " + file_ + "/*.yaml");
+  if (S_ISDIR(st.st_mode)) {  // no line to point at: the message names the folder and what to pass
+    std::string dir = file_;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    throw LoadError(printable(dir + " is a directory; pass " + (dir == "/" ? "" : dir) + "/*.yaml"));
+  }
   if (!S_ISREG(st.st_mode))
     fail_at(start, file_kind(st.st_mode) + ", not a regular file; a scenario is read from a file");
   // Read at most one chunk past the limit, never the whole of an oversized file.

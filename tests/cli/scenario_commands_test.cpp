@@ -222,3 +222,38 @@ TEST_CASE("a file without expect: run reports what it finds and exits 1 when it 
   REQUIRE(e.exit_code == 1);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("word options list their choices in --help and refuse any other value naming them",
+          "[cli][options]") {
+  const auto help = run_shardcheck("run --help");
+  REQUIRE(help.exit_code == 0);
+  for (const char* choices :
+       {"--policy TEXT:{in_order,random,pct,delay_comm}", "--backend TEXT:{sim,gpu}",
+        "--comm TEXT:{local,nccl}", "--alloc TEXT:{caching,async}", "--amplify-at TEXT:{collectives,race}"}) {
+    REQUIRE_THAT(help.out, Catch::Contains(choices));
+  }
+  // It says it takes the GPU backend too, not "on the simulator" alone.
+  REQUIRE_THAT(help.out, Catch::Contains("with --backend gpu"));
+  REQUIRE_THAT(run_shardcheck("compare --help").out,
+               Catch::Contains("--against TEXT:{single_rank,distopt,sim}"));
+  const auto bad = run_shardcheck("run " + scenario("reuse-race.yaml") + " --backend cpu");
+  REQUIRE(bad.exit_code == 2);
+  REQUIRE_THAT(bad.err, Catch::Contains("--backend: cpu not in {sim,gpu}"));
+  const auto against = run_shardcheck("compare " + std::string(SHARDCHECK_SOURCE_DIR) +
+                                      "/scenarios/training/zero1-exact.yaml --against nothing");
+  REQUIRE(against.exit_code == 2);
+  REQUIRE_THAT(against.err, Catch::Contains("--against: nothing not in {single_rank,distopt,sim}"));
+}
+
+TEST_CASE("explore prints its duration rounded, and --backend gpu without a GPU backend is bad input",
+          "[cli][options]") {
+  const auto r = run_shardcheck("explore " + scenario("reuse-race.yaml") + " --runs 2");
+  REQUIRE(r.exit_code == 0);
+  // "in 0.7 ms" or "in 12.3 ms", never "in 0.000688639 s".
+  REQUIRE_THAT(r.out, Catch::Matches(R"((.|\n)*seeds 1\.\.1\) in [0-9]+(\.[0-9])? (ms|s)\n(.|\n)*)"));
+#ifndef SHARDCHECK_HAVE_GPU
+  const auto gpu = run_shardcheck("run " + scenario("reuse-race.yaml") + " --backend gpu");
+  REQUIRE(gpu.exit_code == 2);
+  REQUIRE_THAT(gpu.err, Catch::Contains("no GPU backend"));
+#endif
+}

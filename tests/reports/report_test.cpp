@@ -78,7 +78,7 @@ TEST_CASE("Markdown has one summary row per scenario with expected, found, sched
       Catch::Contains(
           "| post-step-order | collective_mismatch | collective_mismatch, collective_swap, deadlock | 200 | "
           "3.50 s | **FAILED** |"));
-  REQUIRE_THAT(md, Catch::Contains("| compare-distopt | clean | none | 1 | 12.00 s | ok |"));
+  REQUIRE_THAT(md, Catch::Contains("| compare-distopt | clean | clean | 1 | 12.00 s | ok |"));
   REQUIRE_THAT(md, Catch::Contains("4 scenarios: 3 met expectations, 1 failed; 10 findings."));
 }
 
