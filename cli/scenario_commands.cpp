@@ -5,9 +5,13 @@
 #include "cli/commands.hpp"
 #include "cli/findings_text.hpp"
 #include "cli/progress.hpp"
+#include "cli/table.hpp"
+#include "cli/version.hpp"
 #include "core/base/atomic_file.hpp"
 #include "core/base/text.hpp"
 #include "reports/chrome_trace.hpp"
+#include "reports/ci_formats.hpp"
+#include "run/finding_location.hpp"
 #include "run/gpu_runs.hpp"
 #include "run/interrupt.hpp"
 #include "run/ordered_pool.hpp"
@@ -31,8 +35,8 @@ struct ScheduleArgs {
 void add_schedule_options(CLI::App* cmd, ScheduleArgs& a, bool with_runs) {
   using L = core::ScheduleLimits;
   a.with_runs = with_runs;
-  cmd->add_option("--policy", a.policy,
-                  "Schedule policy: in_order, random, pct or delay_comm (default: the file's)");
+  cmd->add_option("--policy", a.policy, "Schedule policy (default: the file's)")
+      ->check(one_of({"in_order", "random", "pct", "delay_comm"}));
   cmd->add_option("--seed", a.seed, "First schedule seed (default: the file's)")
       ->transform(in_range(0, L::kMaxSeed));
   if (with_runs) {
@@ -54,31 +58,102 @@ ScheduleOverrides overrides(const ScheduleArgs& a) {
 
 std::string policy_flag(const ScheduleArgs& a) { return a.policy.empty() ? "" : " --policy " + a.policy; }
 
-// Loads every file first: bad input anywhere stops everything before anything runs.
-bool load_all(const std::vector<std::string>& files, const ScheduleArgs& a,
-              std::vector<LoadedScenario>& out) {
+// Loads every file first: bad input anywhere stops everything before anything runs. Each
+// refused file is added to `refused` (for the CI outputs) with its message.
+bool load_all(const std::vector<std::string>& files, const ScheduleArgs& a, std::vector<LoadedScenario>& out,
+              std::vector<reports::NotRun>* refused = nullptr) {
   bool ok = true;
   for (const auto& f : files) {
+    std::string why;
     auto s = load_scenario(f);
     if (!s) {
-      std::cerr << core::printable(s.error().message()) << "\n";
-      ok = false;
+      why = core::printable(s.error().message());
+      std::cerr << why << "\n";
+    } else if (auto opt = options_for(*s, overrides(a)); !opt) {
+      why = "shardcheck: " + core::printable(opt.error().message());
+      std::cerr << why << "\n";
+    } else {
+      out.push_back(std::move(s).value());
       continue;
     }
-    if (auto opt = options_for(*s, overrides(a)); !opt) {
-      std::cerr << "shardcheck: " << core::printable(opt.error().message()) << "\n";
-      ok = false;
-      continue;
-    }
-    out.push_back(std::move(s).value());
+    ok = false;
+    if (refused) refused->push_back({f, "bad input: " + why, true});
   }
   return ok;
+}
+
+// --junit FILE and --sarif FILE on `run` and `explore`: what ran, written when the command
+// ends however it ends (bad input, a failed expectation, an interrupt, an internal error).
+struct CiArgs {
+  std::string junit;
+  std::string sarif;
+  bool any() const { return !junit.empty() || !sarif.empty(); }
+};
+
+void add_ci_options(CLI::App* cmd, CiArgs& a) {
+  cmd->add_option(
+      "--junit", a.junit,
+      "Write JUnit XML to this file: a test case per scenario, failed when its expectation is not met");
+  cmd->add_option(
+      "--sarif", a.sarif,
+      "Write SARIF 2.1.0 to this file: a result per finding, at the line of the scenario file (or "
+      "Python source) it concerns");
+}
+
+// What the CI outputs hold, gathered as scenarios finish.
+struct CiRecord {
+  std::vector<std::vector<reports::FindingPlace>> places;
+  std::vector<bool> stated;
+  std::vector<reports::NotRun> not_run;
+
+  void add(const LoadedScenario& s, const reports::ScenarioResult& r) {
+    places.push_back(locate_findings(s, r.findings));
+    stated.push_back(s.kind != "capture" && s.expect.given);
+  }
+  // The files after the first `ran` that never ran: the command stopped first.
+  void not_reached(const std::vector<LoadedScenario>& all, size_t ran, const std::string& why) {
+    for (size_t i = ran; i < all.size(); ++i) not_run.push_back({all[i].file, "not run: " + why, false});
+  }
+};
+
+// Writes the requested CI files atomically; false (after saying why) when one could not be.
+bool write_ci(const CiArgs& a, const reports::Report& report, CiRecord record) {
+  if (!a.any()) return true;
+  const reports::CiInput in{report, std::move(record.places), std::move(record.stated),
+                            std::move(record.not_run)};
+  bool ok = true;
+  auto write = [&](const std::string& path, const std::string& text) {
+    if (path.empty()) return;
+    if (auto st = core::write_file_atomic(path, text); !st) {
+      std::cerr << "shardcheck: " << core::printable(st.message()) << "\n";
+      ok = false;
+    }
+  };
+  write(a.junit, reports::junit_xml(in));
+  write(a.sarif, reports::sarif_json(in, std::string(kVersion)));
+  return ok;
+}
+
+// The command of a run refused as bad input, for the CI outputs' command line.
+int refused_input(const CiArgs& a, const std::string& command, const std::vector<LoadedScenario>& loaded,
+                  std::vector<reports::NotRun> refused) {
+  reports::Report report;
+  report.command = command;
+  report.complete = false;
+  report.stopped = reports::Report::kBadInput;
+  report.incomplete_reason = "bad input: nothing ran";
+  CiRecord record;
+  record.not_run = std::move(refused);
+  record.not_reached(loaded, 0, "another file given is bad input");
+  write_ci(a, report, std::move(record));
+  return kBadInput;
 }
 
 struct RunArgs {
   std::vector<std::string> files;
   ScheduleArgs schedule;
   std::string report;
+  CiArgs ci;
   bool check_determinism = false;
   GpuArgs gpu;
 };
@@ -93,9 +168,13 @@ std::string command_line(const std::string& verb, const std::vector<std::string>
   return c + extra;
 }
 
-std::optional<ResultOptions> report_options(const std::string& dir) {
-  if (dir.empty()) return std::nullopt;
-  return ResultOptions{};
+// A scenario's result is assembled for a report folder or a CI output; only the folder has
+// pictures that need each finding's run replayed.
+std::optional<ResultOptions> report_options(const std::string& dir, bool ci) {
+  if (dir.empty() && !ci) return std::nullopt;
+  ResultOptions o;
+  o.traces = !dir.empty();
+  return o;
 }
 
 // What a scenario loop saw, for its closing lines, the report's completeness and the exit code.
@@ -217,7 +296,17 @@ void print_run(const LoadedScenario& s, const CheckedRun& c, const std::string& 
 
 int run_files(const RunArgs& a) {
   std::vector<LoadedScenario> scenarios;
-  if (!load_all(a.files, a.schedule, scenarios)) return kBadInput;
+  std::vector<reports::NotRun> refused;
+  const std::string command = command_line("run", a.files, a.schedule,
+                                           std::string(a.check_determinism ? " --check-determinism" : "") +
+                                               (a.report.empty() ? "" : " --report " + a.report));
+  if (!load_all(a.files, a.schedule, scenarios, &refused))
+    return refused_input(a.ci, command, scenarios, std::move(refused));
+  if (a.gpu.backend != "sim" && a.ci.any()) {
+    std::cerr << "shardcheck: --junit and --sarif report the simulator's findings; they do not apply to "
+                 "--backend gpu\n";
+    return kBadInput;
+  }
   if (a.gpu.backend != "sim") {
     for (const auto& s : scenarios) {
       if (s.kind != "capture") continue;
@@ -236,10 +325,9 @@ int run_files(const RunArgs& a) {
   }
   InterruptScope interrupts;
   reports::Report report;
-  report.command = command_line("run", a.files, a.schedule,
-                                std::string(a.check_determinism ? " --check-determinism" : "") +
-                                    (a.report.empty() ? "" : " --report " + a.report));
+  report.command = command;
   Tally t;
+  CiRecord ci;
   int64_t total = 0;
   for (const auto& s : scenarios)
     total += planned_runs(s, overrides(a.schedule)) * (a.check_determinism ? 2 : 1);
@@ -255,14 +343,17 @@ int run_files(const RunArgs& a) {
           ScheduleOverrides o = overrides(a.schedule);
           o.jobs = std::max(1, jobs / side_by_side);
           o.progress = line.scenario();
-          return run_checked(scenarios[i], o, a.check_determinism, report_options(a.report));
+          return run_checked(scenarios[i], o, a.check_determinism, report_options(a.report, a.ci.any()));
         },
         [&](size_t i) {
           line.print([&] { print_header(scenarios[i], planned_runs(scenarios[i], overrides(a.schedule))); });
         },
         [&](size_t i, CheckedRun c) {
           const LoadedScenario& s = scenarios[i];
-          if (c.result) report.scenarios.push_back(std::move(*c.result));
+          if (c.result) {
+            report.scenarios.push_back(std::move(*c.result));
+            ci.add(s, report.scenarios.back());
+          }
           line.print(
               [&] { print_run(s, c, policy_flag(a.schedule), planned_runs(s, overrides(a.schedule))); });
           t.add(s, c);
@@ -275,8 +366,11 @@ int run_files(const RunArgs& a) {
   const int code =
       finish(report, t,
              ", after " + std::to_string(t.ran) + " of " + std::to_string(scenarios.size()) + " scenarios");
+  ci.not_reached(scenarios, t.ran,
+                 t.internal_error.empty() ? interrupt_reason() : "stopped by an internal error");
+  const bool ci_written = write_ci(a.ci, report, std::move(ci));
   if (!a.report.empty() && !write_report_to(report, a.report)) return kInternalError;
-  return code;
+  return ci_written ? code : kInternalError;
 }
 
 struct ExploreArgs {
@@ -285,13 +379,14 @@ struct ExploreArgs {
   bool all = false;
   bool check_determinism = false;
   std::string report;
+  CiArgs ci;
 };
 
 void print_explored(const LoadedScenario& s, const CheckedRun& c, const sim::Options& opt) {
   const sim::ExploreResult& e = c.outcome.explored;
   std::cout << "explored " << e.runs_done << " schedule" << (e.runs_done == 1 ? "" : "s") << " of " << s.name
             << " (policy " << sim::to_string(opt.policy) << ", seeds " << opt.seed << ".."
-            << opt.seed + e.runs_done - 1 << ") in " << c.outcome.seconds << " s"
+            << opt.seed + e.runs_done - 1 << ") in " << duration_text(c.outcome.seconds)
             << (c.stopped ? "; " + interrupt_reason() : "") << "\n";
   if (e.first_hit >= 0) {
     std::cout << "first finding after " << e.first_hit + 1 << " schedule" << (e.first_hit == 0 ? "" : "s")
@@ -303,7 +398,13 @@ void print_explored(const LoadedScenario& s, const CheckedRun& c, const sim::Opt
 
 int explore_file(const ExploreArgs& a) {
   std::vector<LoadedScenario> scenarios;
-  if (!load_all({a.file}, a.schedule, scenarios)) return kBadInput;
+  std::vector<reports::NotRun> refused;
+  const std::string command =
+      command_line("explore", {a.file}, a.schedule,
+                   std::string(a.all ? " --all" : "") + (a.check_determinism ? " --check-determinism" : "") +
+                       (a.report.empty() ? "" : " --report " + a.report));
+  if (!load_all({a.file}, a.schedule, scenarios, &refused))
+    return refused_input(a.ci, command, scenarios, std::move(refused));
   const LoadedScenario& s = scenarios.front();
   ScheduleOverrides o = overrides(a.schedule);
   o.stop_at_first = !a.all;
@@ -313,7 +414,7 @@ int explore_file(const ExploreArgs& a) {
   std::cout << "exploring up to " << runs << " schedule" << (runs == 1 ? "" : "s") << " of " << s.name
             << " from seed " << opt.seed << (a.all ? "" : ", until the first finding")
             << std::endl;  // tells a watcher it has begun
-  const std::optional<ResultOptions> ro = report_options(a.report);
+  const std::optional<ResultOptions> ro = report_options(a.report, a.ci.any());
   CheckedRun c;
   {
     ProgressLine line(static_cast<int64_t>(runs) * (a.check_determinism ? 2 : 1));
@@ -329,15 +430,17 @@ int explore_file(const ExploreArgs& a) {
   Tally t;
   t.add(s, c);
   reports::Report report;
-  report.command =
-      command_line("explore", {a.file}, a.schedule,
-                   std::string(a.all ? " --all" : "") + (a.check_determinism ? " --check-determinism" : "") +
-                       (a.report.empty() ? "" : " --report " + a.report));
-  if (c.result) report.scenarios.push_back(std::move(*c.result));
+  report.command = command;
+  CiRecord ci;
+  if (c.result) {
+    report.scenarios.push_back(std::move(*c.result));
+    ci.add(s, report.scenarios.back());
+  }
   const int code =
       finish(report, t, ", after " + std::to_string(c.outcome.explored.runs_done) + " schedules");
+  const bool ci_written = write_ci(a.ci, report, std::move(ci));
   if (!a.report.empty() && !write_report_to(report, a.report)) return kInternalError;
-  return code;
+  return ci_written ? code : kInternalError;
 }
 
 struct ReplayArgs {
@@ -383,7 +486,8 @@ int replay_file(const ReplayArgs& a) {
 
 Action add_run_command(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
-  CLI::App* cmd = app.add_subcommand("run", "Run scenarios on the simulator and check their expectations");
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Run scenarios (on the simulator, or with --backend gpu on GPUs) and check their expectations");
   cmd->add_option("files", a->files, "Scenario files")->required();
   add_schedule_options(cmd, a->schedule, true);
   cmd->add_option("--report", a->report,
@@ -391,6 +495,7 @@ Action add_run_command(CLI::App& app) {
   cmd->add_flag(
       "--check-determinism", a->check_determinism,
       "Rerun every schedule with its seed and require the same trace digest and findings (exit 3 if not)");
+  add_ci_options(cmd, a->ci);
   add_gpu_options(cmd, a->gpu);
   return [a] { return run_files(*a); };
 }
@@ -406,6 +511,7 @@ Action add_explore_command(CLI::App& app) {
                 "(exit 3 if not)");
   cmd->add_option("--report", a->report,
                   "Write a report (Markdown, HTML, JSON, Chrome traces) to this folder");
+  add_ci_options(cmd, a->ci);
   return [a] { return explore_file(*a); };
 }
 

@@ -1,0 +1,187 @@
+// Findings placed in their sources: trace steps by the operation names findings quote,
+// training files by their `mutations:` entries, captured programs by the Python lines their
+// operations carry.
+#include "run/finding_location.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <regex>
+
+#include "core/base/overloaded.hpp"
+#include "core/runtime/runtime.hpp"
+#include "core/scenario/trace_scenario.hpp"
+
+namespace shardcheck::run {
+
+namespace {
+
+using reports::FindingPlace;
+using reports::SourceSpot;
+
+// An operation a finding names, on a rank, with what it is to the finding.
+struct Named {
+  int rank = 0;
+  std::string op;  // "kernel 'next_forward'", "reduce_scatter 'grad'", "aten::mul at train.py:32"
+  std::string note;
+  std::string group;  // a collective's group, when known
+  std::string tag;    // a collective's tag, when known
+};
+
+std::vector<Named> named_ops(const core::Finding& f) {
+  std::vector<Named> out;
+  std::visit(
+      core::Overloaded{
+          [&](const core::RaceDetail& d) {
+            out.push_back({d.second.rank, d.second.op, "second access", "", ""});
+            out.push_back({d.first.rank, d.first.op, "first access", "", ""});
+          },
+          [&](const core::CollectiveDetail& d) {
+            for (const auto& r : d.ranks)
+              out.push_back({r.rank, "", "rank " + std::to_string(r.rank) + "'s collective", d.group, r.tag});
+          },
+          [&](const core::DeadlockDetail& d) {
+            for (const auto& n : d.cycle)
+              out.push_back({n.rank, n.op, "rank " + std::to_string(n.rank) + " waits here", "", ""});
+          },
+          [](const auto&) {},
+      },
+      f.detail);
+  return out;
+}
+
+// The name the simulator gives a trace step's operation (core::op_name), or "" for steps
+// that findings do not name.
+std::string op_text(const core::TraceStep& t) {
+  using K = core::TraceStep::Kind;
+  switch (t.kind) {
+    case K::kernel: {
+      core::KernelCall k;
+      k.name = t.name;
+      return core::op_name(k);
+    }
+    case K::collective: {
+      core::CollectiveCall c;
+      c.kind = t.op;
+      c.tag = t.tag;
+      return core::op_name(c);
+    }
+    case K::send:
+    case K::recv: {
+      core::P2PCall p;
+      p.peer = t.peer;
+      p.tag = t.tag;
+      return core::op_name(p, t.kind == K::send);
+    }
+    default:
+      return "";
+  }
+}
+
+// The first step of the program that rank `n.rank` runs and that `n` names.
+const core::TraceStep* find_step(const core::TraceScenario& t, const Named& n) {
+  for (const auto& step : t.program) {
+    if (!t.runs_on(step, n.rank)) continue;
+    if (!n.tag.empty()) {
+      if (step.kind == core::TraceStep::Kind::collective && step.group == n.group && step.tag == n.tag)
+        return &step;
+      continue;
+    }
+    const std::string text = op_text(step);
+    if (!text.empty() && n.op.find(text) != std::string::npos) return &step;
+  }
+  return nullptr;
+}
+
+FindingPlace trace_place(const LoadedScenario& s, const core::TraceScenario& t, const core::Finding& f) {
+  FindingPlace p{{s.file, 1, ""}, {}, false};
+  bool placed = false;
+  for (const Named& n : named_ops(f)) {
+    const core::TraceStep* step = find_step(t, n);
+    if (!step) continue;
+    const SourceSpot spot{s.file, step->loc.line, n.note};
+    if (!placed) {
+      p.at = spot;
+      placed = true;
+    } else if (spot.line != p.at.line) {
+      p.related.push_back(spot);
+    }
+  }
+  return p;
+}
+
+// Every "file.py:line" a text names, in order.
+std::vector<SourceSpot> python_spots(const std::string& text, const std::string& note) {
+  static const std::regex spot(R"(([^\s'"(),:]+\.py):([0-9]{1,9}))");
+  std::vector<SourceSpot> out;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), spot); it != std::sregex_iterator(); ++it)
+    out.push_back({(*it)[1].str(), std::stoi((*it)[2].str()), note});
+  return out;
+}
+
+FindingPlace capture_place(const LoadedScenario& s, const core::Finding& f) {
+  FindingPlace p{{s.file, 1, ""}, {}, false};
+  std::vector<SourceSpot> spots;
+  for (const Named& n : named_ops(f)) {
+    for (auto& spot : python_spots(n.op, n.note)) spots.push_back(std::move(spot));
+  }
+  for (auto& spot : python_spots(f.summary + "\n" + f.explanation, "named in the finding"))
+    spots.push_back(std::move(spot));
+  bool placed = false;
+  for (const auto& spot : spots) {
+    auto same = [&](const SourceSpot& r) { return r.file == spot.file && r.line == spot.line; };
+    if (!placed) {
+      p.at = spot;
+      placed = true;
+    } else if (!same(p.at) && std::none_of(p.related.begin(), p.related.end(), same)) {
+      p.related.push_back(spot);
+    }
+  }
+  return p;
+}
+
+// The line of a training file that first names one of its mutations outside a comment, else
+// its `strategy:` line, else 0.
+int training_line(const LoadedScenario& s) {
+  std::ifstream in(s.file);
+  std::vector<std::string> names;
+  if (s.training) {
+    for (const auto m : s.training->scenario.config.mutations.list()) names.emplace_back(core::to_string(m));
+  }
+  std::string line;
+  int number = 0, strategy = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    line = line.substr(0, line.find('#'));
+    for (const auto& n : names) {
+      if (line.find(n) != std::string::npos) return number;
+    }
+    if (strategy == 0 && line.find("strategy:") != std::string::npos) strategy = number;
+  }
+  return strategy;
+}
+
+bool expected(const LoadedScenario& s, core::FindingKind k) {
+  if (!s.expect.given) return false;
+  const auto& a = s.expect.findings;
+  const auto& b = s.expect.allow;
+  return std::find(a.begin(), a.end(), k) != a.end() || std::find(b.begin(), b.end(), k) != b.end();
+}
+
+}  // namespace
+
+std::vector<FindingPlace> locate_findings(const LoadedScenario& s,
+                                          const std::vector<core::Finding>& findings) {
+  std::vector<FindingPlace> out;
+  const int training = s.kind == "training" && !findings.empty() ? training_line(s) : 0;
+  const auto* trace = s.kind == "trace" ? static_cast<const core::TraceScenario*>(s.keep.get()) : nullptr;
+  for (const auto& f : findings) {
+    FindingPlace p{{s.file, std::max(training, 1), ""}, {}, false};
+    if (trace) p = trace_place(s, *trace, f);
+    if (s.kind == "capture") p = capture_place(s, f);
+    p.expected = expected(s, f.kind);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace shardcheck::run
