@@ -1,4 +1,4 @@
-// The seed-bug catalog on the simulator: schedules explored per second on every catalog
+// The bug catalog on the simulator: schedules explored per second on every catalog
 // scenario (buggy and fixed, each under its own policy, seed and number of runs), and the time
 // from loading a buggy scenario to its first finding, as `shardcheck explore FILE` does it
 // (load, single-rank reference, then schedules from the file's seed until one finds something).

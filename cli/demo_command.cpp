@@ -1,4 +1,4 @@
-// `shardcheck demo`: what `make demo` runs. Every seed bug of the catalog and every trace
+// `shardcheck demo`: what `make demo` runs. Every bug of the catalog and every trace
 // scenario on the simulator, buggy and fixed, each schedule run twice to check that a seed
 // repeats: a progress line, a table (scenario, expected, found, schedules explored, the
 // combined trace digest of its schedules, time), and a report in out/demo/. Exit 0 exactly
@@ -139,9 +139,10 @@ int run_demo(const DemoArgs& a) {
   const std::vector<LoadedScenario> loaded = load_demo(files, ok);
   if (!ok) return kBadInput;
   InterruptScope interrupts;
-  std::cout << "shardcheck demo: " << loaded.size() << " scenarios from " << root
-            << " (seed bugs, their fixes, and trace programs), each schedule run twice to check determinism"
-            << std::endl;
+  std::cout
+      << "shardcheck demo: " << loaded.size() << " scenarios from " << root
+      << " (catalog bugs, their fixes, and trace programs), each schedule run twice to check determinism"
+      << std::endl;
   reports::Report report;
   report.title = "shardcheck demo";
   report.command = "shardcheck demo";
@@ -200,8 +201,7 @@ int run_demo(const DemoArgs& a) {
 
 Action add_demo_command(CLI::App& app) {
   auto a = std::make_shared<DemoArgs>();
-  CLI::App* cmd =
-      app.add_subcommand("demo", "Run the seed-bug catalog and the trace scenarios, with a report");
+  CLI::App* cmd = app.add_subcommand("demo", "Run the bug catalog and the trace scenarios, with a report");
   cmd->add_option("--scenarios", a->scenarios, "Folder holding catalog/ and trace/ (default: ./scenarios)");
   cmd->add_option("--out", a->out, "Report folder (default: out/demo)");
   add_jobs_option(cmd, a->jobs);

@@ -83,7 +83,7 @@ void print_mutation(const properties::MutationResult& r) {
 int run_mutations(const properties::SuiteOptions& o, const properties::Property* only) {
   const auto t0 = std::chrono::steady_clock::now();
   int caught = 0;
-  std::cout << "mutations: the training properties, once per seed bug of docs/semantics.md §4 forced on ("
+  std::cout << "mutations: the training properties, once per catalog bug of docs/semantics.md §4 forced on ("
             << o.cases << " cases per property, seed " << o.seed << ")\n\n";
   for (int i = 0; i < core::kMutations; ++i) {
     const properties::MutationResult r = properties::check_mutation(static_cast<core::Mutation>(i), o, only);
@@ -122,7 +122,7 @@ int props(const PropsArgs& a) {
       return kBadInput;
     }
     if (a.mutations && !only->training()) {
-      std::cerr << "shardcheck: " << a.only << " is not a training property; no seed bug can break it\n";
+      std::cerr << "shardcheck: " << a.only << " is not a training property; no catalog bug can break it\n";
       return kBadInput;
     }
   }
@@ -139,14 +139,16 @@ int props(const PropsArgs& a) {
 Action add_props_command(CLI::App& app) {
   auto a = std::make_shared<PropsArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "props", "Property-test the sharding strategies (RapidCheck), or score the seed-bug mutations");
+      "props",
+      "Property-test the sharding strategies (RapidCheck), or score the mutations of the bug catalog");
   cmd->add_option("--cases", a->cases, "Cases per property (default 100)")->transform(in_range(1, INT32_MAX));
   cmd->add_option("--seed", a->seed, "Seed of the generated cases (default 1)")
       ->transform(in_range(0, INT64_MAX));
   std::vector<std::string> names;
   for (const auto& p : properties::all_properties()) names.push_back(p.name);
   cmd->add_option("--only", a->only, "Run one property (see properties/README.md)")->check(one_of(names));
-  cmd->add_flag("--mutations", a->mutations, "Run the suite once per seed bug and print the mutation score");
+  cmd->add_flag("--mutations", a->mutations,
+                "Run the suite once per catalog bug and print the mutation score");
   cmd->add_option("--out", a->out, "Folder for counterexamples (written to DIR/props/; default out)");
   cmd->add_option("--replay", a->replay,
                   "Re-check the property on a saved counterexample (named by --only or by the file)");

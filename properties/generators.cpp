@@ -57,7 +57,7 @@ core::Precision precision(bool exact_only) {
 }
 
 void mesh(TrainingCase& c) {
-  // Pipelines, and interleaved ones in particular, are where most seed bugs live (tied
+  // Pipelines, and interleaved ones in particular, are where most catalog bugs live (tied
   // embeddings across stages, shared contexts, receive buffers reusing freed blocks), so they
   // get more weight than their share of real configurations.
   c.pp = pick<int>({{3, 1}, {4, 2}, {1, 3}, {1, 4}});

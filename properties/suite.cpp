@@ -85,7 +85,7 @@ std::string description(const Property& p, const SuiteOptions& o, const Property
   std::string d = "Counterexample to the property '" + p.name + "', found by `shardcheck props --only " +
                   p.name + " --seed " + std::to_string(o.seed) + " --cases " + std::to_string(o.cases) +
                   (o.mutation ? " --mutations" : "") + "`";
-  if (o.mutation) d += " with the seed bug " + std::string(core::to_string(*o.mutation)) + " forced on";
+  if (o.mutation) d += " with the catalog bug " + std::string(core::to_string(*o.mutation)) + " forced on";
   d += " (case " + std::to_string(r.cases) + ", shrunk " + std::to_string(r.shrinks) + " times).\n";
   d += (r.status == PropertyResult::Status::error ? "Internal error: " : "What failed: ") + r.message + "\n";
   d += "Why it must hold: " + p.why + "\n";
@@ -151,10 +151,10 @@ PropertyResult drive(const Property& p, const SuiteOptions& o, rc::Gen<Case> gen
     Case c = *gen;
     if constexpr (std::is_same_v<Case, TrainingCase>) {
       if (mutation) {
-        // A case the seed bug cannot change says nothing about catching it, and the loader
+        // A case the catalog bug cannot change says nothing about catching it, and the loader
         // would refuse its scenario file: draw another (shrinking never moves onto one).
         if (!core::mutation_unmet_need(*mutation, c.config, *c.mesh(), "this case").empty()) {
-          rc_result(rc::detail::CaseResult::Type::Discard, "the seed bug cannot change this case");
+          rc_result(rc::detail::CaseResult::Type::Discard, "the catalog bug cannot change this case");
         }
         c.config.mutations.add(*mutation);
       }

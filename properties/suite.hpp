@@ -1,7 +1,7 @@
 // Running the properties under RapidCheck, seeded from the command's --seed (never from the
 // clock or the machine), shrinking a failure to a minimal counterexample, saving it as a
 // runnable scenario file (`<out>/props/<property>-<n>.yaml`), and the mutation score: the
-// suite run once per seed bug of docs/semantics.md §4, each of which some property must catch.
+// suite run once per catalog bug of docs/semantics.md §4, each of which some property must catch.
 //   SuiteOptions o;  o.cases = 100;  o.seed = 1;
 //   PropertyResult r = check_property(*find_property("no_findings"), o);
 //   if (r.status == PropertyResult::Status::failed) std::cout << r.shrunk << " -> " << r.file;
@@ -56,7 +56,7 @@ struct MutationResult {
 };
 
 // Runs every training property (or only `only`) with `m` forced on: the suite, once. The
-// layout properties take no training configuration, so no seed bug can reach them.
+// layout properties take no training configuration, so no catalog bug can reach them.
 MutationResult check_mutation(core::Mutation m, const SuiteOptions& o, const Property* only = nullptr);
 
 // Re-checks a saved training counterexample: the property named by `property` (or, when

@@ -4,7 +4,7 @@
 // the AG/RS stream protocol, the accumulation state machine (reset, reduce, accumulate,
 // finalize; the first microbatch inferred from placements), post-step weight sync in
 // optimizer order, the gradient norm over unique logical elements, and the embedding-group
-// reduction for pipelines. Each seed bug of docs/semantics.md §4 is a named toggle
+// reduction for pipelines. Each catalog bug of docs/semantics.md §4 is a named toggle
 // (TrainingConfig::mutations) at the place the upstream code went wrong.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The seed-bug catalog (docs/semantics.md §4): each upstream bug as a named mutation that
+// The bug catalog (docs/semantics.md §4): each upstream bug as a named mutation that
 // strategy code can be switched into, with where it came from, what goes wrong, and what a
 // run needs for the mutation to change anything.
 //   Mutations m;  m.add(*parse_mutation("zero1_missing_no_sync"));

@@ -99,7 +99,7 @@ struct ParamUpdate {
 std::string_view update_kernel(OptimizerConfig::Kind kind);
 // Whether a parameter's gradient counts in the norm: the tied output copy on the last
 // pipeline stage is the embedding counted a second time, unless the
-// tied_grad_norm_double_count seed bug counts it anyway.
+// tied_grad_norm_double_count catalog bug counts it anyway.
 bool counts_in_norm(const ParamSpec& p, const Mutations& m);
 
 // The tasks start when awaited and read their arguments until they finish: keep them alive.

@@ -1,6 +1,6 @@
 // Everything a training run is configured by: the model, the sharding strategy
-// (strategy.hpp), precision, optimizer, batches, the exact-mode grid, and the seed-bug
-// mutations switched on (mutations.hpp).
+// (strategy.hpp), precision, optimizer, batches, the exact-mode grid, and the mutations of
+// the bug catalog switched on (mutations.hpp).
 //   TrainingConfig c;  c.strategy = Strategy::optim;  c.precision.exact = true;
 //   ExactGrid g = exact_grid(dp, c.microbatches, logical_elements);
 #pragma once

@@ -1,5 +1,5 @@
 // `shardcheck compare`: side-by-side losses, bitwise weight agreement in exact mode, and the
-// first divergent tensor when a seed bug is on.
+// first divergent tensor when a catalog bug is on.
 #include <unistd.h>
 #include <catch2/catch.hpp>
 #include <cstdio>

@@ -116,7 +116,7 @@ std::string edited(std::initializer_list<std::pair<const char*, const char*>> ed
 
 TEST_CASE("every mutation loads where it can change the run", "[core][scenario][mutations]") {
   // ZeRO-1, interleaved over two stages, two dp ranks, a tied embedding, four microbatches:
-  // every seed bug of the catalog changes this run, so all nine load together.
+  // every catalog bug of the catalog changes this run, so all nine load together.
   auto s = parse_training_scenario(
       edited({{"[main_grad_alloc_default_stream]",
                "[main_grad_alloc_default_stream, post_step_sync_set_order, "

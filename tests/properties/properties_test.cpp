@@ -1,7 +1,7 @@
 // The property suite on a bounded budget: every property holds on generated cases; a failing
-// property shrinks to a minimal case and saves a scenario that loads and replays; a seed bug
+// property shrinks to a minimal case and saves a scenario that loads and replays; a catalog bug
 // of docs/semantics.md §4 yields a scenario that `shardcheck run` fails on; generation follows the
-// seed and nothing else; the memory formula matches a hand count; every seed bug is caught
+// seed and nothing else; the memory formula matches a hand count; every catalog bug is caught
 // by the property meant for it; and `shardcheck props` keeps its options and exit codes.
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -130,10 +130,10 @@ TEST_CASE("a broken property shrinks to a minimal case and saves a loadable scen
   REQUIRE_THAT(properties::replay_scenario(r.file, "").error, Catch::Contains("name the training property"));
 }
 
-// A seed bug found by a property becomes a scenario that `shardcheck run` fails (expect:
+// A catalog bug found by a property becomes a scenario that `shardcheck run` fails (expect:
 // clean, found numerics_divergence) and that `props --replay` fails again. Would fail if the
 // YAML did not reproduce the run the property judged.
-TEST_CASE("a seed bug shrinks to a scenario that fails when run", "[properties]") {
+TEST_CASE("a catalog bug shrinks to a scenario that fails when run", "[properties]") {
   properties::SuiteOptions o = options(30, "stale");
   o.mutation = core::Mutation::stale_model_weight_after_step;
   const PropertyResult r = properties::check_property(*properties::find_property("matches_reference"), o);
@@ -278,10 +278,10 @@ TEST_CASE("long runs grow past the small space, bounded runs do not", "[properti
   CHECK(grown.world <= 32);
 }
 
-// A seed bug is forced only on the cases it can change (core::mutation_unmet_need), so no case
+// A catalog bug is forced only on the cases it can change (core::mutation_unmet_need), so no case
 // passes because the bug was never there and every saved case loads. Would fail if the suite
 // forced a mutation on every generated case again.
-TEST_CASE("a seed bug is forced only on cases it can change", "[properties][mutations]") {
+TEST_CASE("a catalog bug is forced only on cases it can change", "[properties][mutations]") {
   for (core::Mutation m :
        {core::Mutation::tied_grad_norm_double_count, core::Mutation::post_step_sync_set_order}) {
     int cases = 0;
@@ -306,10 +306,10 @@ TEST_CASE("a seed bug is forced only on cases it can change", "[properties][muta
   }
 }
 
-// Each seed bug, forced on, is caught by the property aimed at it, on a small budget (the
+// Each catalog bug, forced on, is caught by the property aimed at it, on a small budget (the
 // full score, every property per bug, is `shardcheck props --mutations`). Would fail if a
 // generator stopped covering the configuration a bug needs, or a property went blind.
-TEST_CASE("every seed bug is caught by the property aimed at it", "[properties][mutations]") {
+TEST_CASE("every catalog bug is caught by the property aimed at it", "[properties][mutations]") {
   const std::pair<core::Mutation, const char*> aimed[] = {
       {core::Mutation::main_grad_alloc_default_stream, "no_findings"},
       {core::Mutation::post_step_sync_set_order, "collective_fingerprints"},
@@ -334,7 +334,7 @@ TEST_CASE("every seed bug is caught by the property aimed at it", "[properties][
 
 // The command line: an unknown property name is bad input (exit 2) and lists the names; a
 // passing run prints one line per property and a summary and exits 0; a mutation score short
-// of total (one property cannot catch every seed bug) prints `mutation score: k/9`, exits 1.
+// of total (one property cannot catch every catalog bug) prints `mutation score: k/9`, exits 1.
 TEST_CASE("shardcheck props: options, output and exit codes", "[properties][cli]") {
   const auto bad = testing::run_shardcheck("props --only nope");
   REQUIRE(bad.exit_code == 2);

@@ -20,7 +20,7 @@ using core::Strategy;
 namespace {
 
 // Changes what a rank reports before the oracle sees it: how these tests put a miscount in
-// front of the oracle without a seed bug in an engine.
+// front of the oracle without a catalog bug in an engine.
 using Edit = std::function<void(int rank, int step, double& norm, core::NormPlan& plan)>;
 
 class Tamper final : public core::Observer {

@@ -1,7 +1,7 @@
 // Training on the simulator against the single-rank reference: every strategy and DistOpt,
 // on dp 1, 2, 3, 4 and 8, on 2-D meshes, with pp 2 and 4 and with vpp 2, matches the
 // reference bit for bit in exact mode over 3 steps of 4 microbatches (any mismatch is a
-// numerics_divergence finding, so "no findings" is the assertion). Each seed bug, switched
+// numerics_divergence finding, so "no findings" is the assertion). Each catalog bug, switched
 // on, produces the finding docs/semantics.md §4 names; the gradient norm reproduces the upstream
 // 5 vs 7.071; mixed precision stays within tolerance and the loss falls.
 #include <catch2/catch.hpp>
