@@ -386,8 +386,8 @@ class Parser {
     if (n["dtype"]) {
       auto d = parse_dtype(y_.str(n["dtype"], "dtype"));
       if (!d)
-        y_.fail(n["dtype"],
-                "unknown dtype '" + n["dtype"].Scalar() + "' (expected f32, bf16, f64, i32, i64 or u8)");
+        y_.fail(n["dtype"], "unknown dtype '" + n["dtype"].Scalar() +
+                                "' (expected f32, bf16, f16, f64, i8, i16, i32, i64, u8 or bool)");
       t.dtype = *d;
     }
     if (n["reduce"]) {
