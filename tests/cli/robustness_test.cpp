@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -238,8 +239,9 @@ TEST_CASE("SIGINT during run keeps the scenarios that finished and marks the one
           "[cli][interrupt]") {
   const std::string dir = fresh_dir("sigint-run");
   const std::string longer = scenario_with_runs("reuse-fix-alloc-on-rs.yaml", 100000);
-  Child c(
-      {"run", trace_scenario("reuse-race.yaml"), longer, trace_scenario("p2p-safe.yaml"), "--report", dir});
+  const std::string junit = dir + "-junit.xml", sarif = dir + "-sarif.json";
+  Child c({"run", trace_scenario("reuse-race.yaml"), longer, trace_scenario("p2p-safe.yaml"), "--report", dir,
+           "--junit", junit, "--sarif", sarif});
   REQUIRE(c.wait_for_line("ok      reuse-race"));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the second has begun: it takes seconds
   c.signal(SIGINT);
@@ -256,6 +258,18 @@ TEST_CASE("SIGINT during run keeps the scenarios that finished and marks the one
   REQUIRE(j["scenarios"][0]["findings"][0]["kind"] == "stream_race");
   REQUIRE(j["scenarios"][1]["complete"] == false);
   REQUIRE(temporaries(dir) == 0);
+  // The CI outputs hold what ran, and the file never reached as skipped.
+  std::ifstream in(junit);
+  const std::string xml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(xml);
+  REQUIRE_THAT(xml, Catch::Contains("tests=\"3\" failures=\"0\" errors=\"0\" skipped=\"1\""));
+  REQUIRE_THAT(xml, Catch::Contains("<skipped message=\"not run: interrupted by SIGINT\"/>"));
+  REQUIRE_THAT(xml, Catch::Contains("<property name=\"complete\" value=\"false\"/>"));
+  const auto s = read_json(sarif);
+  REQUIRE(s["runs"][0]["results"].size() == 1);
+  REQUIRE(s["runs"][0]["invocations"][0]["executionSuccessful"] == false);
+  std::remove(junit.c_str());
+  std::remove(sarif.c_str());
   std::filesystem::remove_all(dir);
 }
 
