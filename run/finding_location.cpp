@@ -43,6 +43,9 @@ std::vector<Named> named_ops(const core::Finding& f) {
             for (const auto& n : d.cycle)
               out.push_back({n.rank, n.op, "rank " + std::to_string(n.rank) + " waits here", "", ""});
           },
+          [&](const core::ElementDetail& d) {  // an uninitialized read names its reader
+            if (!d.note.empty()) out.push_back({d.rank, d.note, "reads the never-written bytes", "", ""});
+          },
           [](const auto&) {},
       },
       f.detail);
@@ -95,7 +98,12 @@ const core::TraceStep* find_step(const core::TraceScenario& t, const Named& n) {
 FindingPlace trace_place(const LoadedScenario& s, const core::TraceScenario& t, const core::Finding& f) {
   FindingPlace p{{s.file, 1, ""}, {}, false};
   bool placed = false;
-  for (const Named& n : named_ops(f)) {
+  std::vector<Named> named = named_ops(f);
+  // Without detail that names an operation, the first operation its summary names, on any rank.
+  if (named.empty()) {
+    for (int rank = 0; rank < t.ranks; ++rank) named.push_back({rank, f.summary, "", "", ""});
+  }
+  for (const Named& n : named) {
     const core::TraceStep* step = find_step(t, n);
     if (!step) continue;
     const SourceSpot spot{s.file, step->loc.line, n.note};

@@ -161,6 +161,13 @@ TEST_CASE("explore --sarif places a collective mismatch and a training bug at th
   require_valid_sarif(sarif);
   // Rank 0's first all-gather (w0, line 26); rank 1 issues w1 there (line 28).
   REQUIRE(where(sarif, "collective_mismatch").second == 26);
+  // The kernel that reads the never-written bytes.
+  r = run_shardcheck("explore " + source("scenarios/trace/uninitialized-read.yaml") + " --sarif " + dir +
+                     "/u.sarif");
+  REQUIRE(r.exit_code == 0);
+  sarif = nlohmann::json::parse(read(dir + "/u.sarif"));
+  require_valid_sarif(sarif);
+  REQUIRE(where(sarif, "uninitialized_read").second == 11);
   r = run_shardcheck("explore " + source("scenarios/catalog/zero1-missing-no-sync.yaml") + " --sarif " + dir +
                      "/t.sarif");
   REQUIRE(r.exit_code == 0);
