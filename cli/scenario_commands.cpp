@@ -2,16 +2,14 @@
 #include <algorithm>
 #include <iostream>
 
+#include "cli/ci_outputs.hpp"
 #include "cli/commands.hpp"
 #include "cli/findings_text.hpp"
 #include "cli/progress.hpp"
 #include "cli/table.hpp"
-#include "cli/version.hpp"
 #include "core/base/atomic_file.hpp"
 #include "core/base/text.hpp"
 #include "reports/chrome_trace.hpp"
-#include "reports/ci_formats.hpp"
-#include "run/finding_location.hpp"
 #include "run/gpu_runs.hpp"
 #include "run/interrupt.hpp"
 #include "run/ordered_pool.hpp"
@@ -80,73 +78,6 @@ bool load_all(const std::vector<std::string>& files, const ScheduleArgs& a, std:
     if (refused) refused->push_back({f, "bad input: " + why, true});
   }
   return ok;
-}
-
-// --junit FILE and --sarif FILE on `run` and `explore`: what ran, written when the command
-// ends however it ends (bad input, a failed expectation, an interrupt, an internal error).
-struct CiArgs {
-  std::string junit;
-  std::string sarif;
-  bool any() const { return !junit.empty() || !sarif.empty(); }
-};
-
-void add_ci_options(CLI::App* cmd, CiArgs& a) {
-  cmd->add_option(
-      "--junit", a.junit,
-      "Write JUnit XML to this file: a test case per scenario, failed when its expectation is not met");
-  cmd->add_option(
-      "--sarif", a.sarif,
-      "Write SARIF 2.1.0 to this file: a result per finding, at the line of the scenario file (or "
-      "Python source) it concerns");
-}
-
-// What the CI outputs hold, gathered as scenarios finish.
-struct CiRecord {
-  std::vector<std::vector<reports::FindingPlace>> places;
-  std::vector<bool> stated;
-  std::vector<reports::NotRun> not_run;
-
-  void add(const LoadedScenario& s, const reports::ScenarioResult& r) {
-    places.push_back(locate_findings(s, r.findings));
-    stated.push_back(s.kind != "capture" && s.expect.given);
-  }
-  // The files after the first `ran` that never ran: the command stopped first.
-  void not_reached(const std::vector<LoadedScenario>& all, size_t ran, const std::string& why) {
-    for (size_t i = ran; i < all.size(); ++i) not_run.push_back({all[i].file, "not run: " + why, false});
-  }
-};
-
-// Writes the requested CI files atomically; false (after saying why) when one could not be.
-bool write_ci(const CiArgs& a, const reports::Report& report, CiRecord record) {
-  if (!a.any()) return true;
-  const reports::CiInput in{report, std::move(record.places), std::move(record.stated),
-                            std::move(record.not_run)};
-  bool ok = true;
-  auto write = [&](const std::string& path, const std::string& text) {
-    if (path.empty()) return;
-    if (auto st = core::write_file_atomic(path, text); !st) {
-      std::cerr << "shardcheck: " << core::printable(st.message()) << "\n";
-      ok = false;
-    }
-  };
-  write(a.junit, reports::junit_xml(in));
-  write(a.sarif, reports::sarif_json(in, std::string(kVersion)));
-  return ok;
-}
-
-// The command of a run refused as bad input, for the CI outputs' command line.
-int refused_input(const CiArgs& a, const std::string& command, const std::vector<LoadedScenario>& loaded,
-                  std::vector<reports::NotRun> refused) {
-  reports::Report report;
-  report.command = command;
-  report.complete = false;
-  report.stopped = reports::Report::kBadInput;
-  report.incomplete_reason = "bad input: nothing ran";
-  CiRecord record;
-  record.not_run = std::move(refused);
-  record.not_reached(loaded, 0, "another file given is bad input");
-  write_ci(a, report, std::move(record));
-  return kBadInput;
 }
 
 struct RunArgs {
