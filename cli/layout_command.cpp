@@ -79,6 +79,12 @@ void print_text(const core::GlobalLayout& l) {
 Action add_layout_command(CLI::App& app) {
   auto args = std::make_shared<LayoutArgs>();
   CLI::App* cmd = app.add_subcommand("layout", "Show the global layout of a parameter group's flat buffer");
+  cmd->footer(
+      "Words in the output: a tensor's row is its size without its first dimension; the chunk is the least "
+      "common multiple of the rows, so that rank boundaries fall on whole rows of every tensor; a fragment "
+      "is "
+      "a tensor smaller than one chunk, packed into a gap or at the end; gap and padding elements are never "
+      "initialized.");
   cmd->add_option("--shapes", args->shapes, "Tensor shapes, comma-separated, dims joined by x (5x4,2x6,3)")
       ->required();
   cmd->add_option("--ranks", args->ranks, "Number of ranks D sharing the buffer")
