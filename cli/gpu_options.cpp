@@ -20,6 +20,13 @@ void add_gpu_options(CLI::App* cmd, GpuArgs& a) {
                   "race the simulator finds in the "
                   "given files, in every file")
       ->check(one_of({"collectives", "race"}));
+  cmd->add_flag(
+      "--force-race", a.force_race,
+      "gpu: for each race the simulator finds in the given files, hold its first access on the device "
+      "until its second has run, so the racing order happens in every run (--comm local)");
+  cmd->add_option("--hold-deadline", a.hold_deadline,
+                  "gpu: seconds a --force-race hold may wait on the device before the run ends with an error "
+                  "(default 10)");
 }
 
 }  // namespace shardcheck::cli

@@ -39,7 +39,7 @@ cudaEvent_t DeviceAllocator::event() {
   return e;
 }
 
-void* DeviceAllocator::allocate(int64_t bytes, int stream_id, cudaStream_t stream) {
+void* DeviceAllocator::allocate(int64_t bytes, int stream_id, cudaStream_t stream, void* prefer) {
   if (mode_ == AllocMode::async) {
     void* p = nullptr;
     SC_CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(bytes > 0 ? bytes : 1), stream));
@@ -61,7 +61,11 @@ void* DeviceAllocator::allocate(int64_t bytes, int stream_id, cudaStream_t strea
   };
   // Events a reuse waited for are never recorded again (a split block's other half may still
   // list them); they are destroyed with the allocator.
-  return reinterpret_cast<void*>(pool_.allocate(static_cast<uint64_t>(bytes), stream_id, legal).addr);
+  const auto n = static_cast<uint64_t>(bytes);
+  if (prefer)
+    return reinterpret_cast<void*>(
+        pool_.allocate_at(n, stream_id, legal, reinterpret_cast<uint64_t>(prefer)).addr);
+  return reinterpret_cast<void*>(pool_.allocate(n, stream_id, legal).addr);
 }
 
 void DeviceAllocator::release(void* p, const std::vector<cudaStream_t>& recorded, cudaStream_t alloc_stream) {

@@ -30,7 +30,9 @@ class DeviceAllocator {
   DeviceAllocator& operator=(const DeviceAllocator&) = delete;
 
   // `stream_id` names the stream in this rank's pools; `stream` is its CUDA stream.
-  void* allocate(int64_t bytes, int stream_id, cudaStream_t stream);
+  // `prefer` (caching mode): take the free block at that address when it is legal and large
+  // enough (core::BlockPool::allocate_at).
+  void* allocate(int64_t bytes, int stream_id, cudaStream_t stream, void* prefer = nullptr);
   // Frees at host time. `recorded` are the other streams the buffer was used on
   // (record_stream); `alloc_stream` is where it was allocated.
   void release(void* p, const std::vector<cudaStream_t>& recorded, cudaStream_t alloc_stream);

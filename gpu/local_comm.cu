@@ -1,6 +1,7 @@
 // Device-local collectives: one grid-stride kernel per collective; every element handled by
 // one thread, which reads all inputs before writing any output, so in-place calls are safe.
 #include "gpu/check.hpp"
+#include "gpu/holds.hpp"
 #include "gpu/local_comm.hpp"
 
 namespace shardcheck::gpu {
@@ -139,6 +140,52 @@ void launch_local_collective(const LocalCollective& c, cudaStream_t stream) {
 void launch_spin(int64_t cycles, cudaStream_t stream) {
   if (cycles <= 0) return;
   spin_kernel<<<1, 1, 0, stream>>>(cycles);
+  SC_CUDA_CHECK_LAST();
+}
+
+}  // namespace shardcheck::gpu
+
+namespace shardcheck::gpu {
+
+namespace {
+
+__device__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Forced race replay: waits, on one thread, until the host or another stream sets `flag`, or
+// until the deadline; says which in `status`.
+__global__ void hold_wait_kernel(volatile uint32_t* flag, volatile uint32_t* status, uint64_t deadline_ns) {
+  const uint64_t start = global_ns();
+  while (*flag == 0) {
+    if (global_ns() - start > deadline_ns) {
+      *status = 2;
+      __threadfence_system();
+      return;
+    }
+    __nanosleep(2000);
+  }
+  *status = 1;
+  __threadfence_system();
+}
+
+__global__ void hold_release_kernel(volatile uint32_t* flag) {
+  __threadfence_system();
+  *flag = 1;
+  __threadfence_system();
+}
+
+}  // namespace
+
+void launch_hold_wait(uint32_t* flag, uint32_t* status, uint64_t deadline_ns, cudaStream_t stream) {
+  hold_wait_kernel<<<1, 1, 0, stream>>>(flag, status, deadline_ns);
+  SC_CUDA_CHECK_LAST();
+}
+
+void launch_hold_release(uint32_t* flag, cudaStream_t stream) {
+  hold_release_kernel<<<1, 1, 0, stream>>>(flag);
   SC_CUDA_CHECK_LAST();
 }
 

@@ -100,15 +100,33 @@ class GpuRuntime final : public core::Runtime {
     r_.all_sync_events.push_back(e);
     return e;
   }
-  void host_waits_for(cudaStream_t s) {
+  void host_waits_for(core::StreamId s) {
     cudaEvent_t e = sync_event();
-    SC_CUDA_CHECK(cudaEventRecord(e, s));
+    SC_CUDA_CHECK(cudaEventRecord(e, cuda(s)));
+    if (w_.holds) w_.holds->record(r_.rank, s, e, "'" + stream_name(s) + "'");
     r_.waits.emplace_back(e, true);
+  }
+  // Forced replay: counts the operation and holds it when it is a held access (before it is
+  // enqueued); returns the holds it is the second access of, to release after it.
+  template <class Name>
+  std::vector<int> hold_point(core::StreamId s, Name&& name) {
+    if (!w_.holds) return {};
+    const std::string n = name();
+    w_.holds->before(r_.rank, s, stream_name(s), n, cuda(s));
+    return w_.holds->second_accesses(r_.rank, s, stream_name(s), n);
+  }
+  void release_after(const std::vector<int>& holds, core::StreamId s) {
+    for (int h : holds) w_.holds->release_after(h, cuda(s));
+  }
+  // GpuOptions::serial: the device finishes what was issued before the host goes on.
+  void settle() {
+    if (w_.options.serial) SC_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
   core::BufferId do_alloc(int64_t bytes, core::StreamId s, std::string_view name) override {
     Buffer b;
-    b.ptr = r_.allocator->allocate(bytes, s, cuda(s));
+    void* prefer = w_.holds ? w_.holds->handoff(r_.rank, std::string(name)) : nullptr;
+    b.ptr = r_.allocator->allocate(bytes, s, cuda(s), prefer);
     b.bytes = bytes;
     b.stream = s;
     b.name = std::string(name);
@@ -120,6 +138,7 @@ class GpuRuntime final : public core::Runtime {
     std::vector<cudaStream_t> recorded;
     for (int s : b.recorded) recorded.push_back(cuda(s));
     r_.allocator->release(b.ptr, recorded, cuda(b.stream));
+    if (w_.holds) w_.holds->freed(r_.rank, b.name, b.ptr);
     b.live = false;
   }
   void do_record_stream(core::BufferId id, core::StreamId s) override {
@@ -129,21 +148,38 @@ class GpuRuntime final : public core::Runtime {
   }
   void do_record(core::EventId e, core::StreamId s) override {
     SC_CUDA_CHECK(cudaEventRecord(r_.events.at(e), cuda(s)));
+    if (w_.holds)
+      w_.holds->record(r_.rank, s, r_.events.at(e),
+                       "event '" + r_.event_names.at(e) + "' on '" + stream_name(s) + "'");
   }
   void do_wait_event(core::StreamId s, core::EventId e) override {
     SC_CUDA_CHECK(cudaStreamWaitEvent(cuda(s), r_.events.at(e), 0));
+    if (w_.holds)
+      w_.holds->wait(r_.rank, s, r_.events.at(e),
+                     "'" + stream_name(s) + "' waits for event '" + r_.event_names.at(e) + "'");
   }
   void do_wait_stream(core::StreamId waiter, core::StreamId waited) override {
     SC_CUDA_CHECK(cudaEventRecord(r_.scratch, cuda(waited)));
     SC_CUDA_CHECK(cudaStreamWaitEvent(cuda(waiter), r_.scratch, 0));
+    if (w_.holds) {
+      w_.holds->record(r_.rank, waited, r_.scratch, "");
+      w_.holds->wait(r_.rank, waiter, r_.scratch,
+                     "'" + stream_name(waiter) + "' waits for '" + stream_name(waited) + "'");
+    }
   }
-  void do_sync(core::StreamId s) override { host_waits_for(cuda(s)); }
+  void do_sync(core::StreamId s) override { host_waits_for(s); }
   void do_sync_event(core::EventId e) override { r_.waits.emplace_back(r_.events.at(e), false); }
   void do_sync_device() override {
-    for (const auto& [name, s] : r_.streams) host_waits_for(s);
+    for (size_t s = 0; s < r_.streams.size(); ++s) host_waits_for(static_cast<core::StreamId>(s));
   }
   void do_launch(core::KernelCall call) override {
+    const std::vector<int> releases = hold_point(call.stream, [&] { return core::op_name(call); });
     amplify(call.stream, false, [&] { return core::op_name(call); });
+    launch_kernel(call);
+    release_after(releases, call.stream);
+    settle();
+  }
+  void launch_kernel(const core::KernelCall& call) {
     RankMemory mem(r_);
     if (!w_.options.profile_kernels) {
       gpu::launch(call, mem, cuda(call.stream), *r_.blas);
@@ -175,11 +211,12 @@ class GpuRuntime final : public core::Runtime {
     cudaEvent_t e = sync_event();
     SC_CUDA_CHECK(cudaEventRecord(e, cuda(s)));
     r_.uploads.emplace_back(e, std::move(copy));  // kept until the copy has run
+    settle();
   }
   void do_download(core::TensorRef src, core::StreamId s, std::span<std::byte> out) override {
     RankMemory mem(r_);
     SC_CUDA_CHECK(cudaMemcpyAsync(out.data(), mem.ptr(src), out.size(), cudaMemcpyDeviceToHost, cuda(s)));
-    host_waits_for(cuda(s));
+    host_waits_for(s);
   }
 
  private:
@@ -225,6 +262,7 @@ void GpuRuntime::do_collective(core::CollectiveCall call) {
   }
   if (w_.options.skip_communication) return;
   const cudaStream_t s = cuda(call.stream);
+  std::vector<int> releases = hold_point(call.stream, [&] { return core::op_name(call); });
   // --amplify: the communication stream runs late, so a missing ordering corrupts values.
   amplify(call.stream, true, [&] { return core::op_name(call); });
   const int mi = static_cast<int>(std::find(g.members.begin(), g.members.end(), r_.rank) - g.members.begin());
@@ -253,17 +291,23 @@ void GpuRuntime::do_collective(core::CollectiveCall call) {
       case core::CollectiveKind::barrier:
         break;  // refused above
     }
+    release_after(releases, call.stream);
+    settle();
     return;
   }
   const int64_t k = g.issued[mi]++;
   Instance& inst = g.instances[k];
   if (inst.members.empty()) inst.members.resize(g.members.size());
-  Arrival a{r_.rank, call.stream, std::move(call), sync_event()};
+  Arrival a{r_.rank, call.stream, std::move(call), sync_event(), std::move(releases)};
   SC_CUDA_CHECK(cudaEventRecord(a.ready, s));
+  if (w_.holds) w_.holds->record(r_.rank, a.stream, a.ready, "");
   inst.members[mi] = std::move(a);
   r_.rendezvous_group = gi;
   r_.rendezvous_instance = k;
-  if (++inst.arrived == static_cast<int>(g.members.size())) w_.launch_collective(g, k);
+  if (++inst.arrived == static_cast<int>(g.members.size())) {
+    w_.launch_collective(g, k);
+    settle();
+  }
 }
 
 void GpuRuntime::p2p(core::P2PCall call, bool send) {
@@ -271,6 +315,7 @@ void GpuRuntime::p2p(core::P2PCall call, bool send) {
     throw InternalError("p2p with an invalid peer");
   if (w_.options.skip_communication) return;
   const cudaStream_t s = cuda(call.stream);
+  std::vector<int> releases = hold_point(call.stream, [&] { return core::op_name(call, send); });
   amplify(call.stream, false, [&] { return core::op_name(call, send); });
   const auto key =
       send ? std::tuple{r_.rank, call.peer, call.channel} : std::tuple{call.peer, r_.rank, call.channel};
@@ -286,6 +331,8 @@ void GpuRuntime::p2p(core::P2PCall call, bool send) {
     } else {
       SC_NCCL_CHECK(ncclRecv(mem.ptr(call.buffer), call.buffer.bytes(), ncclUint8, 0, g.comms.at(mi), s));
     }
+    release_after(releases, call.stream);
+    settle();
     return;
   }
   auto& counts = w_.channel_counts[key];
@@ -293,7 +340,7 @@ void GpuRuntime::p2p(core::P2PCall call, bool send) {
   auto& transfers = w_.channels[key];
   if (static_cast<int64_t>(transfers.size()) <= k) transfers.resize(k + 1);
   Transfer& t = transfers[k];
-  Arrival a{r_.rank, call.stream, {}, sync_event()};
+  Arrival a{r_.rank, call.stream, {}, sync_event(), std::move(releases)};
   a.call.input = call.buffer;
   RankMemory mem(r_);
   const size_t bytes = static_cast<size_t>(call.buffer.bytes());
@@ -304,7 +351,10 @@ void GpuRuntime::p2p(core::P2PCall call, bool send) {
     t.staging = r_.staging->allocate(std::max<int64_t>(call.buffer.bytes(), 1), call.stream, s);
     SC_CUDA_CHECK(cudaMemcpyAsync(t.staging, mem.ptr(call.buffer), bytes, cudaMemcpyDeviceToDevice, s));
     SC_CUDA_CHECK(cudaEventRecord(a.ready, s));
+    if (w_.holds) w_.holds->record(r_.rank, call.stream, a.ready, "");
+    release_after(a.releases, call.stream);
     t.send = std::move(a);
+    settle();
     return;
   }
   if (!send && t.send) {  // the send was staged: copy it out in this stream's order
@@ -313,19 +363,27 @@ void GpuRuntime::p2p(core::P2PCall call, bool send) {
     }
     RankState& from = *w_.ranks[t.send->rank];
     SC_CUDA_CHECK(cudaStreamWaitEvent(s, t.send->ready, 0));
+    if (w_.holds)
+      w_.holds->wait(r_.rank, call.stream, t.send->ready,
+                     "'" + stream_name(call.stream) + "' receives '" + call.channel + "' from rank " +
+                         std::to_string(t.send->rank));
     SC_CUDA_CHECK(cudaMemcpyAsync(mem.ptr(call.buffer), t.staging, bytes, cudaMemcpyDeviceToDevice, s));
+    release_after(a.releases, call.stream);
     // Back to the sender's pool once this stream has copied it out.
     from.staging->release(t.staging, {s}, from.streams.at(t.send->stream).second);
     from.idle_sync_events.push_back(t.send->ready);
     r_.idle_sync_events.push_back(a.ready);
     t = Transfer{};
     t.launched = true;
+    settle();
     return;
   }
   SC_CUDA_CHECK(cudaEventRecord(a.ready, s));
+  if (w_.holds) w_.holds->record(r_.rank, call.stream, a.ready, "");
   (send ? t.send : t.recv) = std::move(a);
   if (send) {
     w_.launch_transfer(key, k);  // into the buffer of the recv, whose host waits for it
+    settle();
   } else {
     r_.rendezvous_channel = key;  // a recv before its send: the host waits for the send
     r_.rendezvous_pair = k;

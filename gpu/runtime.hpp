@@ -21,6 +21,7 @@
 #include "core/runtime/block_pool.hpp"
 #include "core/runtime/runtime.hpp"
 #include "gpu/device_allocator.hpp"
+#include "gpu/holds.hpp"
 
 namespace shardcheck::gpu {
 
@@ -48,6 +49,10 @@ struct GpuOptions {
   int64_t amplify_cycles = 0;  // spin this long before each delayed operation (see amplify_at)
   AmplifyAt amplify_at = AmplifyAt::collectives;
   std::vector<DelaySite> delay_sites;
+  // Forced race replay (gpu/holds.hpp): each held access waits on the device until its second
+  // access has run, the program orders them, or hold_deadline_seconds pass. Device-local only.
+  std::vector<HoldSite> holds;
+  double hold_deadline_seconds = 10;
   int64_t device_bytes_per_rank = int64_t{32} << 30;
   bool profile_kernels = false;  // time every launch with CUDA events, and its host cost (for measurements)
   // Measurement switches (not for checking): the device-local communicator adds members in
@@ -55,6 +60,9 @@ struct GpuOptions {
   // collectives and transfers are not run at all (compute-only timing); every collective a
   // rank issues is recorded (the sizes a strategy communicates).
   bool reverse_reduction = false;
+  // Every operation finishes before its host issues the next (program order): the correctly
+  // ordered execution a trace program's racing runs are held to.
+  bool serial = false;
   bool skip_communication = false;
   bool record_collectives = false;
   // An MPI launch (gpu/mpi.hpp; NCCL only): this process runs global rank process_rank of
@@ -99,9 +107,10 @@ struct KernelProfile {
 struct GpuRunResult {
   bool completed = false;
   std::string error;
-  bool program_fault = false;  // the error is the program's (see ProgramFault), not the backend's
-  double seconds = 0;          // wall time of the run, device work included
-  int64_t delays = 0;          // spins --amplify launched, over all ranks
+  bool program_fault = false;      // the error is the program's (see ProgramFault), not the backend's
+  double seconds = 0;              // wall time of the run, device work included
+  int64_t delays = 0;              // spins --amplify launched, over all ranks
+  std::vector<HoldOutcome> holds;  // per GpuOptions::holds, how each ended
 };
 
 class GpuWorld {

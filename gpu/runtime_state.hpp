@@ -71,6 +71,7 @@ struct Arrival {
   int stream = 0;
   core::CollectiveCall call;
   cudaEvent_t ready = nullptr;
+  std::vector<int> releases;  // forced replay: holds this operation is the second access of
 };
 
 struct Instance {
@@ -118,6 +119,7 @@ struct GpuWorld::Impl {
   std::mutex mu;  // NCCL mode: group and communicator set-up across rank threads
   std::condition_variable cv;
   std::string error;
+  std::unique_ptr<Holds> holds;  // forced replay (GpuOptions::holds); null without holds
 
   int group_index(int rank, std::string_view name, std::span<const int> members);
   RankState& rank_state(int rank) const;  // a rank of this process

@@ -137,7 +137,8 @@ void GpuWorld::Impl::launch_collective(Group& g, int64_t k) {
   for (int m = 0; m < lc.members; ++m) {
     const Arrival& a = *inst.members[m];
     if (a.call.input.numel != c0.input.numel || a.call.output.numel != c0.output.numel ||
-        a.call.kind != c0.kind) {
+        a.call.kind != c0.kind || a.call.input.dtype != c0.input.dtype || a.call.reduce != c0.reduce ||
+        a.call.root != c0.root || a.call.tag != c0.tag) {
       throw ProgramFault("collective #" + std::to_string(k) + " of group '" + g.name +
                          "' differs across ranks (run it on the simulator to see how)");
     }
@@ -152,9 +153,20 @@ void GpuWorld::Impl::launch_collective(Group& g, int64_t k) {
   launch_local_collective(lc, s0);
   SC_CUDA_CHECK(cudaEventRecord(g.done, s0));
   g.has_done = true;
-  for (int m = 1; m < lc.members; ++m) {
+  if (holds) {  // forced replay: every member's stream is behind any member's arrival
+    std::vector<cudaEvent_t> from;
+    std::vector<std::pair<int, int>> streams;
+    for (int m = 0; m < lc.members; ++m) {
+      from.push_back(inst.members[m]->ready);
+      streams.emplace_back(inst.members[m]->rank, inst.members[m]->stream);
+    }
+    holds->join(from, streams, "collective '" + c0.tag + "' of group '" + g.name + "'");
+  }
+  for (int m = 0; m < lc.members; ++m) {
     const Arrival& a = *inst.members[m];
-    SC_CUDA_CHECK(cudaStreamWaitEvent(ranks[a.rank]->streams.at(a.stream).second, g.done, 0));
+    const cudaStream_t sm = ranks[a.rank]->streams.at(a.stream).second;
+    if (m > 0) SC_CUDA_CHECK(cudaStreamWaitEvent(sm, g.done, 0));
+    for (int h : a.releases) holds->release_after(h, sm);
   }
   for (int m = 0; m < lc.members; ++m)
     ranks[inst.members[m]->rank]->idle_sync_events.push_back(inst.members[m]->ready);
@@ -174,6 +186,14 @@ void GpuWorld::Impl::launch_transfer(std::tuple<int, int, std::string> key, int6
                                 cudaMemcpyDeviceToDevice, rs));
   SC_CUDA_CHECK(cudaEventRecord(t.recv->ready, rs));
   SC_CUDA_CHECK(cudaStreamWaitEvent(ss, t.recv->ready, 0));  // rendezvous: the sender waits too
+  if (holds) {  // forced replay: each side is behind what the other was behind
+    const std::string what = "transfer '" + std::get<2>(key) + "' from rank " + std::to_string(from.rank) +
+                             " to rank " + std::to_string(to.rank);
+    holds->join({t.send->ready, t.recv->ready}, {{from.rank, t.send->stream}, {to.rank, t.recv->stream}},
+                what);
+    for (int h : t.recv->releases) holds->release_after(h, rs);
+    for (int h : t.send->releases) holds->release_after(h, ss);
+  }
   from.idle_sync_events.push_back(t.send->ready);
   to.idle_sync_events.push_back(t.recv->ready);
   t.launched = true;
@@ -248,6 +268,12 @@ GpuWorld::GpuWorld(GpuOptions options) : impl_(std::make_unique<Impl>()) {
     impl_->ranks.push_back(std::move(st));
   }
   for (auto& st : impl_->ranks) st->runtime = make_runtime(*impl_, *st);
+  if (!options.holds.empty()) {
+    if (options.comm != CommMode::local)
+      throw InternalError("forced race replay runs on the device-local communicator (--comm local)");
+    SC_CUDA_CHECK(cudaSetDevice(0));
+    impl_->holds = std::make_unique<Holds>(options.holds, options.hold_deadline_seconds);
+  }
 }
 
 GpuWorld::~GpuWorld() {
@@ -389,11 +415,23 @@ void drive_local(GpuWorld::Impl& w) {
     if (all_done) return;
     if (progressed) continue;
     cudaEvent_t pending = nullptr;
+    std::vector<std::pair<int, cudaEvent_t>> behind;  // forced replay: host waits behind a hold
     for (auto& r : w.ranks) {
       if (r->status == RankState::Status::parked && r->rendezvous_group < 0 && r->rendezvous_pair < 0 &&
           !r->waits.empty()) {
-        pending = r->waits.back().first;
+        for (const auto& [e, owned] : r->waits) {
+          if (w.holds && w.holds->behind_hold(e)) {
+            behind.emplace_back(r->rank, e);
+          } else {
+            pending = e;
+          }
+        }
       }
+    }
+    // Every host waits for work behind a hold: the program orders the held access first.
+    if (!pending && !behind.empty()) {
+      for (const auto& [rank, e] : behind) w.holds->release_for_host_wait(rank, e);
+      continue;
     }
     if (!pending)
       throw ProgramFault("deadlock on the GPU: every rank waits for a peer that will not come:" +
@@ -426,7 +464,13 @@ GpuRunResult GpuWorld::run(const std::function<core::Task<>(core::Runtime&)>& bo
   const auto t0 = std::chrono::steady_clock::now();
   try {
     if (impl_->options.comm == CommMode::local) {
-      drive_local(*impl_);
+      try {
+        drive_local(*impl_);
+      } catch (...) {
+        if (impl_->holds) impl_->holds->release_rest();
+        throw;
+      }
+      if (impl_->holds) impl_->holds->release_rest();
     } else {
       std::vector<std::thread> threads;
       std::vector<std::string> errors(impl_->ranks.size());
@@ -462,6 +506,15 @@ GpuRunResult GpuWorld::run(const std::function<core::Task<>(core::Runtime&)>& bo
     result.error = e.what();
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (impl_->holds) {
+    for (auto& r : impl_->ranks) {
+      cudaSetDevice(r->device);
+      cudaDeviceSynchronize();
+    }
+    std::string missed;
+    result.holds = impl_->holds->outcomes(missed);
+    if (result.error.empty()) result.error = missed;
+  }
   result.completed = result.error.empty();
   for (const auto& r : impl_->ranks) result.delays += r->delays;
   return result;

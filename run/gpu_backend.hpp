@@ -1,5 +1,5 @@
 // Running scenarios on the CUDA backend: trace programs (with race replay statistics against
-// the simulator's in-order run) and training (judged against the reference with the
+// their program-order run) and training (judged against the reference with the
 // tolerance, and compared with DistOpt or the simulator). Built only where nvcc is.
 //   GpuTrainingRun r = run_training_gpu(state, options, /*judge*/ true);
 #pragma once
@@ -46,10 +46,14 @@ struct GpuTraceRun {
   int buffers_compared = 0;
   int buffers_differing = 0;
   std::string first_difference;  // "rank 0 buffer 'shard' byte 12" or empty
+  // Buffers where the program-order run differs from the simulator's in-order run: none for a
+  // program without races (the GPU computes what the simulator does).
+  int simulator_differing = 0;
 };
 
 // Runs a trace program on the GPU and compares every buffer still live at the end with the
-// same program's in-order run on the simulator.
+// same program run in program order on the GPU (each operation finished before the next is issued;
+// GpuOptions::serial), the correctly ordered execution.
 GpuTraceRun run_trace_gpu(const LoadedScenario& s, const gpu::GpuOptions& options);
 
 }  // namespace shardcheck::run

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <variant>
 
 #include "core/base/text.hpp"
@@ -28,13 +30,111 @@ std::vector<RaceSite> race_sites(const std::vector<LoadedScenario>& scenarios) {
       const auto* race = std::get_if<core::RaceDetail>(&f.detail);
       if (f.kind != core::FindingKind::stream_race || !race) continue;
       // Delay the access the program issued first, so that on hardware the other one
-      // overtakes it: the order the in-order reference does not have.
+      // overtakes it: the order program order does not have.
       const core::AccessSite& a = race->first.op_id <= race->second.op_id ? race->first : race->second;
       RaceSite site{a.rank, a.stream, a.op, s.name, f.seed};
       if (std::find(sites.begin(), sites.end(), site) == sites.end()) sites.push_back(std::move(site));
     }
   }
   return sites;
+}
+
+bool ForcedHold::operator==(const ForcedHold& o) const {
+  return first_rank == o.first_rank && second_rank == o.second_rank && first_stream == o.first_stream &&
+         second_stream == o.second_stream && first_op == o.first_op && second_op == o.second_op &&
+         first_occurrence == o.first_occurrence && second_occurrence == o.second_occurrence;
+}
+
+std::vector<ForcedHold> forced_holds(const std::vector<LoadedScenario>& scenarios) {
+  std::vector<ForcedHold> holds;
+  for (const auto& s : scenarios) {
+    const ScenarioOutcome out = run_scenario(s, {});
+    for (const auto& f : out.explored.findings) {
+      const auto* race = std::get_if<core::RaceDetail>(&f.detail);
+      if (f.kind != core::FindingKind::stream_race || !race) continue;
+      ScheduleOverrides o;
+      o.seed = f.seed;
+      const auto opt = options_for(s, o);
+      if (!opt) continue;
+      const sim::Replay r = sim::replay(s.factory, *opt);
+      const std::vector<sim::OpInfo>& ops = r.world->ops();
+      // The how-manyth operation of its rank and stream with its name `op` is.
+      auto occurrence = [&](uint32_t op) {
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < op && op < ops.size(); ++i)
+          n += ops[i].rank == ops[op].rank && ops[i].stream == ops[op].stream && ops[i].name == ops[op].name;
+        return n;
+      };
+      if (race->first.op_id >= ops.size() || race->second.op_id >= ops.size()) continue;
+      ForcedHold h{race->first.rank,
+                   race->second.rank,
+                   race->first.stream,
+                   race->second.stream,
+                   race->first.op,
+                   race->second.op,
+                   occurrence(race->first.op_id),
+                   occurrence(race->second.op_id),
+                   "",
+                   "",
+                   s.name,
+                   f.seed};
+      if (race->first.lifetime != race->second.lifetime && race->first.rank == race->second.rank) {
+        h.freed_buffer = race->first.buffer;
+        h.reusing_buffer = race->second.buffer;
+      }
+      if (std::find(holds.begin(), holds.end(), h) == holds.end()) holds.push_back(std::move(h));
+    }
+  }
+  return holds;
+}
+
+HardwareVerdict hardware_verdict(const core::Expectation& e, const HardwareTally& t, bool forced) {
+  using K = core::FindingKind;
+  const bool showed = t.differing > 0 || t.faults > 0 || t.other > 0;
+  HardwareVerdict v;
+  std::string seen = std::to_string(t.differing) + " of " + std::to_string(t.runs) + " runs differ";
+  if (t.faults) seen += ", " + std::to_string(t.faults) + " stopped by the program";
+  if (t.other) seen += ", " + std::to_string(t.other) + " other finding" + (t.other == 1 ? "" : "s");
+  if (!e.given) {
+    v.is = HardwareVerdict::Is::no_expectation;
+    v.text = "no expectation; " + seen;
+    return v;
+  }
+  const std::string expected = "expected " + core::describe(e) + "; ";
+  auto wants = [&](K k) { return std::find(e.findings.begin(), e.findings.end(), k) != e.findings.end(); };
+  // Expected findings that values on hardware may not show.
+  bool unseen_ok = !e.findings.empty();
+  for (K k : e.findings) unseen_ok &= k == K::stream_race || k == K::uninitialized_read || k == K::deadlock;
+  if (e.findings.empty()) {
+    v.is = showed ? HardwareVerdict::Is::not_met : HardwareVerdict::Is::met;
+    v.text = expected + seen;
+  } else if (wants(K::stream_race) && forced) {
+    v.text = expected + "forced, " + seen;
+    if (t.differing == t.runs && t.runs > 0) {
+      v.is = HardwareVerdict::Is::met;
+    } else if (t.differing == 0 && t.forced == t.runs && t.runs > 0) {
+      v.is = HardwareVerdict::Is::unconfirmed;
+      v.text += ": unconfirmed, the racing order ran in every run but changed no value the program keeps";
+    } else if (t.differing == 0 && t.forced == 0) {
+      v.is = HardwareVerdict::Is::unconfirmed;
+      v.text +=
+          ": unconfirmed, no hold met its second access after it (the allocator handed out other blocks)";
+    } else {
+      v.is = HardwareVerdict::Is::not_met;
+      v.text += " (a forced race must change values in every run)";
+    }
+  } else if (!showed && unseen_ok) {
+    v.is = HardwareVerdict::Is::unconfirmed;
+    v.text = expected + seen + ": unconfirmed, ";
+    v.text += wants(K::stream_race) ? "the race's order did not happen in these runs (--force-race forces it)"
+              : wants(K::deadlock)
+                  ? "a send cycle completes on the device-local communicator (its sends are eager)"
+                  : "values cannot show an uninitialized read";
+  } else {
+    v.is = showed ? HardwareVerdict::Is::met : HardwareVerdict::Is::not_met;
+    v.text = expected + seen;
+  }
+  return v;
 }
 
 #ifndef SHARDCHECK_HAVE_GPU
@@ -91,6 +191,15 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
     return false;
   }
   o.amplify_cycles = a.amplify;
+  if (a.force_race && (o.comm != gpu::CommMode::local || gpu::mpi_process().launched)) {
+    std::cerr
+        << "shardcheck: --force-race runs on the device-local communicator (--comm local, one process)\n";
+    return false;
+  }
+  if (a.force_race && !(a.hold_deadline > 0 && a.hold_deadline <= 3600)) {
+    std::cerr << "shardcheck: --hold-deadline is between 0 and 3600 seconds\n";
+    return false;
+  }
   o.amplify_at = a.amplify_at == "race" ? gpu::AmplifyAt::sites : gpu::AmplifyAt::collectives;
   if (const gpu::MpiProcess& p = gpu::mpi_process(); p.launched) {
     // One rank per process: the launch's size is the scenario's rank count.
@@ -119,21 +228,40 @@ int first_process_code(int code) {
   return p.launched ? static_cast<int>(gpu::mpi_sum(p.rank == 0 ? code : 0)) : code;
 }
 
-// Race replay on hardware: how many of `runs` end with values that differ from a
-// correctly ordered execution; training runs also report what the judge found.
-int run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
-  int differing = 0, faults = 0, errors = 0;  // faults: the program stopped the run (see gpu::ProgramFault)
+// What one file's runs on hardware showed, and its verdict against the file's `expect:`.
+struct GpuTally {
+  int runs = 0, differing = 0, faults = 0, errors = 0;  // faults: the program stopped the run
   int64_t delays = 0;
   std::string example;
   std::vector<std::string> also;  // findings that are not a difference in values
+  std::map<gpu::HoldOutcome::How, int> holds;
+  int forced = 0;        // runs with a hold released by its second access
+  std::string ordering;  // the first ordering that released a hold
+};
+
+// Race replay on hardware: how many of `runs` end with values that differ from a
+// correctly ordered execution; training runs also report what the judge found.
+GpuTally run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
+  GpuTally t;
+  t.runs = runs;
   const GpuBaseline baseline = s.training ? baseline_for(s, o) : GpuBaseline{};
+  auto tally_holds = [&](const gpu::GpuRunResult& r) {
+    bool any = false;
+    for (const auto& h : r.holds) any |= h.how == gpu::HoldOutcome::How::second_access;
+    t.forced += any;
+    for (const auto& h : r.holds) {
+      ++t.holds[h.how];
+      if (h.how == gpu::HoldOutcome::How::ordering && t.ordering.empty()) t.ordering = h.why;
+    }
+  };
   for (int i = 0; i < runs; ++i) {
     if (s.training) {
       GpuTrainingRun r = run_training_gpu(*s.training, o, /*judge*/ true);
-      delays += r.result.delays;
+      t.delays += r.result.delays;
+      tally_holds(r.result);
       if (!r.result.completed) {
-        ++(r.result.program_fault ? faults : errors);
-        if (example.empty()) example = r.result.error;
+        ++(r.result.program_fault ? t.faults : t.errors);
+        if (t.example.empty()) t.example = r.result.error;
         continue;
       }
       std::string difference = baseline.bitwise ? first_weight_difference(*s.training, r, baseline) : "";
@@ -144,33 +272,51 @@ int run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
           continue;
         }
         const std::string line = std::string(core::to_string(f.kind)) + ": " + f.summary;
-        if (std::find(also.begin(), also.end(), line) == also.end()) also.push_back(line);
+        if (std::find(t.also.begin(), t.also.end(), line) == t.also.end()) t.also.push_back(line);
       }
-      differing += !difference.empty();
-      if (example.empty()) example = difference;
+      t.differing += !difference.empty();
+      if (t.example.empty()) t.example = difference;
     } else {
       GpuTraceRun r = run_trace_gpu(s, o);
-      delays += r.result.delays;
+      t.delays += r.result.delays;
+      tally_holds(r.result);
       if (!r.result.completed) {
-        ++(r.result.program_fault ? faults : errors);
-        if (example.empty()) example = r.result.error;
+        ++(r.result.program_fault ? t.faults : t.errors);
+        if (t.example.empty()) t.example = r.result.error;
         continue;
       }
-      differing += r.buffers_differing > 0;
-      if (example.empty()) example = r.first_difference;
+      t.differing += r.buffers_differing > 0;
+      if (t.example.empty()) t.example = r.first_difference;
     }
   }
-  std::printf("%-40s %d of %d runs differ from %s%s%s\n", s.name.c_str(), differing, runs,
-              s.training ? baseline.name.c_str() : "the simulator's in-order values",
-              faults ? (", " + std::to_string(faults) + " stopped by the program").c_str() : "",
-              errors ? " (with errors)" : "");
-  if (!example.empty()) std::printf("  first: %s\n", example.c_str());
-  for (const auto& line : also) std::printf("  also found: %s\n", line.c_str());
-  if (o.process_rank >= 0) delays = gpu::mpi_sum(delays);
+  std::printf("%-40s %d of %d runs differ from %s%s%s\n", s.name.c_str(), t.differing, runs,
+              s.training ? baseline.name.c_str() : "the program-order run",
+              t.faults ? (", " + std::to_string(t.faults) + " stopped by the program").c_str() : "",
+              t.errors ? " (with errors)" : "");
+  if (!t.example.empty()) std::printf("  first: %s\n", t.example.c_str());
+  for (const auto& line : t.also) std::printf("  also found: %s\n", line.c_str());
+  if (o.process_rank >= 0) t.delays = gpu::mpi_sum(t.delays);
   if (o.amplify_cycles > 0)
-    std::printf("  delays: %.1f spins of %lld cycles a run\n", static_cast<double>(delays) / runs,
+    std::printf("  delays: %.1f spins of %lld cycles a run\n", static_cast<double>(t.delays) / runs,
                 static_cast<long long>(o.amplify_cycles));
-  return errors ? kInternalError : kOk;
+  if (!o.holds.empty()) {
+    int total = 0;
+    for (const auto& [how, n] : t.holds) total += n;
+    std::string parts;
+    for (const auto& [how, n] : t.holds) {
+      if (how == gpu::HoldOutcome::How::not_reached) continue;
+      parts +=
+          std::string(parts.empty() ? "" : ", ") + std::to_string(n) + " released " + gpu::to_string(how);
+    }
+    const int unreached = t.holds.count(gpu::HoldOutcome::How::not_reached)
+                              ? t.holds.at(gpu::HoldOutcome::How::not_reached)
+                              : 0;
+    if (unreached)
+      parts += std::string(parts.empty() ? "" : ", ") + std::to_string(unreached) + " not reached";
+    std::printf("  holds: %d over %d runs: %s\n", total, runs, parts.empty() ? "none" : parts.c_str());
+    if (!t.ordering.empty()) std::printf("  ordered by the program: %s\n", t.ordering.c_str());
+  }
+  return t;
 }
 
 int run_all(const std::vector<LoadedScenario>& scenarios, const GpuArgs& a, int runs) {
@@ -187,17 +333,65 @@ int run_all(const std::vector<LoadedScenario>& scenarios, const GpuArgs& a, int 
     }
     if (a.amplify <= 0) std::printf("  (nothing is delayed: --amplify is 0)\n");
   }
+  std::vector<gpu::HoldSite> holds;
+  if (a.force_race) {
+    // Every kernel loaded before the first hold: loading one later needs the whole device idle,
+    // which a held stream never is (CUDA's lazy loading). Read when CUDA starts, after this.
+    setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+    const std::vector<ForcedHold> found = forced_holds(scenarios);
+    std::printf("forced replay: the simulator's races give %zu hold%s, in every file:\n", found.size(),
+                found.size() == 1 ? "" : "s");
+    for (const auto& f : found) {
+      gpu::HoldSite h{{f.first_rank, f.first_stream, f.first_op, f.first_occurrence},
+                      {f.second_rank, f.second_stream, f.second_op, f.second_occurrence},
+                      f.freed_buffer,
+                      f.reusing_buffer};
+      std::printf("  %s waits until %s has run (%s, seed %llu)\n", h.held.text().c_str(),
+                  h.until.text().c_str(), f.scenario.c_str(), static_cast<unsigned long long>(f.seed));
+      holds.push_back(std::move(h));
+    }
+  }
+  int met = 0, not_met = 0, unconfirmed = 0, no_expect = 0;
   for (const auto& s : scenarios) {
     gpu::GpuOptions o;
     if (!options(a, s.options, o)) return kBadInput;
     o.delay_sites = sites;
+    o.holds = holds;
+    o.hold_deadline_seconds = a.hold_deadline;
     try {
-      code = std::max(code, run_one(s, o, runs));
+      const GpuTally t = run_one(s, o, runs);
+      if (t.errors) {
+        code = std::max<int>(code, kInternalError);
+        continue;
+      }
+      using Is = HardwareVerdict::Is;
+      const HardwareVerdict v = hardware_verdict(
+          s.expect, {t.runs, t.differing, t.faults, static_cast<int>(t.also.size()), t.forced}, a.force_race);
+      const bool clean = t.differing == 0 && t.faults == 0 && t.also.empty();
+      const char* tag = v.is == Is::met           ? "ok"
+                        : v.is == Is::not_met     ? "FAILED"
+                        : v.is == Is::unconfirmed ? "unconf."
+                        : clean                   ? "clean"
+                                                  : "found";
+      std::printf("%-7s %s: %s\n\n", tag, s.name.c_str(), v.text.c_str());
+      met += v.is == Is::met;
+      not_met += v.is == Is::not_met;
+      unconfirmed += v.is == Is::unconfirmed;
+      if (v.is == Is::no_expectation) {
+        ++no_expect;
+        if (!clean) code = std::max<int>(code, kExpectationFailed);
+      }
+      if (v.is == Is::not_met) code = std::max<int>(code, kExpectationFailed);
     } catch (const std::exception& e) {
       std::cerr << "shardcheck: " << e.what() << "\n";
       return kInternalError;
     }
   }
+  std::printf("%zu scenario%s on the GPU: %d met expectations, %d did not", scenarios.size(),
+              scenarios.size() == 1 ? "" : "s", met, not_met);
+  if (unconfirmed) std::printf(", %d unconfirmed", unconfirmed);
+  if (no_expect) std::printf(", %d without expectation", no_expect);
+  std::printf("\n");
   return code;
 }
 

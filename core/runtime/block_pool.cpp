@@ -56,6 +56,30 @@ BlockPool::Allocation BlockPool::allocate(uint64_t bytes, int stream, const Lega
   return {it->first, false, {}, 0};
 }
 
+BlockPool::Allocation BlockPool::allocate_at(uint64_t bytes, int stream, const Legal& legal,
+                                             uint64_t prefer) {
+  const uint64_t size = round_up(bytes == 0 ? 1 : bytes, kRound);
+  auto it = blocks_.upper_bound(prefer);
+  if (it != blocks_.begin()) {
+    PoolBlock& b = std::prev(it)->second;
+    if (b.free && b.addr + b.size >= prefer + size && legal(b, stream)) {
+      PoolBlock* use = &b;
+      if (b.addr < prefer) {  // cut off the part before `prefer`; it stays free
+        PoolBlock rest = b;
+        rest.addr = prefer;
+        rest.size = b.addr + b.size - prefer;
+        b.size = prefer - b.addr;
+        use = &blocks_.emplace(rest.addr, std::move(rest)).first->second;
+      }
+      split(*use, size);
+      use->free = false;
+      use->stream = stream;
+      return {use->addr, true, std::exchange(use->pending, {}), use->free_op};
+    }
+  }
+  return allocate(bytes, stream, legal);
+}
+
 void BlockPool::release(uint64_t addr, std::vector<uint64_t> pending, uint64_t free_op) {
   PoolBlock& b = blocks_.at(addr);
   b.free = true;

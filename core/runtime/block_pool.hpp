@@ -50,6 +50,10 @@ class BlockPool {
     uint64_t free_op = 0;          // the free that released the reused block
   };
   Allocation allocate(uint64_t bytes, int stream, const Legal& legal);
+  // The same, taking the free block that holds address `prefer` (cut to start there) when it
+  // is legal and large enough, whatever the rule would pick: the GPU backend's forced replay
+  // hands a freed block to the allocation the simulator saw receive it.
+  Allocation allocate_at(uint64_t bytes, int stream, const Legal& legal, uint64_t prefer);
   // Frees the block at `addr`; it may not be reused before `pending` complete.
   void release(uint64_t addr, std::vector<uint64_t> pending, uint64_t free_op);
 
