@@ -83,7 +83,7 @@ gpu-check: build
 	@test -x build/tests/gpu/gpu_tests || { echo "gpu-check: no GPU build (nvcc was not found at /usr/local/cuda/bin or on PATH)" >&2; exit 2; }
 	@echo "Built: build/tests/gpu/gpu_tests, build/bench/gpu/gpu_measure, build/bench/gpu/gpu_multi (sm_90, static cudart)."
 	@echo "On a GPU machine (needs libcublasLt.so.13 and libnccl.so.2), from this tree (or a copy at the same path: ctest's files hold it):"
-	@echo "  scripts/gpu-check build        # kernel, runtime, NCCL and --amplify tests through ctest: skips shown and counted, fails if none ran"
+	@echo "  scripts/gpu-check build        # kernel, runtime, NCCL, --force-race and --amplify tests through ctest: skips shown and counted, fails if none ran"
 	@echo "  compute-sanitizer --tool memcheck build/tests/gpu/gpu_tests '~*training*' '~*amplify*' '~*NCCL*' '~*switches*'   # memory errors only: run directly, a skip reads as a pass"
 	@echo "  build/bench/gpu/gpu_measure --out out/gpu    # one GPU: step times, GEMMs, MFU, agreement"
 	@echo "  build/bench/gpu/gpu_multi --out out/gpu      # 2+ GPUs: NCCL losses, bus bandwidth, overlap"
