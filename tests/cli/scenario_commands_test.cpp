@@ -251,9 +251,11 @@ TEST_CASE("explore prints its duration rounded, and --backend gpu without a GPU 
   REQUIRE(r.exit_code == 0);
   // "in 0.7 ms" or "in 12.3 ms", never "in 0.000688639 s".
   REQUIRE_THAT(r.out, Catch::Matches(R"((.|\n)*seeds 1\.\.1\) in [0-9]+(\.[0-9])? (ms|s)\n(.|\n)*)"));
-#ifndef SHARDCHECK_HAVE_GPU
+  // Without the backend in the build, or (a build with it) without a usable device: bad input.
   const auto gpu = run_shardcheck("run " + scenario("reuse-race.yaml") + " --backend gpu");
-  REQUIRE(gpu.exit_code == 2);
-  REQUIRE_THAT(gpu.err, Catch::Contains("no GPU backend"));
-#endif
+  // On a machine with a GPU the run happens: the race stays unconfirmed unforced, exit 0.
+  const bool refused = gpu.err.find("no GPU backend") != std::string::npos ||
+                       gpu.err.find("no usable CUDA device") != std::string::npos;
+  INFO(gpu.err);
+  REQUIRE(gpu.exit_code == (refused ? 2 : 0));
 }
