@@ -39,11 +39,11 @@ svg .cell{fill:#f5f7f8;stroke:#cfd8dc}svg .cell.diff{fill:#ffcdd2;stroke:#d32f2f
 svg .bar.expected,svg .bar.ok{fill:#66bb6a}svg .bar.bad{fill:#e53935}svg .value{fill:#263238}svg .value.bad{fill:#c62828;font-weight:700}
 svg .panel{fill:#fafafa;stroke:#cfd8dc}svg .achievable{stroke:#6d4c41;stroke-width:1.5;stroke-dasharray:6 4}
 svg .series.line{fill:none;stroke-width:2}svg .series.line.overlay{stroke-dasharray:7 5;stroke-width:2.5}svg .series.dot{stroke:none}
-svg .series.mark{fill:#fff;stroke-width:1.6}svg .delta.line{stroke:#6d4c41;stroke-width:1.5;fill:none}svg .delta.dot{fill:#6d4c41}svg .grid.zero{stroke:#b0bec5;stroke-dasharray:2 3}
+svg .series.mark{fill:none;stroke-width:1.6}svg .delta.line{stroke:#6d4c41;stroke-width:1.5;fill:none}svg .delta.dot{fill:#6d4c41}svg .grid.zero{stroke:#b0bec5;stroke-dasharray:2 3}
 svg .series-0{stroke:#1e88e5;fill:#1e88e5}svg .series-1{stroke:#e53935;fill:#e53935}svg .series-2{stroke:#43a047;fill:#43a047}
 svg .series-3{stroke:#8e24aa;fill:#8e24aa}svg .series-4{stroke:#fb8c00;fill:#fb8c00}svg .series-5{stroke:#00897b;fill:#00897b}
 svg .series.line.series-0,svg .series.line.series-1,svg .series.line.series-2,svg .series.line.series-3,svg .series.line.series-4,svg .series.line.series-5{fill:none}
-svg .series.mark.series-0,svg .series.mark.series-1,svg .series.mark.series-2,svg .series.mark.series-3,svg .series.mark.series-4,svg .series.mark.series-5{fill:#fff}
+svg .series.mark.series-0,svg .series.mark.series-1,svg .series.mark.series-2,svg .series.mark.series-3,svg .series.mark.series-4,svg .series.mark.series-5{fill:none}
 )css";
 
 string td(const string& text, std::string_view cls = {}) {

@@ -73,10 +73,11 @@ void draw_axes(Svg& svg, const Scale& s) {
 // Series 0 gets dots, series 1 squares, the rest diamonds: shapes that still show one on top
 // of another where the curves coincide.
 void marker(Svg& svg, size_t index, Point p, const std::string& cls, const std::string& tip) {
-  if (index == 0) return svg.circle(p.x, p.y, 3.5, cls + " dot", tip);
-  if (index == 1) return svg.rect(p.x - 2.5, p.y - 2.5, 5, 5, cls + " mark", tip);
-  svg.path("M" + coord(p.x) + " " + coord(p.y - 3.5) + "L" + coord(p.x + 3.5) + " " + coord(p.y) + "L" +
-               coord(p.x) + " " + coord(p.y + 3.5) + "L" + coord(p.x - 3.5) + " " + coord(p.y) + "Z",
+  // The later shapes are hollow and larger, so a dot under them stays visible.
+  if (index == 0) return svg.circle(p.x, p.y, 2.5, cls + " dot", tip);
+  if (index == 1) return svg.rect(p.x - 4, p.y - 4, 8, 8, cls + " mark", tip);
+  svg.path("M" + coord(p.x) + " " + coord(p.y - 5.5) + "L" + coord(p.x + 5.5) + " " + coord(p.y) + "L" +
+               coord(p.x) + " " + coord(p.y + 5.5) + "L" + coord(p.x - 5.5) + " " + coord(p.y) + "Z",
            cls + " mark");
 }
 
@@ -118,7 +119,7 @@ void draw_delta(Svg& svg, const CompareData& c) {
   const double zero_y = s.y(s.y_lo + 0.15);
   const int decades = static_cast<int>(s.y_hi - e_lo);
   const int stride = std::max(1, decades / 6);
-  for (double e = e_lo; e <= s.y_hi + 1e-9; e += stride) {
+  for (double e = e_lo; any && e <= s.y_hi + 1e-9; e += stride) {
     svg.line(kDeltaLeft, s.y(e), kDeltaLeft + kDeltaW, s.y(e), "grid");
     svg.text(kDeltaLeft - 6, s.y(e) + 4, "1e" + number(e), "tick", Anchor::end);
   }
