@@ -128,6 +128,12 @@ std::string grouped(int64_t v) {
 }
 }  // namespace
 
+std::string cut_text(const core::TraceLog& log) {
+  if (log.cut.dropped_before == 0 && log.cut.dropped_after == 0) return "";
+  return "it holds " + std::to_string(log.slices.size()) + " of the run's " +
+         std::to_string(log.cut.slices_total) + " slices (" + log.cut.why + ")";
+}
+
 std::string join(const std::vector<std::string>& items, std::string_view sep) {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {

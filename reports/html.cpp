@@ -89,7 +89,9 @@ string finding_html(const ScenarioResult& s, size_t i, size_t scenario, const st
   out += "<figure>" + finding_picture(f, trace, id) + "</figure>" + race_notes(f);
   if (!trace_file.empty()) {
     out += "<p class=\"meta\">Timeline of this run: <code>" + html_escape(trace_file) +
-           "</code> beside this page (Chrome trace; Perfetto opens it).</p>";
+           "</code> beside this page (Chrome trace; Perfetto opens it)";
+    const string cut = cut_text(trace);
+    out += (cut.empty() ? "" : "; " + html_escape(cut)) + ".</p>";
   }
   return out + "</article>\n";
 }

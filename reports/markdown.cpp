@@ -73,8 +73,11 @@ void finding_section(std::ostringstream& out, const ScenarioResult& s, size_t i,
   const core::Finding& f = s.findings[i];
   out << "### " << core::to_string(f.kind) << ": " << md_text(f.summary) << "\n\n";
   out << "Seed " << f.seed << ", seen " << f.occurrences << (f.occurrences == 1 ? " time" : " times") << ".";
-  if (!trace_file.empty())
-    out << " Timeline: " << md_code(trace_file) << " (Chrome trace; Perfetto opens it).";
+  if (!trace_file.empty()) {
+    out << " Timeline: " << md_code(trace_file) << " (Chrome trace; Perfetto opens it)";
+    const std::string cut = i < s.finding_traces.size() ? cut_text(s.finding_traces[i]) : "";
+    out << (cut.empty() ? "" : "; " + md_text(cut)) << ".";
+  }
   out << "\n\n";
   if (!f.explanation.empty()) code_block(out, "text", f.explanation);
   out << "Reproduce:\n\n";

@@ -89,7 +89,11 @@ TEST_CASE("a training trace in a report that is cut to a window says so", "[cli]
   auto r = run_shardcheck("run " + catalog("stale-model-weight-after-step.yaml") + " --report " + dir);
   REQUIRE(r.exit_code == 0);
   const auto j = read_json(dir + "/trace-stale-model-weight-after-step-0.json");
+  std::ifstream md(dir + "/report.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   std::filesystem::remove_all(dir);
+  // The page says so too, beside the trace's name.
+  REQUIRE_THAT(text, Catch::Contains("slices (the 4000 slices around the operation the finding concerns)"));
   REQUIRE(j["otherData"].contains("cut"));
   const auto& cut = j["otherData"]["cut"];
   int slices = 0, markers = 0;
