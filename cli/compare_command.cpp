@@ -61,6 +61,11 @@ bool write_compare_report(const CompareArgs& a, const LoadedScenario& s, const C
   d.first_divergent = r.first_divergent;
   d.achievable_loss = r.entropy_rate > 0 ? r.entropy_rate : -1;
   d.schedule = "seed " + std::to_string(r.seed) + " (the file's first schedule)";
+  if (r.scheduler_steps > 0) {
+    sr.checked = reports::CheckedData{
+        r.scheduler_steps, r.operations, r.collectives, r.bytes_checked, static_cast<int>(r.ours.size()),
+        detectors_of(s)};
+  }
   if (!r.ours.empty()) sr.compare = d;  // after a stop: the curves as far as they got
   if (!r.error.empty() || r.cancelled) {
     sr.met = false;

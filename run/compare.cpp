@@ -109,6 +109,10 @@ CompareResult compare_on_sim_uncancelled(const LoadedScenario& s, const std::str
   }
   r.ours = ours.losses;
   r.findings = ours.result.findings;
+  r.scheduler_steps = ours.result.steps;
+  r.operations = ours.result.ops_executed;
+  r.collectives = ours.result.collectives;
+  r.bytes_checked = ours.result.bytes_checked;
   std::vector<std::vector<std::vector<float>>> theirs_w;
   if (against == "single_rank") {
     state.reference.reset();  // the step count may have changed

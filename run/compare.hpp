@@ -20,6 +20,8 @@ struct CompareResult {
   double entropy_rate = 0;
   uint64_t seed = 0;                    // the schedule seed both trainings ran under
   std::vector<core::Finding> findings;  // what the detectors and oracles found in our training
+  // What our training's run covered (sim::RunResult's counts).
+  int64_t scheduler_steps = 0, operations = 0, collectives = 0, bytes_checked = 0;
   std::string error;
   std::string bad_input;   // the run was refused before it started (compare_steps_problem)
   bool cancelled = false;  // a signal stopped a training run: the result holds what ran before it

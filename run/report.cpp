@@ -79,18 +79,6 @@ core::TraceLog window(core::TraceLog log, const core::Finding& f) {
   return log;
 }
 
-// The finding kinds a scenario's runs look for: the simulator's detectors, and for training
-// the oracles (numerics only against a reference).
-std::vector<std::string> detectors_of(const LoadedScenario& s) {
-  std::vector<std::string> out = {"stream_race",     "uninitialized_read", "collective_mismatch",
-                                  "collective_swap", "deadlock",           "layout_mismatch"};
-  if (s.training) {
-    out.insert(out.end(), {"grad_norm_miscount", "replica_divergence"});
-    if (s.training->scenario.reference != "none") out.push_back("numerics_divergence");
-  }
-  return out;
-}
-
 // The finding whose schedule the loss curves are drawn from: the first numerics, replica or
 // norm finding (what the curves can show), else the first finding of any kind.
 const core::Finding* curve_finding(const std::vector<core::Finding>& findings) {
@@ -130,6 +118,18 @@ std::optional<reports::CompareData> loss_curves(const LoadedScenario& s,
 }
 
 }  // namespace
+
+// The finding kinds a scenario's runs look for: the simulator's detectors, and for training
+// the oracles (numerics only against a reference).
+std::vector<std::string> detectors_of(const LoadedScenario& s) {
+  std::vector<std::string> out = {"stream_race",     "uninitialized_read", "collective_mismatch",
+                                  "collective_swap", "deadlock",           "layout_mismatch"};
+  if (s.training) {
+    out.insert(out.end(), {"grad_norm_miscount", "replica_divergence"});
+    if (s.training->scenario.reference != "none") out.push_back("numerics_divergence");
+  }
+  return out;
+}
 
 reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioOutcome& o,
                                         const ScheduleOverrides& overrides, ResultOptions options) {

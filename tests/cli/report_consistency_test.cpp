@@ -37,6 +37,8 @@ TEST_CASE("compare's report shows the time it took and what the training's check
   REQUIRE(s["found"] == nlohmann::json::array({"numerics_divergence"}));
   REQUIRE_FALSE(s["findings"].empty());
   REQUIRE_THAT(s["compare"]["schedule"].get<std::string>(), Catch::StartsWith("seed "));
+  REQUIRE(s["checked"]["collectives"].get<int64_t>() > 0);
+  REQUIRE(s["checked"]["training_steps"] == s["compare"]["series"][0]["losses"].size());
   std::ifstream md(dir + "/report.md");
   const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   REQUIRE_THAT(text, !Catch::Contains("found none"));
