@@ -11,8 +11,9 @@ STALE_BUILD = $(shell test -f build/CMakeCache.txt && ! grep -qx 'CMAKE_HOME_DIR
 
 all: build
 
-# `make demo` installs what building and the demo need; `make test` adds what only the tests
-# and the GPU backend's MPI launch use (Chromium for the HTML render test, Open MPI).
+# `make demo` installs what the shardcheck executable and the demo need, and builds only it;
+# `make test` adds what only the tests and the GPU backend's MPI launch use (Catch2, Chromium
+# for the HTML render test, Open MPI).
 deps:
 	@scripts/install-deps test
 
@@ -27,12 +28,15 @@ configure:
 build: base-deps configure
 	@cmake --build --preset release -j $(JOBS)
 
-demo: build
+demo: base-deps configure
+	@cmake --build --preset release -j $(JOBS) --target shardcheck
 	./build/cli/shardcheck demo
 
-# Installs the shardcheck binary (and the scenarios the demo runs) under PREFIX.
+# Installs the shardcheck binary, the scenarios the demo runs and the Python capture package
+# under PREFIX (/usr/local: `shardcheck` is then on PATH, and reproducer lines run as printed).
 PREFIX ?= /usr/local
-install: build
+install: base-deps configure
+	@cmake --build --preset release -j $(JOBS) --target shardcheck
 	cmake --install build --prefix $(PREFIX)
 
 test: deps

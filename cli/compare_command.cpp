@@ -2,6 +2,8 @@
 // strategy on the simulator and the comparison run on the same data, and prints per-step
 // losses side by side, the largest absolute and relative loss difference, and the first
 // tensor whose weights differ.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -30,7 +32,8 @@ struct CompareArgs {
 
 // The report of a compare run; a run stopped by a signal or an internal error is reported as
 // far as it got, marked incomplete.
-bool write_compare_report(const CompareArgs& a, const LoadedScenario& s, const CompareResult& r) {
+bool write_compare_report(const CompareArgs& a, const LoadedScenario& s, const CompareResult& r,
+                          double seconds) {
   reports::Report report;
   report.title = "shardcheck compare";
   report.command = "shardcheck compare " + a.file + " --against " + a.against +
@@ -43,6 +46,12 @@ bool write_compare_report(const CompareArgs& a, const LoadedScenario& s, const C
   sr.expected = r.exact ? "bitwise equal weights" : "losses side by side";
   sr.met = !(r.exact && !r.first_divergent.empty());
   sr.schedules = 1;
+  sr.seconds = seconds;
+  // What the training's detectors and oracles found, as `run` reports them.
+  sr.findings = r.findings;
+  for (const auto& f : r.findings) {
+    if (std::find(sr.found.begin(), sr.found.end(), f.kind) == sr.found.end()) sr.found.push_back(f.kind);
+  }
   reports::CompareData d;
   d.against = r.against;
   d.series = {{r.label, r.ours}, {r.against, r.theirs}};
@@ -51,6 +60,12 @@ bool write_compare_report(const CompareArgs& a, const LoadedScenario& s, const C
   d.bitwise_equal = r.first_divergent.empty() && r.error.empty() && !r.cancelled;  // unknown after a stop
   d.first_divergent = r.first_divergent;
   d.achievable_loss = r.entropy_rate > 0 ? r.entropy_rate : -1;
+  d.schedule = "seed " + std::to_string(r.seed) + " (the file's first schedule)";
+  if (r.scheduler_steps > 0) {
+    sr.checked = reports::CheckedData{
+        r.scheduler_steps, r.operations, r.collectives, r.bytes_checked, static_cast<int>(r.ours.size()),
+        detectors_of(s)};
+  }
   if (!r.ours.empty()) sr.compare = d;  // after a stop: the curves as far as they got
   if (!r.error.empty() || r.cancelled) {
     sr.met = false;
@@ -110,7 +125,9 @@ int run_compare(const CompareArgs& a) {
   }
   if (on_gpu) return compare_on_gpu(*s, a.gpu, a.against, a.steps);
   InterruptScope interrupts;
+  const auto start = std::chrono::steady_clock::now();
   CompareResult r = compare_guarded(*s, a);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!r.bad_input.empty()) {
     std::cerr << "shardcheck compare: " << core::printable(r.bad_input) << "\n";
     return kBadInput;
@@ -121,7 +138,7 @@ int run_compare(const CompareArgs& a) {
     } else {
       std::cerr << "shardcheck compare: internal error: " << r.error << "\n";
     }
-    if (!a.report.empty() && !write_compare_report(a, *s, r)) return kInternalError;
+    if (!a.report.empty() && !write_compare_report(a, *s, r, seconds)) return kInternalError;
     return r.error.empty() ? interrupt_exit_code() : kInternalError;
   }
   std::cout << "compare " << r.label << " (" << s->name << ") against " << r.against << ": " << r.ours.size()
@@ -135,7 +152,7 @@ int run_compare(const CompareArgs& a) {
   }
   if (r.entropy_rate > 0)
     std::printf("achievable loss (the data's entropy rate): %.4f nats\n", r.entropy_rate);
-  if (!a.report.empty() && !write_compare_report(a, *s, r)) return kInternalError;
+  if (!a.report.empty() && !write_compare_report(a, *s, r, seconds)) return kInternalError;
   return r.exact && !r.first_divergent.empty() ? kExpectationFailed : kOk;
 }
 

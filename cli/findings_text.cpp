@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "core/base/text.hpp"
+#include "reports/report_model.hpp"
 
 namespace shardcheck::cli {
 
@@ -13,8 +14,8 @@ void print_findings(std::ostream& out, const run::LoadedScenario& s,
     out << "[" << core::to_string(f.kind) << "] " << f.explanation << "\n";
     if (f.occurrences > 1)
       out << "  (seen " << f.occurrences << " times: on several ranks, steps or schedules)\n";
-    out << "  reproduce: shardcheck replay " << core::shell_word(s.file) << " --seed " << f.seed
-        << policy_flag << "\n\n";
+    out << "  reproduce: " << reports::command_name() << " replay " << core::shell_word(s.file) << " --seed "
+        << f.seed << policy_flag << "\n\n";
   }
 }
 

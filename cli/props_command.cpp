@@ -7,6 +7,7 @@
 #include "cli/commands.hpp"
 #include "core/base/text.hpp"
 #include "properties/suite.hpp"
+#include "reports/report_model.hpp"
 
 namespace shardcheck::cli {
 
@@ -64,7 +65,8 @@ void print_mutation(const properties::MutationResult& r) {
               << "\n";
     std::cout << "    shrunk (" << first->shrinks << " steps) to: " << first->shrunk << "\n";
     if (!first->file.empty())
-      std::cout << "    saved: " << first->file << "\n    reproduce: shardcheck run " << first->file << "\n";
+      std::cout << "    saved: " << first->file << "\n    reproduce: " << reports::command_name() << " run "
+                << first->file << "\n";
     if (!first->note.empty()) std::cout << "    note: " << first->note << "\n";
     for (const auto& p : r.results) {
       if (p.status == S::failed && &p != first && !p.file.empty())

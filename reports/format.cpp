@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 
 namespace shardcheck::reports {
 
@@ -120,6 +121,67 @@ std::string truncate(std::string_view s, size_t chars) {
 
 // The terminal's word (core::kinds_to_string), so every output says "clean" alike.
 std::string kinds_text(const std::vector<core::FindingKind>& kinds) { return core::kinds_to_string(kinds); }
+namespace {
+std::string grouped(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (v < 0 ? "-" : "") + out;
+}
+}  // namespace
+
+std::string cut_text(const core::TraceLog& log) {
+  if (log.cut.dropped_before == 0 && log.cut.dropped_after == 0) return "";
+  return "it holds " + std::to_string(log.slices.size()) + " of the run's " +
+         std::to_string(log.cut.slices_total) + " slices (" + log.cut.why + ")";
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += sep;
+    out += items[i];
+  }
+  return out;
+}
+
+std::string bytes_text(int64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KB", "MB", "GB", "TB"};
+  double v = static_cast<double>(bytes);
+  size_t u = 0;
+  while (v >= 1000 && u + 1 < std::size(kUnits)) v /= 1000, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+
+std::string checked_text(const ScenarioResult& s, const CheckedData& c) {
+  std::string out = grouped(s.schedules) + (s.schedules == 1 ? " schedule" : " schedules");
+  if (c.training_steps > 0)
+    out += " of " + grouped(c.training_steps) +
+           (c.training_steps == 1 ? " training step" : " training steps") + (s.schedules == 1 ? "" : " each");
+  out += ": " + grouped(c.scheduler_steps) + " scheduler steps, " + grouped(c.operations) +
+         " stream operations, " + grouped(c.collectives) +
+         (c.collectives == 1 ? " collective" : " collectives") + " or transfers, " +
+         bytes_text(c.bytes_checked) + " of memory accesses checked";
+  return out;
+}
+
+std::string compare_verdict(const ScenarioResult& s, const CompareData& c) {
+  std::string out =
+      std::string("weights bitwise equal after the last step: ") + (c.bitwise_equal ? "yes" : "no");
+  if (!c.schedule.empty()) out += ", on schedule " + c.schedule;
+  const bool divergence_found =
+      std::find(s.found.begin(), s.found.end(), core::FindingKind::numerics_divergence) != s.found.end();
+  if (c.bitwise_equal && divergence_found)
+    out +=
+        ". The numerics_divergence above is not visible in these weights: it was found on another schedule "
+        "or in other tensors (its explanation says which), and this run did not reproduce it";
+  return out;
+}
+
 
 std::string result_text(const ScenarioResult& s) { return s.met && s.error.empty() ? "ok" : "FAILED"; }
 

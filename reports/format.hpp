@@ -40,6 +40,19 @@ std::string result_text(const ScenarioResult& s);                     // "ok" or
 std::string stopped_text(const ScenarioResult& s);
 // "20 schedules rerun with the same seeds: every trace digest matched", or the mismatch.
 std::string determinism_text(const DeterminismData& d);
+// What the runs covered, one line: "200 schedules of 3 training steps each: 41,230 scheduler
+// steps, 12,004 stream operations, 1,800 collectives, 3.1 MB of memory accesses checked".
+std::string checked_text(const ScenarioResult& s, const CheckedData& c);
+std::string bytes_text(int64_t bytes);
+// How much of the run a finding's timeline shows: "" when all of it, else "it holds 4000 of
+// the run's 10520 slices (…why)".
+std::string cut_text(const core::TraceLog& log);
+std::string join(const std::vector<std::string>& items,
+                 std::string_view sep = ", ");  // "512 B", "3.1 KB", "2.4 MB", "1.2 GB"
+// The compare section's verdict on the weights, in words that agree with the findings above
+// it: which schedule ran, and when its weights match although a numerics_divergence was found,
+// that the two speak of different runs or different weights.
+std::string compare_verdict(const ScenarioResult& s, const CompareData& c);
 
 struct Totals {
   int scenarios = 0;

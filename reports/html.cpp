@@ -38,10 +38,12 @@ svg .edge{stroke:#455a64;stroke-width:1.5;fill:none}svg .edge-label{fill:#455a64
 svg .cell{fill:#f5f7f8;stroke:#cfd8dc}svg .cell.diff{fill:#ffcdd2;stroke:#d32f2f;stroke-width:2}
 svg .bar.expected,svg .bar.ok{fill:#66bb6a}svg .bar.bad{fill:#e53935}svg .value{fill:#263238}svg .value.bad{fill:#c62828;font-weight:700}
 svg .panel{fill:#fafafa;stroke:#cfd8dc}svg .achievable{stroke:#6d4c41;stroke-width:1.5;stroke-dasharray:6 4}
-svg .series.line{fill:none;stroke-width:2}svg .series.dot{stroke:none}
+svg .series.line{fill:none;stroke-width:2}svg .series.line.overlay{stroke-dasharray:7 5;stroke-width:2.5}svg .series.dot{stroke:none}
+svg .series.mark{fill:none;stroke-width:1.6}svg .delta.line{stroke:#6d4c41;stroke-width:1.5;fill:none}svg .delta.dot{fill:#6d4c41}svg .grid.zero{stroke:#b0bec5;stroke-dasharray:2 3}
 svg .series-0{stroke:#1e88e5;fill:#1e88e5}svg .series-1{stroke:#e53935;fill:#e53935}svg .series-2{stroke:#43a047;fill:#43a047}
 svg .series-3{stroke:#8e24aa;fill:#8e24aa}svg .series-4{stroke:#fb8c00;fill:#fb8c00}svg .series-5{stroke:#00897b;fill:#00897b}
 svg .series.line.series-0,svg .series.line.series-1,svg .series.line.series-2,svg .series.line.series-3,svg .series.line.series-4,svg .series.line.series-5{fill:none}
+svg .series.mark.series-0,svg .series.mark.series-1,svg .series.mark.series-2,svg .series.mark.series-3,svg .series.mark.series-4,svg .series.mark.series-5{fill:none}
 )css";
 
 string td(const string& text, std::string_view cls = {}) {
@@ -87,7 +89,9 @@ string finding_html(const ScenarioResult& s, size_t i, size_t scenario, const st
   out += "<figure>" + finding_picture(f, trace, id) + "</figure>" + race_notes(f);
   if (!trace_file.empty()) {
     out += "<p class=\"meta\">Timeline of this run: <code>" + html_escape(trace_file) +
-           "</code> beside this page (Chrome trace; Perfetto opens it).</p>";
+           "</code> beside this page (Chrome trace; Perfetto opens it)";
+    const string cut = cut_text(trace);
+    out += (cut.empty() ? "" : "; " + html_escape(cut)) + ".</p>";
   }
   return out + "</article>\n";
 }
@@ -106,18 +110,36 @@ string loss_table(const CompareData& c) {
   return out + "</tbody></table>";
 }
 
-string compare_html(const CompareData& c, size_t scenario) {
+string compare_html(const ScenarioResult& s, const CompareData& c, size_t scenario) {
   string out = "<section class=\"compare\"><h3>Compare against " + html_escape(c.against) + "</h3>";
   out += "<figure>" + loss_plot(c, "loss" + std::to_string(scenario)) + "</figure>";
   if (!c.series.empty()) out += loss_table(c);
   out += "<ul><li>max |Δ|: " + number(c.max_abs_diff, 3) + ", max relative Δ: " + number(c.max_rel_diff, 3) +
          "</li>";
-  out +=
-      string("<li>weights bitwise equal after the last step: ") + (c.bitwise_equal ? "yes" : "no") + "</li>";
+  out += "<li class=\"verdict\">" + html_escape(compare_verdict(s, c)) + "</li>";
   if (!c.first_divergent.empty()) out += "<li>first divergence: " + html_escape(c.first_divergent) + "</li>";
   if (c.achievable_loss >= 0)
     out += "<li>achievable loss (the data's entropy rate): " + number(c.achievable_loss, 4) + " nats</li>";
   return out + "</ul></section>\n";
+}
+
+// What the verdict rests on: a clean result is only as strong as what was explored.
+string checked_html(const ScenarioResult& s, const CheckedData& c) {
+  string out = "<section class=\"checked\"><h3>What was checked</h3><table class=\"checked\"><tbody>";
+  auto row = [&](const string& what, const string& value) {
+    out += "<tr><th>" + html_escape(what) + "</th>" + td(value, "num") + "</tr>";
+  };
+  row("schedules", std::to_string(s.schedules) + (s.policy.empty() ? "" : " (" + s.policy + ")"));
+  if (c.training_steps > 0) row("training steps per schedule", std::to_string(c.training_steps));
+  row("scheduler steps", std::to_string(c.scheduler_steps));
+  row("stream operations", std::to_string(c.operations));
+  row("collectives and transfers", std::to_string(c.collectives));
+  row("memory accesses checked", bytes_text(c.bytes_checked));
+  if (s.trace_digest != 0) row("combined trace digest", digest_text(s.trace_digest));
+  out += "</tbody></table><p class=\"detectors\">Looked for: ";
+  for (size_t i = 0; i < c.detectors.size(); ++i)
+    out += (i ? ", " : "") + string("<code>") + html_escape(c.detectors[i]) + "</code>";
+  return out + ".</p></section>\n";
 }
 
 string scenario_html(const ScenarioResult& s, size_t i, const std::vector<string>& traces) {
@@ -139,7 +161,8 @@ string scenario_html(const ScenarioResult& s, size_t i, const std::vector<string
   }
   for (size_t f = 0; f < s.findings.size(); ++f)
     out += finding_html(s, f, i, f < traces.size() ? traces[f] : "");
-  if (s.compare) out += compare_html(*s.compare, i);
+  if (s.checked) out += checked_html(s, *s.checked);
+  if (s.compare) out += compare_html(s, *s.compare, i);
   return out + "</section>\n";
 }
 }  // namespace

@@ -92,7 +92,14 @@ ordered_json compare_json(const CompareData& c) {
           {"max_rel_diff", c.max_rel_diff},
           {"bitwise_equal", c.bitwise_equal},
           {"first_divergent", c.first_divergent},
-          {"achievable_loss", c.achievable_loss}};
+          {"achievable_loss", c.achievable_loss},
+          {"schedule", c.schedule}};
+}
+
+ordered_json checked_json(const CheckedData& c) {
+  return {{"scheduler_steps", c.scheduler_steps}, {"operations", c.operations},
+          {"collectives", c.collectives},         {"bytes_checked", c.bytes_checked},
+          {"training_steps", c.training_steps},   {"detectors", c.detectors}};
 }
 
 ordered_json determinism_json(const DeterminismData& d) {
@@ -120,7 +127,8 @@ ordered_json scenario_json(const ScenarioResult& s, const std::vector<std::strin
           {"findings", std::move(findings)},
           {"compare", s.compare ? compare_json(*s.compare) : ordered_json(nullptr)},
           {"complete", s.complete},
-          {"determinism", s.determinism ? determinism_json(*s.determinism) : ordered_json(nullptr)}};
+          {"determinism", s.determinism ? determinism_json(*s.determinism) : ordered_json(nullptr)},
+          {"checked", s.checked ? checked_json(*s.checked) : ordered_json(nullptr)}};
 }
 
 }  // namespace

@@ -46,15 +46,25 @@ void loss_table(std::ostringstream& out, const CompareData& c) {
   out << "\n";
 }
 
-void compare_section(std::ostringstream& out, const CompareData& c) {
+void compare_section(std::ostringstream& out, const ScenarioResult& s, const CompareData& c) {
   out << "### Compare against " << md_text(c.against) << "\n\n";
   if (!c.series.empty()) loss_table(out, c);
   out << "- max |Δ|: " << number(c.max_abs_diff, 3) << ", max relative Δ: " << number(c.max_rel_diff, 3)
       << "\n";
-  out << "- weights bitwise equal after the last step: " << (c.bitwise_equal ? "yes" : "no") << "\n";
+  out << "- " << md_text(compare_verdict(s, c)) << "\n";
   if (!c.first_divergent.empty()) out << "- first divergence: " << md_text(c.first_divergent) << "\n";
   if (c.achievable_loss >= 0)
     out << "- achievable loss (the data's entropy rate): " << number(c.achievable_loss, 4) << " nats\n";
+  out << "\n";
+}
+
+// What the verdict rests on: a clean result is only as strong as what was explored.
+void checked_section(std::ostringstream& out, const ScenarioResult& s, const CheckedData& c) {
+  out << "### What was checked\n\n";
+  out << "- " << md_text(checked_text(s, c)) << "\n";
+  if (!s.policy.empty()) out << "- schedule policy: " << md_text(s.policy) << "\n";
+  out << "- looked for: " << md_text(join(c.detectors)) << "\n";
+  if (s.trace_digest != 0) out << "- combined trace digest: " << md_code(digest_text(s.trace_digest)) << "\n";
   out << "\n";
 }
 
@@ -63,8 +73,11 @@ void finding_section(std::ostringstream& out, const ScenarioResult& s, size_t i,
   const core::Finding& f = s.findings[i];
   out << "### " << core::to_string(f.kind) << ": " << md_text(f.summary) << "\n\n";
   out << "Seed " << f.seed << ", seen " << f.occurrences << (f.occurrences == 1 ? " time" : " times") << ".";
-  if (!trace_file.empty())
-    out << " Timeline: " << md_code(trace_file) << " (Chrome trace; Perfetto opens it).";
+  if (!trace_file.empty()) {
+    out << " Timeline: " << md_code(trace_file) << " (Chrome trace; Perfetto opens it)";
+    const std::string cut = i < s.finding_traces.size() ? cut_text(s.finding_traces[i]) : "";
+    out << (cut.empty() ? "" : "; " + md_text(cut)) << ".";
+  }
   out << "\n\n";
   if (!f.explanation.empty()) code_block(out, "text", f.explanation);
   out << "Reproduce:\n\n";
@@ -85,7 +98,8 @@ void scenario_section(std::ostringstream& out, const ScenarioResult& s,
         << md_text(determinism_text(*s.determinism)) << "\n\n";
   for (size_t i = 0; i < s.findings.size(); ++i)
     finding_section(out, s, i, i < traces.size() ? traces[i] : "");
-  if (s.compare) compare_section(out, *s.compare);
+  if (s.checked) checked_section(out, s, *s.checked);
+  if (s.compare) compare_section(out, s, *s.compare);
 }
 
 }  // namespace

@@ -28,6 +28,9 @@ struct CompareData {
   bool bitwise_equal = false;   // weights bitwise equal after the last step
   std::string first_divergent;  // "step 2, tensor layers.1.fc1.weight, element 17" or empty
   double achievable_loss = -1;  // the data's entropy rate in nats, when known (< 0: unknown)
+  // The schedule both trainings ran: "seed 3 (the schedule that found the
+  // numerics_divergence above)". A finding's schedule is the one compared when there is one.
+  std::string schedule;
 };
 
 // The determinism check of a scenario: its schedules rerun with the same seeds.
@@ -35,6 +38,16 @@ struct DeterminismData {
   int runs = 0;          // schedules rerun and compared
   bool matched = true;   // every trace digest (and the findings) repeated
   std::string mismatch;  // the first difference; empty when matched
+};
+
+// What a scenario's exploration covered, summed over its schedules: what a clean verdict rests on.
+struct CheckedData {
+  int64_t scheduler_steps = 0;
+  int64_t operations = 0;              // stream operations run
+  int64_t collectives = 0;             // collectives and point-to-point transfers run
+  int64_t bytes_checked = 0;           // bytes of device memory accesses checked for races and definedness
+  int training_steps = 0;              // per schedule (0: a trace scenario)
+  std::vector<std::string> detectors;  // the finding kinds looked for
 };
 
 struct ScenarioResult {
@@ -56,6 +69,7 @@ struct ScenarioResult {
   std::string policy;    // schedule policy used, for the reproducer line
   bool complete = true;  // false when a signal or an internal error cut its exploration short
   std::optional<DeterminismData> determinism;  // set when the check ran
+  std::optional<CheckedData> checked;          // set when schedules ran on the simulator
 };
 
 struct Report {
@@ -72,7 +86,12 @@ struct Report {
   std::vector<ScenarioResult> scenarios;
 };
 
-// The reproducer a user runs to see a finding again.
+// The reproducer a user runs to see a finding again, starting with command_name().
 std::string reproducer(const ScenarioResult& s, const core::Finding& f);
+
+// How reproducer lines invoke shardcheck: "shardcheck" (the default, and what the executable
+// sets when PATH finds it), else the path it was run by. Set once, before any report is made.
+void set_command_name(std::string name);
+const std::string& command_name();
 
 }  // namespace shardcheck::reports

@@ -55,7 +55,7 @@ std::string compare_steps_problem(const LoadedScenario& s, const std::string& ag
 namespace {
 
 CompareResult compare_on_sim_uncancelled(const LoadedScenario& s, const std::string& against, int steps,
-                                         int jobs) {
+                                         int jobs, const ScheduleOverrides& schedule) {
   CompareResult r;
   r.against = against;
   r.bad_input = compare_steps_problem(s, against, steps);
@@ -65,7 +65,8 @@ CompareResult compare_on_sim_uncancelled(const LoadedScenario& s, const std::str
   r.label = std::string(core::to_string(state.setup.config.strategy));
   r.against = against;
   r.exact = state.setup.config.precision.exact;
-  sim::Options o = options_for(s, {}).value();
+  sim::Options o = options_for(s, schedule).value();
+  r.seed = o.seed;
   // Against DistOpt, the two trainings are independent simulated worlds that only read the
   // setup and the reference: they run on two threads (one with jobs 1), each as deterministic
   // as alone.
@@ -107,6 +108,11 @@ CompareResult compare_on_sim_uncancelled(const LoadedScenario& s, const std::str
     return r;
   }
   r.ours = ours.losses;
+  r.findings = ours.result.findings;
+  r.scheduler_steps = ours.result.steps;
+  r.operations = ours.result.ops_executed;
+  r.collectives = ours.result.collectives;
+  r.bytes_checked = ours.result.bytes_checked;
   std::vector<std::vector<std::vector<float>>> theirs_w;
   if (against == "single_rank") {
     state.reference.reset();  // the step count may have changed
@@ -136,9 +142,10 @@ CompareResult compare_on_sim_uncancelled(const LoadedScenario& s, const std::str
 
 }  // namespace
 
-CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against, int steps, int jobs) {
+CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against, int steps, int jobs,
+                             const ScheduleOverrides& schedule) {
   try {
-    return compare_on_sim_uncancelled(s, against, steps, jobs);
+    return compare_on_sim_uncancelled(s, against, steps, jobs, schedule);
   } catch (const core::Cancelled&) {
     CompareResult r;  // the reference, computed outside a run, was stopped by a signal
     r.against = against;

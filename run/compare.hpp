@@ -18,6 +18,10 @@ struct CompareResult {
   double max_abs = 0, max_rel = 0;
   std::string first_divergent;  // empty when every step's weights are bitwise equal
   double entropy_rate = 0;
+  uint64_t seed = 0;                    // the schedule seed both trainings ran under
+  std::vector<core::Finding> findings;  // what the detectors and oracles found in our training
+  // What our training's run covered (sim::RunResult's counts).
+  int64_t scheduler_steps = 0, operations = 0, collectives = 0, bytes_checked = 0;
   std::string error;
   std::string bad_input;   // the run was refused before it started (compare_steps_problem)
   bool cancelled = false;  // a signal stopped a training run: the result holds what ran before it
@@ -30,7 +34,9 @@ struct CompareResult {
 std::string compare_steps_problem(const LoadedScenario& s, const std::string& against, int steps);
 
 // `jobs`: threads it may use (0: every core); against DistOpt, two trainings at once when it
-// is not 1. The result is the same either way.
-CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against, int steps, int jobs = 0);
+// is not 1. The result is the same either way. `schedule`: its policy and seed pick the
+// schedule both trainings run (default: the file's first).
+CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against, int steps, int jobs = 0,
+                             const ScheduleOverrides& schedule = {});
 
 }  // namespace shardcheck::run

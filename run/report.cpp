@@ -1,9 +1,12 @@
 // Report building.
 #include "run/report.hpp"
 
+#include <algorithm>
 #include <iostream>
+#include <map>
 
 #include "core/base/overloaded.hpp"
+#include "reports/chrome_trace.hpp"
 #include "reports/report.hpp"
 #include "run/compare.hpp"
 #include "run/exit_code.hpp"
@@ -15,26 +18,90 @@ namespace {
 
 constexpr size_t kMaxSlices = 4000;  // a Chrome trace per finding stays a few hundred KB
 
-// The part of a run's timeline a finding needs: around a race's two accesses, or the end.
-core::TraceLog window(core::TraceLog log, const core::Finding& f) {
-  int64_t lo = 0, hi = INT64_MAX;
-  if (const auto* d = std::get_if<core::RaceDetail>(&f.detail)) {
-    lo = std::min(d->first.step, d->second.step) - 200;
-    hi = std::max(d->first.step, d->second.step) + 200;
-  }
-  std::vector<core::TraceLog::Slice> kept;
-  for (auto& s : log.slices) {
-    if (s.ts_us >= lo && s.ts_us <= hi) kept.push_back(std::move(s));
-  }
-  if (kept.size() > kMaxSlices)
-    kept.erase(kept.begin(), kept.end() - static_cast<std::ptrdiff_t>(kMaxSlices));
+// Slices [first, last) of `log` kept; marks and counters inside their time span, each pool's
+// counter carried in at the window's start. Says in `log.cut` what was left out.
+void keep_slices(core::TraceLog& log, size_t first, size_t last, const std::string& why) {
+  const size_t total = log.slices.size();
+  if (first == 0 && last == total) return;
+  log.cut = {static_cast<int64_t>(total), static_cast<int64_t>(first), static_cast<int64_t>(total - last),
+             why};
+  std::vector<core::TraceLog::Slice> kept(
+      std::make_move_iterator(log.slices.begin() + static_cast<std::ptrdiff_t>(first)),
+      std::make_move_iterator(log.slices.begin() + static_cast<std::ptrdiff_t>(last)));
   log.slices = std::move(kept);
+  if (log.slices.empty()) return;
+  const int64_t lo = log.slices.front().ts_us, hi = log.slices.back().ts_us;
+  std::erase_if(log.marks, [&](const auto& m) { return m.ts_us < lo || m.ts_us > hi; });
+  std::vector<core::TraceLog::Counter> counters;
+  std::map<std::pair<int, std::string>, size_t> carried;  // the latest value before lo, per pool
+  for (auto& c : log.counters) {
+    if (c.ts_us > hi) continue;
+    if (c.ts_us >= lo) {
+      counters.push_back(std::move(c));
+      continue;
+    }
+    c.ts_us = lo;
+    auto [it, fresh] = carried.try_emplace({c.rank, c.pool}, counters.size());
+    if (fresh) {
+      counters.push_back(std::move(c));
+    } else {
+      counters[it->second] = std::move(c);
+    }
+  }
+  log.counters = std::move(counters);
+}
+
+// The part of a run's timeline a finding needs: around a race's two accesses, or the
+// kMaxSlices slices that lead up to (and just follow) the operation it concerns. A run that
+// fits is kept whole; a cut says so in the trace.
+core::TraceLog window(core::TraceLog log, const core::Finding& f) {
+  const size_t n = log.slices.size();
+  auto index_at = [&](int64_t ts) {
+    return static_cast<size_t>(std::lower_bound(log.slices.begin(), log.slices.end(), ts,
+                                                [](const auto& s, int64_t t) { return s.ts_us < t; }) -
+                               log.slices.begin());
+  };
+  size_t first = 0, last = n;
+  std::string why = "the run's last " + std::to_string(kMaxSlices) + " slices";
+  if (const auto* d = std::get_if<core::RaceDetail>(&f.detail)) {
+    first = index_at(std::min(d->first.step, d->second.step) - 200);
+    last = index_at(std::max(d->first.step, d->second.step) + 201);
+    why = "200 scheduler steps around the race's two accesses";
+  } else if (const auto place = reports::finding_place(log, f)) {
+    const size_t at = index_at(place->ts_us);
+    const size_t after = kMaxSlices / 4;
+    last = std::min(n, at + after);
+    first = last - std::min(last, kMaxSlices);
+    why = "the " + std::to_string(kMaxSlices) + " slices around the operation the finding concerns";
+  }
+  if (last - first > kMaxSlices) first = last - kMaxSlices;
+  keep_slices(log, first, last, why);
   return log;
 }
 
-std::optional<reports::CompareData> loss_curves(const LoadedScenario& s) {
+// The finding whose schedule the loss curves are drawn from: the first numerics, replica or
+// norm finding (what the curves can show), else the first finding of any kind.
+const core::Finding* curve_finding(const std::vector<core::Finding>& findings) {
+  for (const auto& f : findings) {
+    if (f.kind == core::FindingKind::numerics_divergence || f.kind == core::FindingKind::replica_divergence ||
+        f.kind == core::FindingKind::grad_norm_miscount)
+      return &f;
+  }
+  return findings.empty() ? nullptr : &findings.front();
+}
+
+// Loss curves against the single-rank reference, on the schedule of a finding when there is
+// one: the curves and the verdict above them then speak of the same run.
+std::optional<reports::CompareData> loss_curves(const LoadedScenario& s,
+                                                const std::vector<core::Finding>& findings,
+                                                const ScheduleOverrides& overrides) {
   if (!s.training) return std::nullopt;
-  const CompareResult c = compare_on_sim(s, "single_rank", 0);
+  ScheduleOverrides schedule;
+  schedule.policy = overrides.policy;
+  schedule.seed = overrides.seed;
+  const core::Finding* f = curve_finding(findings);
+  if (f) schedule.seed = f->seed;
+  const CompareResult c = compare_on_sim(s, "single_rank", 0, 1, schedule);
   if (!c.error.empty() || c.cancelled) return std::nullopt;
   reports::CompareData d;
   d.against = "single_rank";
@@ -44,10 +111,25 @@ std::optional<reports::CompareData> loss_curves(const LoadedScenario& s) {
   d.bitwise_equal = c.first_divergent.empty();
   d.first_divergent = c.first_divergent;
   d.achievable_loss = c.entropy_rate;
+  d.schedule = "seed " + std::to_string(c.seed) +
+               (f ? " (the schedule that found the " + std::string(core::to_string(f->kind)) + " above)"
+                  : " (the file's first schedule)");
   return d;
 }
 
 }  // namespace
+
+// The finding kinds a scenario's runs look for: the simulator's detectors, and for training
+// the oracles (numerics only against a reference).
+std::vector<std::string> detectors_of(const LoadedScenario& s) {
+  std::vector<std::string> out = {"stream_race",     "uninitialized_read", "collective_mismatch",
+                                  "collective_swap", "deadlock",           "layout_mismatch"};
+  if (s.training) {
+    out.insert(out.end(), {"grad_norm_miscount", "replica_divergence"});
+    if (s.training->scenario.reference != "none") out.push_back("numerics_divergence");
+  }
+  return out;
+}
 
 reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioOutcome& o,
                                         const ScheduleOverrides& overrides, ResultOptions options) {
@@ -62,6 +144,14 @@ reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioO
   r.schedules = o.explored.runs_done;
   if (!o.explored.digests.empty()) r.trace_digest = sim::combined_digest(o.explored.digests);
   r.seconds = o.seconds;
+  if (o.explored.runs_done > 0) {
+    r.checked = reports::CheckedData{o.explored.steps,
+                                     o.explored.ops,
+                                     o.explored.collectives,
+                                     o.explored.bytes_checked,
+                                     s.training ? s.training->setup.config.steps : 0,
+                                     detectors_of(s)};
+  }
   r.findings = o.explored.findings;
   if (!o.explored.error.empty())
     r.error = o.explored.error + " (seed " + std::to_string(o.explored.error_seed) + ")";
@@ -87,7 +177,7 @@ reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioO
       r.finding_traces.push_back(rep.result.cancelled ? core::TraceLog{} : window(std::move(rep.log), f));
     }
   }
-  if (options.compare && !interrupted()) r.compare = loss_curves(s);
+  if (options.compare && !interrupted()) r.compare = loss_curves(s, r.findings, overrides);
   return r;
 }
 

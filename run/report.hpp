@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "reports/report_model.hpp"
 #include "run/scenario_run.hpp"
@@ -21,6 +22,9 @@ reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioO
 
 // Writes the report and prints where; returns false (after saying why) when it could not.
 // A second interrupt waits until the folder is written (run/interrupt.hpp).
+// The finding kinds a scenario's runs look for, as a report lists them under "what was checked".
+std::vector<std::string> detectors_of(const LoadedScenario& s);
+
 bool write_report_to(const reports::Report& report, const std::string& dir);
 
 // One scenario as `run`, `explore` and `demo` take it: its schedules, the determinism check

@@ -107,6 +107,7 @@ bool World::check_layouts(int group, const Instance& inst, int64_t k) {
     f.key = "layout|" + g.name + "|" + names_[info.name];
     f.detail = d;
     f.seed = options_.seed;
+    f.op = inst.members[0].op;
     core::add_finding(findings_, std::move(f));
     (void)k;
     return true;

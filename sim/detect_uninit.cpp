@@ -61,6 +61,7 @@ void World::check_defined(int rank, uint32_t op, const core::TensorRef& t) {
   d.note = opname;
   f.detail = d;
   f.seed = options_.seed;
+  f.op = op;
   core::add_finding(findings_, std::move(f));
 }
 

@@ -77,8 +77,15 @@ void World::touch_range(int rank, int stream, uint32_t op, uint32_t lifetime, ui
 void World::touch(int rank, int stream, uint32_t op, const core::TensorRef& t, Access kind) {
   if (!options_.detectors || t.numel == 0) return;
   const uint64_t a = address(rank, t);
-  touch_range(rank, stream, op, ranks_[rank]->buffers[t.buffer], a, a + static_cast<uint64_t>(t.bytes()),
-              kind);
+  const uint32_t lifetime = ranks_[rank]->buffers[t.buffer];
+  bytes_checked_ += t.bytes();
+  if (options_.record_trace) {
+    OpArgs& args = args_of(op);
+    args.bytes += t.bytes();
+    if (std::find(args.lifetimes.begin(), args.lifetimes.end(), lifetime) == args.lifetimes.end())
+      args.lifetimes.push_back(lifetime);
+  }
+  touch_range(rank, stream, op, lifetime, a, a + static_cast<uint64_t>(t.bytes()), kind);
 }
 
 void World::execute_kernel(int rank, int stream, Op& op) {
@@ -99,6 +106,7 @@ void World::execute_collective(int rank, int stream) {
   Group& g = groups_[head.group];
   const int64_t k = head.instance;
   Instance inst = g.at(k);  // a copy: the instance is retired below
+  ++collectives_;
   const size_t n = g.members.size();
   std::vector<Op*> ops(n);
   for (size_t m = 0; m < n; ++m) {
@@ -148,6 +156,7 @@ void World::execute_p2p(int rank, int stream) {
   Channel& ch = channel(from, to, head.p2p.channel);
   const int64_t k = head.instance;
   const auto pair = ch.at(k);
+  ++collectives_;
   Op& s_op = ranks_[from]->streams[pair.first.stream].queue.front();
   Op& r_op = ranks_[to]->streams[pair.second.stream].queue.front();
   begin(from, pair.first.stream, s_op);

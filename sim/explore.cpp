@@ -5,6 +5,8 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
+#include <unordered_map>
 
 #include "core/base/cancel.hpp"
 #include "sim/heap.hpp"
@@ -78,6 +80,8 @@ struct Merge {
     r.runs_done++;
     r.steps += run.steps;
     r.ops += run.ops_executed;
+    r.collectives += run.collectives;
+    r.bytes_checked += run.bytes_checked;
     r.digests.push_back(run.trace_digest);
     if (!run.error.empty() && r.error.empty()) {
       r.error = run.error;
@@ -196,6 +200,55 @@ Replay replay(const Factory& factory, Options options) {
   return r;
 }
 
+namespace {
+
+// A slice's arguments from what its operation touched (and, for an alloc or free, the
+// lifetime it began or ended).
+void fill_args(const World& w, const OpArgs* args, int64_t lifetime_of_op, core::TraceLog::Slice& s) {
+  auto add = [&](uint32_t l) {
+    const Lifetime& life = w.lifetimes()[l];
+    s.buffers.push_back(w.name(life.name) + "#" + std::to_string(life.generation));
+    if (s.buffer.empty()) {
+      s.buffer = w.name(life.name);
+      s.lifetime = life.generation;
+    }
+  };
+  if (lifetime_of_op >= 0) {
+    add(static_cast<uint32_t>(lifetime_of_op));
+    s.bytes = static_cast<int64_t>(w.lifetimes()[static_cast<size_t>(lifetime_of_op)].bytes);
+  }
+  if (!args) return;
+  for (const uint32_t l : args->lifetimes) add(l);
+  if (!args->lifetimes.empty()) s.bytes = std::max<int64_t>(s.bytes, 0) + args->bytes;
+  if (args->group >= 0) {
+    s.group = w.group_name(args->group);
+    s.seq = args->seq;
+  }
+}
+
+// Each stream pool's live bytes: a lifetime counts from its alloc's first event to its
+// free's last (a stream-ordered free runs on the stream after its host issue).
+void memory_counters(const World& w, const std::unordered_map<uint32_t, int64_t>& first_step,
+                     const std::unordered_map<uint32_t, int64_t>& last_step, core::TraceLog& log) {
+  std::map<std::tuple<int64_t, int, int>, int64_t> deltas;  // (step, rank, stream) -> bytes
+  for (const Lifetime& l : w.lifetimes()) {
+    const auto a = first_step.find(l.alloc_op);
+    if (a == first_step.end()) continue;
+    deltas[{a->second, l.rank, l.stream}] += static_cast<int64_t>(l.bytes);
+    if (const auto f = last_step.find(l.free_op); l.free_op != kNone && f != last_step.end())
+      deltas[{f->second, l.rank, l.stream}] -= static_cast<int64_t>(l.bytes);
+  }
+  std::map<std::pair<int, int>, int64_t> live;
+  for (const auto& [at, delta] : deltas) {
+    const auto [step, rank, stream] = at;
+    int64_t& bytes = live[{rank, stream}];
+    bytes += delta;
+    log.counters.push_back({rank, w.stream_name(rank, stream), step, bytes});
+  }
+}
+
+}  // namespace
+
 core::TraceLog trace_log(const World& w, const std::string& title) {
   core::TraceLog log;
   log.ranks = w.ranks();
@@ -204,6 +257,12 @@ core::TraceLog trace_log(const World& w, const std::string& title) {
     log.threads.push_back({r, 0, "host"});
     for (int s = 0; s < w.num_streams(r); ++s) log.threads.push_back({r, s + 1, w.stream_name(r, s)});
   }
+  std::unordered_map<uint32_t, int64_t> lifetime_of_op;  // alloc and free ops -> their lifetime
+  for (size_t l = 0; l < w.lifetimes().size(); ++l) {
+    lifetime_of_op[w.lifetimes()[l].alloc_op] = static_cast<int64_t>(l);
+    if (w.lifetimes()[l].free_op != kNone) lifetime_of_op[w.lifetimes()[l].free_op] = static_cast<int64_t>(l);
+  }
+  std::unordered_map<uint32_t, int64_t> first_step, last_step;
   for (const TraceEvent& e : w.trace()) {
     const OpInfo& info = w.ops()[e.op];
     core::TraceLog::Slice s;
@@ -214,8 +273,15 @@ core::TraceLog trace_log(const World& w, const std::string& title) {
     s.op = e.op;
     s.name = e.stream < 0 && info.stream >= 0 ? "issue " + w.name(info.name) : w.name(info.name);
     s.category = e.stream < 0 ? "host" : std::string(to_string(info.kind));
+    const auto l = lifetime_of_op.find(e.op);
+    fill_args(w, e.op < w.op_args().size() ? &w.op_args()[e.op] : nullptr,
+              l == lifetime_of_op.end() ? -1 : l->second, s);
     log.slices.push_back(std::move(s));
+    first_step.try_emplace(e.op, e.step);
+    last_step[e.op] = e.step;
   }
+  for (const HostMark& m : w.marks()) log.marks.push_back({m.rank, m.step, m.text});
+  memory_counters(w, first_step, last_step, log);
   return log;
 }
 

@@ -45,9 +45,11 @@ int resolve_jobs(int jobs);
 struct ExploreResult {
   std::vector<core::Finding> findings;
   int runs_done = 0;
-  int first_hit = -1;  // index of the first run with a finding
-  int64_t steps = 0;   // scheduler steps over all runs
-  int64_t ops = 0;     // stream operations over all runs
+  int first_hit = -1;         // index of the first run with a finding
+  int64_t steps = 0;          // scheduler steps over all runs
+  int64_t ops = 0;            // stream operations over all runs
+  int64_t collectives = 0;    // collectives and transfers over all runs
+  int64_t bytes_checked = 0;  // bytes of accesses checked over all runs
   std::vector<uint64_t> digests;
   std::string error;  // an internal error in some run
   uint64_t error_seed = 0;

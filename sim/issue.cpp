@@ -355,6 +355,11 @@ void World::collective(int rank, core::CollectiveCall call) {
   m.op = op.id;
   op.group = g;
   op.instance = k;
+  if (options_.record_trace) {
+    OpArgs& args = args_of(op.id);
+    args.group = g;
+    args.seq = k;
+  }
   const int stream = call.stream;
   op.coll = std::move(call);
   if (++inst.issued == static_cast<int>(group.members.size())) compare_instance(g, inst, k);

@@ -24,6 +24,7 @@ class SimRuntime final : public core::Runtime {
   }
   uint32_t define_source(std::string_view text) override { return world_.intern(std::string(text)); }
   void set_source(uint32_t id) override { world_.set_source(rank_, id); }
+  void mark(std::string_view text) override { world_.mark(rank_, text); }
   bool host_may_continue() override { return false; }
   void park(std::coroutine_handle<> h) override;
 

@@ -84,6 +84,17 @@ void World::set_source(int rank, uint32_t id) {
   sources_seen_ |= id != kNone;
 }
 
+void World::mark(int rank, std::string_view text) {
+  if (options_.record_trace) marks_.push_back({step_, rank, std::string(text)});
+}
+
+OpArgs& World::args_of(uint32_t op) {
+  if (op_args_.size() <= op) op_args_.resize(static_cast<size_t>(op) + 1);
+  return op_args_[op];
+}
+
+const std::string& World::group_name(int group) const { return groups_.at(static_cast<size_t>(group)).name; }
+
 const std::string& World::source_of(uint32_t op) const {
   const uint32_t s = op_info_[op].source;
   return names_[s == kNone ? 0 : s];
@@ -352,6 +363,8 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
   result.trace_digest = digest_;
   result.steps = step_;
   result.ops_executed = ops_executed_;
+  result.collectives = collectives_;
+  result.bytes_checked = bytes_checked_;
   return result;
 }
 

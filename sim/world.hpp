@@ -85,14 +85,32 @@ struct TraceEvent {
   uint32_t op = 0;
 };
 
+// What a timeline shows of an operation beyond its name (kept only with record_trace): the
+// lifetimes it touched and how many bytes, and for a collective its group and its index there.
+struct OpArgs {
+  std::vector<uint32_t> lifetimes;  // indices into World::lifetimes(), in the order touched
+  int64_t bytes = 0;                // bytes touched, summed over its accesses
+  int group = -1;                   // collective: world group index
+  int64_t seq = -1;                 // collective: the k-th on its group
+};
+
+// A named point of a rank's host program (Runtime::mark), kept only with record_trace.
+struct HostMark {
+  int64_t step = 0;
+  int32_t rank = 0;
+  std::string text;
+};
+
 struct RunResult {
   std::vector<core::Finding> findings;
   uint64_t trace_digest = 0;
   int64_t steps = 0;
-  int64_t ops_executed = 0;  // stream operations run
-  bool completed = false;    // every host program finished and every stream drained
-  bool cancelled = false;    // stopped early because Options::cancel was set: a partial run
-  std::string error;         // set when a host program threw (an internal error)
+  int64_t ops_executed = 0;   // stream operations run
+  int64_t collectives = 0;    // collectives and point-to-point transfers run (each once, not per member)
+  int64_t bytes_checked = 0;  // bytes of device memory accesses the detectors checked
+  bool completed = false;     // every host program finished and every stream drained
+  bool cancelled = false;     // stopped early because Options::cancel was set: a partial run
+  std::string error;          // set when a host program threw (an internal error)
   // The run reached the simulator's own bound (simulated device memory, scheduler steps), not
   // a fault of shardcheck: the file needs more than a run may take, and `error` says which.
   // Whatever the cut run had found is not a verdict on the file.
@@ -125,6 +143,11 @@ class World {
   const std::vector<OpInfo>& ops() const { return op_info_; }
   const std::vector<Lifetime>& lifetimes() const { return lifetimes_; }
   const std::vector<TraceEvent>& trace() const { return trace_; }
+  // Parallel to ops() up to its size (shorter when the last ops touched nothing); empty
+  // without record_trace.
+  const std::vector<OpArgs>& op_args() const { return op_args_; }
+  const std::vector<HostMark>& marks() const { return marks_; }
+  const std::string& group_name(int group) const;
   const std::string& name(uint32_t id) const { return names_[id]; }
   const std::string& stream_name(int rank, int stream) const;
   int num_streams(int rank) const;
@@ -239,6 +262,9 @@ class World {
   static constexpr int kExtraStride = Options::kMaxStreamsPerRank - kDenseStreams;
   int dense_participants() const { return ranks() * kDenseStride; }
   void set_source(int rank, uint32_t id);
+  void mark(int rank, std::string_view text);
+  // The timeline arguments of op `op`, grown on demand (record_trace only).
+  OpArgs& args_of(uint32_t op);
   // The source of op `op`, or "" when it has none.
   const std::string& source_of(uint32_t op) const;
   // How findings name op `op`: its name ("kernel 'fc1.forward'"), or, with a source, the
@@ -271,6 +297,8 @@ class World {
   std::vector<Lifetime> lifetimes_;
   std::vector<std::shared_ptr<const core::LogicalMap>> lifetime_maps_;  // parallel to lifetimes_
   std::vector<TraceEvent> trace_;
+  std::vector<OpArgs> op_args_;
+  std::vector<HostMark> marks_;
   std::vector<std::string> names_;
   std::unordered_map<std::string, uint32_t> name_ids_;
   std::vector<uint64_t> name_hashes_;
@@ -281,6 +309,8 @@ class World {
   int64_t step_ = 0;
   uint64_t scan_ = 0;  // scans of the runnable list so far
   int64_t ops_executed_ = 0;
+  int64_t collectives_ = 0;
+  int64_t bytes_checked_ = 0;
   int64_t device_bytes_ = 0;
   uint64_t digest_ = 0xcbf29ce484222325ULL;
   std::vector<Shadow::Conflict> conflicts_;

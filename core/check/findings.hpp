@@ -97,6 +97,8 @@ struct NormDetail {
     int counted = 0;  // times counted by the implementation (1 is right)
   };
   std::vector<Param> params;
+  int step = -1;  // the training step whose norm it is (-1: unknown)
+  int rank = 0;   // the rank that reported it
 };
 
 struct ElementDetail {  // numerics, replica and layout findings
@@ -121,6 +123,10 @@ struct Finding {
   FindingDetail detail;
   uint64_t seed = 0;  // schedule seed of the first run that found it
   int64_t occurrences = 1;
+  // The operation it concerns, as an index in the run's operation table (AccessSite::op_id),
+  // where a detector knows one that its detail does not name; -1 otherwise. A timeline
+  // places the finding there.
+  int64_t op = -1;
 };
 
 // Adds `f` unless a finding with the same key is present, in which case it counts it.

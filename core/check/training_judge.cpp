@@ -147,6 +147,8 @@ Finding miscount_finding(int step, int rank, NormDetail d, const std::string& li
                     (under ? ", and count every element some rank owns." : ".");
   }
   f.key = "norm";
+  d.step = step;
+  d.rank = rank;
   f.detail = std::move(d);
   return f;
 }

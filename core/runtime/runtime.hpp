@@ -131,6 +131,10 @@ class Runtime {
   static constexpr uint32_t kNoSource = 0xffffffffu;
   virtual uint32_t define_source(std::string_view) { return kNoSource; }
   virtual void set_source(uint32_t) {}
+  // A named point of the host program (the end of a training step), for timelines: the
+  // simulator shows it in a replay's Chrome trace and places findings of that step on it.
+  // It issues nothing and orders nothing; backends that keep no timeline ignore it.
+  virtual void mark(std::string_view) {}
 
   // --- the backend's side of Issued<> ---
   // True when the host may continue at once (no scheduling point, no pending wait).

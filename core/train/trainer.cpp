@@ -1,6 +1,7 @@
 // The training loop, pipeline transfers included.
 #include "core/train/trainer.hpp"
 
+#include "core/base/trace_log.hpp"
 #include "core/model/markov.hpp"
 #include "core/strategies/distopt_engine.hpp"
 #include "core/strategies/fsdp_engine.hpp"
@@ -146,6 +147,7 @@ class Loop {
     co_await rt_.download(engine.norm_value(), compute, {reinterpret_cast<std::byte*>(&norm), 8});
     co_await rt_.free(losses);
     co_await rt_.sync_device();
+    rt_.mark(core::step_end_mark(step));
     const bool has_loss = s_.model->stage_rank(last_vstage()) == env_.pp_rank();
     if (out_) {
       out_->losses.push_back(has_loss ? l : std::vector<float>{});

@@ -168,8 +168,8 @@ TEST_CASE("JSON says why a report stopped, which scenario was cut short, and eac
                                            "incomplete_reason", "stopped", "scenarios", "totals"});
   std::vector<std::string> scenario_keys;
   for (const auto& [k, v] : ordered["scenarios"][0].items()) scenario_keys.push_back(k);
-  REQUIRE(std::vector<std::string>(scenario_keys.end() - 2, scenario_keys.end()) ==
-          std::vector<std::string>{"complete", "determinism"});
+  REQUIRE(std::vector<std::string>(scenario_keys.end() - 3, scenario_keys.end()) ==
+          std::vector<std::string>{"complete", "determinism", "checked"});
   r.complete = true;
   r.stopped.clear();
   REQUIRE(nlohmann::json::parse(reports::to_json(r))["stopped"].is_null());
@@ -439,7 +439,7 @@ TEST_CASE("a race far apart in a long run still draws a bounded picture", "[repo
   core::TraceLog& log = r.scenarios[0].finding_traces[0];
   log.slices.clear();
   for (int step = 0; step < 40000; ++step)
-    log.slices.push_back({0, 1 + step % 2, step, 1, "op", "kernel", 0});
+    log.slices.push_back({.rank = 0, .tid = 1 + step % 2, .ts_us = step, .name = "op", .category = "kernel"});
   auto& d = std::get<core::RaceDetail>(r.scenarios[0].findings[0].detail);
   d.first.step = 100;
   d.second.step = 20100;
@@ -465,7 +465,7 @@ TEST_CASE("empty and degenerate details still render a picture each", "[reports]
   s.findings[2].kind = core::FindingKind::collective_swap;
   s.findings[2].detail = core::CollectiveDetail{};
   s.findings[3].kind = core::FindingKind::grad_norm_miscount;
-  s.findings[3].detail = core::NormDetail{std::nan(""), INFINITY, {}};
+  s.findings[3].detail = core::NormDetail{.expected = std::nan(""), .reported = INFINITY};
   s.findings[4].kind = core::FindingKind::uninitialized_read;
   s.findings[4].detail = core::ElementDetail{};
   s.findings[5].kind = core::FindingKind::deadlock;

@@ -21,8 +21,12 @@ inline core::TraceLog sample_trace() {
   }
   for (int step = 0; step < 24; ++step) {
     const int tid = 1 + step % 2;
-    log.slices.push_back({0, tid, step, 1, tid == 1 ? "kernel 'backward'" : "reduce_scatter 'grad'",
-                          tid == 1 ? "kernel" : "collective", static_cast<uint32_t>(step)});
+    log.slices.push_back({.rank = 0,
+                          .tid = tid,
+                          .ts_us = step,
+                          .name = tid == 1 ? "kernel 'backward'" : "reduce_scatter 'grad'",
+                          .category = tid == 1 ? "kernel" : "collective",
+                          .op = static_cast<uint32_t>(step)});
   }
   return log;
 }
