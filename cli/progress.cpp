@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <iostream>
 #include <memory>
 
 #include "cli/commands.hpp"
+#include "run/processes.hpp"
 
 namespace shardcheck::cli {
 
@@ -15,6 +17,21 @@ void add_jobs_option(CLI::App* cmd, int& jobs) {
                   "Threads running schedules at once (default: every core); the output is the same for any "
                   "number")
       ->transform(in_range(1, 4096));
+}
+
+LaunchRole join_launch() {
+  LaunchRole r;
+  if (run::alone_in_launch()) {
+    r.leave = true;
+    return r;
+  }
+  const run::Processes& p = run::processes();
+  if (p.count < 2) return r;
+  r.shared = true;
+  r.prints = p.index == 0;
+  // The others compute what process 0 prints; their copy of it goes nowhere.
+  if (!r.prints && !std::freopen("/dev/null", "w", stdout)) std::cout.setstate(std::ios::badbit);
+  return r;
 }
 
 ProgressLine::ProgressLine(int64_t total)

@@ -2,9 +2,13 @@
 // the same findings in the same order with the same seeds and counts, the same digests,
 // counts and reports, and a first-finding stop at the lowest seed that has a finding,
 // whichever thread finds one first. Two cores suffice: threads interleave either way.
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
+#include "core/base/cancel.hpp"
 #include "reports/report.hpp"
 #include "run/report.hpp"
 #include "run/scenario_run.hpp"
@@ -153,4 +157,46 @@ TEST_CASE("an exploration a cancel flag stops on several threads still ends clea
   e.progress = nullptr;
   e.runs = r.runs_done;
   REQUIRE(sim::explore(s->factory, e).digests == r.digests);
+}
+
+TEST_CASE("a first-finding stop on several threads cancels the higher seeds still running",
+          "[run][parallel]") {
+  auto racy = run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/reuse-race.yaml");
+  REQUIRE(racy.ok());
+  // Seed 40 finds its race after a pause; every later seed waits for its cancel flag (for up to
+  // a minute, a bound that fails the test instead of hanging it). On two threads seed 41 starts
+  // beside seed 40, so only its cancellation ends the exploration promptly.
+  std::atomic<int> slow_started{0}, slow_cancelled{0};
+  const sim::Factory factory = [&](sim::World& w) {
+    if (w.options().seed == 40) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      return racy->factory(w);
+    }
+    ++slow_started;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+      if (w.options().cancel && w.options().cancel->load()) {
+        ++slow_cancelled;
+        throw core::Cancelled();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return racy->factory(w);
+  };
+  sim::ExploreOptions e;
+  e.base = run::options_for(*racy, {}).value();
+  e.base.seed = 40;
+  e.base.pct_steps_hint = 1000;  // no measuring run through the factory
+  e.runs = 10;
+  e.stop_at_first = true;
+  e.jobs = 1;
+  const std::string want = fingerprint(sim::explore(factory, e));
+  REQUIRE(slow_started == 0);
+  e.jobs = 2;
+  const sim::ExploreResult r = sim::explore(factory, e);
+  REQUIRE(fingerprint(r) == want);
+  REQUIRE(r.first_hit == 0);
+  REQUIRE(!r.cancelled);
+  REQUIRE(slow_started == 1);
+  REQUIRE(slow_cancelled == 1);
 }
