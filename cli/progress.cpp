@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <iostream>
 #include <memory>
 
 #include "cli/commands.hpp"
+#include "run/processes.hpp"
 
 namespace shardcheck::cli {
 
@@ -17,8 +19,28 @@ void add_jobs_option(CLI::App* cmd, int& jobs) {
       ->transform(in_range(1, 4096));
 }
 
+namespace {
+bool quiet = false;  // a process that does not print draws no progress line either
+}  // namespace
+
+LaunchRole join_launch() {
+  LaunchRole r;
+  if (run::alone_in_launch()) {
+    r.leave = true;
+    return r;
+  }
+  const run::Processes& p = run::processes();
+  if (p.count < 2) return r;
+  r.shared = true;
+  r.prints = p.index == 0;
+  // The others compute what process 0 prints; their copy of it goes nowhere.
+  if (!r.prints && !std::freopen("/dev/null", "w", stdout)) std::cout.setstate(std::ios::badbit);
+  quiet = !r.prints;
+  return r;
+}
+
 ProgressLine::ProgressLine(int64_t total)
-    : tty_(::isatty(STDERR_FILENO) == 1), total_(total), start_(std::chrono::steady_clock::now()) {}
+    : tty_(!quiet && ::isatty(STDERR_FILENO) == 1), total_(total), start_(std::chrono::steady_clock::now()) {}
 
 ProgressLine::~ProgressLine() { clear(); }
 

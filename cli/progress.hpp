@@ -19,6 +19,17 @@ namespace shardcheck::cli {
 // `-j,--jobs N`: threads running schedules at once; default 0, every core.
 void add_jobs_option(CLI::App* cmd, int& jobs);
 
+// This process's part in an MPI launch (run/processes.hpp), for the commands that share their
+// seeds: `shared` when several processes share the command; `prints` for the one that prints
+// and writes reports (process 0), whose stdout alone is kept; `leave` for a process with
+// nothing to do (launched as one of several, built without MPI, not process 0).
+struct LaunchRole {
+  bool shared = false;
+  bool prints = true;
+  bool leave = false;
+};
+LaunchRole join_launch();
+
 class ProgressLine {
  public:
   explicit ProgressLine(int64_t total);

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/progress.hpp"
 #include "core/base/text.hpp"
 #include "properties/suite.hpp"
 #include "reports/report_model.hpp"
@@ -20,6 +21,7 @@ struct PropsArgs {
   bool mutations = false;
   std::string out = "out";
   std::string replay;
+  int jobs = 0;  // threads checking cases; 0: every core
 };
 
 double since(std::chrono::steady_clock::time_point t0) {
@@ -133,6 +135,11 @@ int props(const PropsArgs& a) {
   o.cases = a.cases;
   o.seed = static_cast<uint64_t>(a.seed);
   o.out_dir = a.out;
+  o.jobs = a.jobs;
+  const LaunchRole role = join_launch();
+  if (role.leave) return kOk;
+  o.across_processes = role.shared;
+  o.save = role.prints;  // one process writes the counterexamples
   return a.mutations ? run_mutations(o, only) : run_suite(a, o, only);
 }
 
@@ -154,6 +161,10 @@ Action add_props_command(CLI::App& app) {
   cmd->add_option("--out", a->out, "Folder for counterexamples (written to DIR/props/; default out)");
   cmd->add_option("--replay", a->replay,
                   "Re-check the property on a saved counterexample (named by --only or by the file)");
+  cmd->add_option(
+         "-j,--jobs", a->jobs,
+         "Threads checking cases at once (default: every core); the output is the same for any number")
+      ->transform(in_range(1, 4096));
   return [a] { return props(*a); };
 }
 

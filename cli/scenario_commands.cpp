@@ -254,6 +254,9 @@ int run_files(const RunArgs& a) {
     }
     return run_on_gpu(scenarios, a.gpu, a.schedule.runs > 0 ? a.schedule.runs : 1);
   }
+  const LaunchRole role = join_launch();
+  if (role.leave) return kOk;
+  const std::string report_dir = role.prints ? a.report : "";
   InterruptScope interrupts;
   reports::Report report;
   report.command = command;
@@ -264,9 +267,11 @@ int run_files(const RunArgs& a) {
     total += planned_runs(s, overrides(a.schedule)) * (a.check_determinism ? 2 : 1);
   ProgressLine line(total);
   // Scenarios run side by side, each exploring on its share of the threads; they print in
-  // order, each header when its turn comes, as one thread would.
+  // order, each header when its turn comes, as one thread would. Processes sharing the
+  // command run one scenario at a time, all of them together.
   const int jobs = sim::resolve_jobs(a.schedule.jobs);
-  const int side_by_side = static_cast<int>(std::min<size_t>(static_cast<size_t>(jobs), scenarios.size()));
+  const int side_by_side =
+      role.shared ? 1 : static_cast<int>(std::min<size_t>(static_cast<size_t>(jobs), scenarios.size()));
   if (!t.stop()) {
     ordered_pool<CheckedRun>(
         scenarios.size(), side_by_side,
@@ -274,7 +279,9 @@ int run_files(const RunArgs& a) {
           ScheduleOverrides o = overrides(a.schedule);
           o.jobs = std::max(1, jobs / side_by_side);
           o.progress = line.scenario();
-          return run_checked(scenarios[i], o, a.check_determinism, report_options(a.report, a.ci.any()));
+          o.across_processes = role.shared;
+          return run_checked(scenarios[i], o, a.check_determinism,
+                             report_options(report_dir, role.prints && a.ci.any()));
         },
         [&](size_t i) {
           line.print([&] { print_header(scenarios[i], planned_runs(scenarios[i], overrides(a.schedule))); });
@@ -299,8 +306,8 @@ int run_files(const RunArgs& a) {
              ", after " + std::to_string(t.ran) + " of " + std::to_string(scenarios.size()) + " scenarios");
   ci.not_reached(scenarios, t.ran,
                  t.internal_error.empty() ? interrupt_reason() : "stopped by an internal error");
-  const bool ci_written = write_ci(a.ci, report, std::move(ci));
-  if (!a.report.empty() && !write_report_to(report, a.report)) return kInternalError;
+  const bool ci_written = !role.prints || write_ci(a.ci, report, std::move(ci));
+  if (!report_dir.empty() && !write_report_to(report, report_dir)) return kInternalError;
   return ci_written ? code : kInternalError;
 }
 
@@ -337,15 +344,19 @@ int explore_file(const ExploreArgs& a) {
   if (!load_all({a.file}, a.schedule, scenarios, &refused))
     return refused_input(a.ci, command, scenarios, std::move(refused));
   const LoadedScenario& s = scenarios.front();
+  const LaunchRole role = join_launch();
+  if (role.leave) return kOk;
   ScheduleOverrides o = overrides(a.schedule);
   o.stop_at_first = !a.all;
+  o.across_processes = role.shared;
   const sim::Options opt = options_for(s, o).value();
+  const std::string report_dir = role.prints ? a.report : "";
   InterruptScope interrupts;
   const int runs = o.runs.value_or(s.schedule.runs);
   std::cout << "exploring up to " << runs << " schedule" << (runs == 1 ? "" : "s") << " of " << s.name
             << " from seed " << opt.seed << (a.all ? "" : ", until the first finding")
             << std::endl;  // tells a watcher it has begun
-  const std::optional<ResultOptions> ro = report_options(a.report, a.ci.any());
+  const std::optional<ResultOptions> ro = report_options(report_dir, role.prints && a.ci.any());
   CheckedRun c;
   {
     ProgressLine line(static_cast<int64_t>(runs) * (a.check_determinism ? 2 : 1));
@@ -369,8 +380,8 @@ int explore_file(const ExploreArgs& a) {
   }
   const int code =
       finish(report, t, ", after " + std::to_string(c.outcome.explored.runs_done) + " schedules");
-  const bool ci_written = write_ci(a.ci, report, std::move(ci));
-  if (!a.report.empty() && !write_report_to(report, a.report)) return kInternalError;
+  const bool ci_written = !role.prints || write_ci(a.ci, report, std::move(ci));
+  if (!report_dir.empty() && !write_report_to(report, report_dir)) return kInternalError;
   return ci_written ? code : kInternalError;
 }
 

@@ -3,15 +3,23 @@
 // global configuration (RC_PARAMS, which may name no seed and then draws one from the
 // machine) is never consulted. Shrinking keeps the last failing case: RapidCheck accepts
 // every failing candidate, so the last failure it saw is the minimal counterexample it reports.
+// RapidCheck itself is single-threaded (its generation context is global), so with several
+// jobs the cases are drawn first, checked on a thread pool, and RapidCheck then drives the
+// property as with one job, reading each verdict already known: the same cases, shrinking
+// and output for every job count.
 #include "properties/suite.hpp"
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <ostream>
+#include <unordered_map>
 
 #include "core/base/atomic_file.hpp"
 #include "core/base/rng.hpp"
+#include "run/ordered_pool.hpp"
+#include "run/processes.hpp"
 #include "run/scenario_run.hpp"
 
 namespace shardcheck::properties {
@@ -28,7 +36,14 @@ struct Run {
   std::optional<Verdict::Kind> mode;  // fail or error: the kind shrinking stays within
   int evaluations = 0;
   int after_failure = 0;
+  // Verdicts checked ahead on the thread pool, by case_key: a case found here is not checked
+  // again (the check is a function of the case alone).
+  std::unordered_map<std::string, Verdict> known;
 };
+
+// Everything that defines a case, as text: two cases with the same key check the same.
+std::string case_key(const TrainingCase& c) { return training_scenario_yaml(c, "case", "", "{}"); }
+std::string case_key(const LayoutCase& c) { return describe(c); }
 
 class ShrinkCounter final : public rc::detail::TestListener {
  public:
@@ -51,10 +66,15 @@ void evaluate(Run<Case>& run, const Case& c, const std::function<Verdict(const C
   // the smallest failure found so far.
   if (run.mode && run.after_failure >= o.shrink_budget) return;
   Verdict v;
-  try {
-    v = check(c);
-  } catch (const std::exception& e) {
-    v = Verdict::error(std::string("internal error: ") + e.what());
+  const auto known = run.known.empty() ? run.known.end() : run.known.find(case_key(c));
+  if (known != run.known.end()) {
+    v = known->second;
+  } else {
+    try {
+      v = check(c);
+    } catch (const std::exception& e) {
+      v = Verdict::error(std::string("internal error: ") + e.what());
+    }
   }
   ++run.evaluations;
   if (run.mode) ++run.after_failure;
@@ -139,6 +159,88 @@ void save(const Property& p, const SuiteOptions& o, const Case& c, PropertyResul
   }
 }
 
+rc::detail::TestParams test_params(const Property& p, const SuiteOptions& o) {
+  rc::detail::TestParams params;
+  params.seed = core::mix64(o.seed ^ core::fnv1a(p.name));
+  params.maxSuccess = o.cases;
+  // Up to 100 cases: sizes ramp to the nominal 100 and the cases stay in the small space.
+  // Longer runs spend their extra cases on sizes past it, where the generators grow.
+  params.maxSize = o.cases > rc::kNominalSize ? kMaxSize : rc::kNominalSize;
+  params.maxDiscardRatio = 10;
+  return params;
+}
+
+class Silent final : public rc::detail::TestListener {
+ public:
+  void onTestCaseFinished(const rc::detail::CaseDescription&) override {}
+  void onShrinkTried(const rc::detail::CaseDescription&, bool) override {}
+  void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
+};
+
+// The cases RapidCheck draws when every one passes: the cases it checks before a failure (or
+// a case the check itself discards) changes its course.
+template <class Case, class Draw>
+std::vector<Case> draw_cases(Draw& draw, const rc::detail::TestMetadata& meta,
+                             const rc::detail::TestParams& params) {
+  std::vector<Case> cases;
+  const rc::detail::Property prop = rc::detail::toProperty([&] { cases.push_back(draw()); });
+  Silent silent;
+  (void)rc::detail::checkProperty(prop, meta, params, silent, {});
+  return cases;
+}
+
+// Checks `cases` on o.jobs threads, in order, up to the first that does not pass (RapidCheck
+// checks nothing after it but shrink candidates), and keeps their verdicts for `evaluate`.
+// Across processes each checks every count-th case (from its index) and all verdicts are
+// exchanged: every case before the first that does not pass is checked by some process.
+template <class Case>
+void check_ahead(Run<Case>& run, const std::vector<Case>& cases,
+                 const std::function<Verdict(const Case&)>& check, const SuiteOptions& o) {
+  const run::Processes& procs = run::processes();
+  const bool shared = o.across_processes && procs.count > 1;
+  const size_t step = shared ? static_cast<size_t>(procs.count) : 1;
+  const size_t first = shared ? static_cast<size_t>(procs.index) : 0;
+  std::vector<size_t> mine;
+  for (size_t i = first; i < cases.size(); i += step) mine.push_back(i);
+  std::string bytes;  // index, kind, message length, message: this process's verdicts
+  auto put = [&bytes](uint64_t v) { bytes.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  run::ordered_pool<Verdict>(
+      mine.size(), sim::resolve_jobs(o.jobs),
+      [&](size_t k) {
+        try {
+          return check(cases[mine[k]]);
+        } catch (const std::exception& e) {
+          return Verdict::error(std::string("internal error: ") + e.what());
+        }
+      },
+      [](size_t) {},
+      [&](size_t k, Verdict v) {
+        const bool passed = v.passed();
+        put(mine[k]);
+        put(static_cast<uint64_t>(v.kind));
+        put(v.message.size());
+        bytes += v.message;
+        return passed;
+      });
+  for (const std::string& all : shared ? run::all_gather(bytes) : std::vector<std::string>{bytes}) {
+    auto get = [&all](size_t& at) {
+      uint64_t v = 0;
+      std::memcpy(&v, all.data() + at, sizeof v);
+      at += sizeof v;
+      return v;
+    };
+    for (size_t at = 0; at < all.size();) {
+      const size_t i = get(at);
+      Verdict v;
+      v.kind = static_cast<Verdict::Kind>(get(at));
+      const size_t n = get(at);
+      v.message = all.substr(at, n);
+      at += n;
+      run.known.emplace(case_key(cases[i]), std::move(v));
+    }
+  }
+}
+
 template <class Case>
 PropertyResult drive(const Property& p, const SuiteOptions& o, rc::Gen<Case> gen,
                      std::function<Verdict(const Case&)> check) {
@@ -147,7 +249,7 @@ PropertyResult drive(const Property& p, const SuiteOptions& o, rc::Gen<Case> gen
   r.property = p.name;
   Run<Case> run;
   const std::optional<core::Mutation> mutation = o.mutation;
-  const rc::detail::Property prop = rc::detail::toProperty([&] {
+  auto draw = [&] {
     Case c = *gen;
     if constexpr (std::is_same_v<Case, TrainingCase>) {
       if (mutation) {
@@ -159,17 +261,14 @@ PropertyResult drive(const Property& p, const SuiteOptions& o, rc::Gen<Case> gen
         c.config.mutations.add(*mutation);
       }
     }
-    evaluate(run, c, check, o);
-  });
-  rc::detail::TestParams params;
-  params.seed = core::mix64(o.seed ^ core::fnv1a(p.name));
-  params.maxSuccess = o.cases;
-  // Up to 100 cases: sizes ramp to the nominal 100 and the cases stay in the small space.
-  // Longer runs spend their extra cases on sizes past it, where the generators grow.
-  params.maxSize = o.cases > rc::kNominalSize ? kMaxSize : rc::kNominalSize;
-  params.maxDiscardRatio = 10;
+    return c;
+  };
+  const rc::detail::TestParams params = test_params(p, o);
   rc::detail::TestMetadata meta;
   meta.id = meta.description = p.name;
+  if (sim::resolve_jobs(o.jobs) > 1 || o.across_processes)
+    check_ahead(run, draw_cases<Case>(draw, meta, params), check, o);
+  const rc::detail::Property prop = rc::detail::toProperty([&] { evaluate(run, draw(), check, o); });
   ShrinkCounter counter;
   const rc::detail::TestResult result = rc::detail::checkProperty(prop, meta, params, counter, {});
   rc::detail::SuccessResult success;

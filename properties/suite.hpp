@@ -26,6 +26,12 @@ struct SuiteOptions {
   // Property evaluations spent shrinking a failure before the smallest case so far is kept:
   // a bound on the time one failure can take.
   int shrink_budget = 150;
+  // Threads checking cases at once (0: one per core). Cases are drawn and shrunk on one
+  // thread and only their checks spread, so the result is the same for every value.
+  int jobs = 1;
+  // Deal the checks out to the processes of an MPI launch too (run/processes.hpp); every
+  // process then runs the same properties in the same order.
+  bool across_processes = false;
 };
 
 struct PropertyResult {

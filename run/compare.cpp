@@ -5,9 +5,12 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <future>
+#include <memory>
 #include <thread>
 
 #include "core/scenario/training_scenario.hpp"
+#include "run/interrupt.hpp"
 #include "run/training_run.hpp"
 
 namespace shardcheck::run {
@@ -54,6 +57,57 @@ std::string compare_steps_problem(const LoadedScenario& s, const std::string& ag
 
 namespace {
 
+// Against DistOpt on several threads: the single-rank reference, the strategy and DistOpt are
+// three independent computations (the two runs' judges read the reference only when judging,
+// after their training), so all three start at once and each judge waits for the reference.
+void train_beside_reference(TrainingState& state, const sim::Options& o, TrainingRun& ours,
+                            TrainingRun& base) {
+  TrainingState other = state;
+  other.setup.config.strategy = core::Strategy::distopt;
+  other.setup.config.mutations = {};
+  std::shared_future<void> reference_done;
+  const core::ReferenceResult* reference = nullptr;
+  auto computed = std::make_shared<core::ReferenceResult>();
+  if (state.reference || state.scenario.reference == "none") {
+    reference = state.ensure_reference();
+  } else {
+    reference = computed.get();
+    reference_done = std::async(std::launch::async, [&state, computed] {
+                       *computed = core::run_reference(state.setup.config, state.setup.dp,
+                                                       core::CancelToken{&interrupt_flag()});
+                     }).share();
+  }
+  auto wait = [reference_done] {
+    if (reference_done.valid()) reference_done.get();
+  };
+  std::exception_ptr failure;
+  std::thread baseline([&] {
+    try {
+      base = run_training(other, o, reference, wait);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  try {
+    ours = run_training(state, o, reference, wait);
+  } catch (...) {
+    baseline.join();
+    if (reference_done.valid()) reference_done.wait();
+    throw;
+  }
+  baseline.join();
+  if (reference_done.valid()) {
+    reference_done.wait();
+    try {
+      reference_done.get();
+      state.reference = std::move(*computed);  // kept, as ensure_reference would have
+    } catch (const core::Cancelled&) {
+      // both runs saw it when judging: they are marked cancelled
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
 CompareResult compare_on_sim_uncancelled(const LoadedScenario& s, const std::string& against, int steps,
                                          int jobs, const ScheduleOverrides& schedule) {
   CompareResult r;
@@ -79,26 +133,7 @@ CompareResult compare_on_sim_uncancelled(const LoadedScenario& s, const std::str
     ours = run_training(state, o);
     base = run_training(other, o);
   } else if (against == "distopt") {
-    state.ensure_reference();  // once, before the copy: both runs' oracles read it
-    TrainingState other = state;
-    other.setup.config.strategy = core::Strategy::distopt;
-    other.setup.config.mutations = {};
-    std::exception_ptr failure;
-    std::thread baseline([&] {
-      try {
-        base = run_training(other, o);
-      } catch (...) {
-        failure = std::current_exception();
-      }
-    });
-    try {
-      ours = run_training(state, o);
-    } catch (...) {
-      baseline.join();
-      throw;
-    }
-    baseline.join();
-    if (failure) std::rethrow_exception(failure);
+    train_beside_reference(state, o, ours, base);
   } else {
     ours = run_training(state, o);
   }

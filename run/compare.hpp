@@ -33,9 +33,9 @@ struct CompareResult {
 // Every compare path checks it before anything runs; compare_on_sim returns it as `bad_input`.
 std::string compare_steps_problem(const LoadedScenario& s, const std::string& against, int steps);
 
-// `jobs`: threads it may use (0: every core); against DistOpt, two trainings at once when it
-// is not 1. The result is the same either way. `schedule`: its policy and seed pick the
-// schedule both trainings run (default: the file's first).
+// `jobs`: threads it may use (0: every core); against DistOpt, the single-rank reference and
+// the two trainings at once when it is not 1. The result is the same either way. `schedule`:
+// its policy and seed pick the schedule both trainings run (default: the file's first).
 CompareResult compare_on_sim(const LoadedScenario& s, const std::string& against, int steps, int jobs = 0,
                              const ScheduleOverrides& schedule = {});
 

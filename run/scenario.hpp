@@ -46,6 +46,9 @@ struct ScheduleOverrides {
   std::optional<int> runs;
   bool stop_at_first = false;
   int jobs = 1;  // threads running schedules at once (sim::ExploreOptions::jobs; 0: every core)
+  // Share the seeds among the processes of an MPI launch (run/processes.hpp). Every process
+  // must then run the same scenarios in the same order, one at a time.
+  bool across_processes = false;
   // After each schedule (the determinism rerun's count on from the first pass's).
   std::function<void(int schedules_done, int findings)> progress;
 };

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "run/processes.hpp"
+
 namespace shardcheck::run {
 
 namespace {
@@ -19,6 +21,7 @@ sim::ExploreOptions explore_options(const LoadedScenario& s, const ScheduleOverr
   e.stop_at_error = true;  // after an internal error nothing that follows can be trusted
   e.jobs = o.jobs;
   e.progress = o.progress;
+  if (o.across_processes) e.share = share_across_processes(o.jobs, o.stop_at_first);
   return e;
 }
 

@@ -62,8 +62,8 @@ std::vector<std::vector<std::vector<float>>> JudgedTraining::weights(int steps) 
 
 sim::Factory training_factory(std::shared_ptr<const core::TrainingSetup> setup,
                               std::function<const core::ReferenceResult*()> reference,
-                              RecorderFactory recorder) {
-  return [setup, reference, recorder](sim::World& w) {
+                              RecorderFactory recorder, std::function<void()> before_judging) {
+  return [setup, reference, recorder, before_judging](sim::World& w) {
     const core::ReferenceResult* ref = reference();
     auto oracle = std::make_unique<sim::TrainingOracle>(w, *setup, ref);
     auto training = std::make_shared<JudgedTraining>(*setup, std::move(oracle), w.ranks());
@@ -73,7 +73,8 @@ sim::Factory training_factory(std::shared_ptr<const core::TrainingSetup> setup,
     rs.program = [setup, training, rec, observer](core::Runtime& rt) {
       return training->train(rec ? rec->runtime(rt) : rt, observer);
     };
-    rs.after = [training, rec](sim::World& world, sim::RunResult& r) {
+    rs.after = [training, rec, before_judging](sim::World& world, sim::RunResult& r) {
+      if (before_judging) before_judging();
       training->add_findings(r.findings, world.options().seed);
       if (rec) rec->after(*training, world, r);
     };
@@ -100,6 +101,19 @@ TrainingRun run_training(TrainingState& state, const sim::Options& options) {
   sim::World w(options);
   out.result = sim::run_once(
       w, training_factory(alias, [&out](sim::World&) { return std::make_shared<LossesAndWeights>(out); }));
+  return out;
+}
+
+TrainingRun run_training(TrainingState& state, const sim::Options& options,
+                         const core::ReferenceResult* reference, std::function<void()> before_judging) {
+  TrainingRun out;
+  std::shared_ptr<const core::TrainingSetup> setup(std::shared_ptr<TrainingState>{},
+                                                   &state.setup);  // non-owning
+  sim::World w(options);
+  out.result = sim::run_once(w, training_factory(
+                                    setup, [reference] { return reference; },
+                                    [&out](sim::World&) { return std::make_shared<LossesAndWeights>(out); },
+                                    std::move(before_judging)));
   return out;
 }
 

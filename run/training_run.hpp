@@ -78,9 +78,12 @@ using RecorderFactory = std::function<std::shared_ptr<TrainingRecorder>(sim::Wor
 // (asked once per run; null: no reference to judge numerics against), every rank training with
 // it watching, and its findings merged into the run's with the run's seed. `setup` may alias
 // whatever owns it, and is kept alive by the factory.
+// `before_judging`, when set, runs after the training and before the judge reads the
+// reference: a reference still being computed elsewhere is waited for there (the judge reads
+// it only when judging, never while the ranks train).
 sim::Factory training_factory(std::shared_ptr<const core::TrainingSetup> setup,
                               std::function<const core::ReferenceResult*()> reference,
-                              RecorderFactory recorder = {});
+                              RecorderFactory recorder = {}, std::function<void()> before_judging = {});
 // A training scenario's: judged against its reference, computed on first use.
 sim::Factory training_factory(std::shared_ptr<TrainingState> state, RecorderFactory recorder = {});
 
@@ -91,5 +94,9 @@ struct TrainingRun {
   std::vector<std::vector<std::vector<float>>> weights;  // per step, per logical parameter
 };
 TrainingRun run_training(TrainingState& state, const sim::Options& options);
+// The same, judged against `reference`, which another thread may still be computing:
+// `before_judging` returns once it is complete (or throws what computing it threw).
+TrainingRun run_training(TrainingState& state, const sim::Options& options,
+                         const core::ReferenceResult* reference, std::function<void()> before_judging);
 
 }  // namespace shardcheck::run

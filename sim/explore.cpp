@@ -2,11 +2,15 @@
 #include "sim/explore.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "core/base/cancel.hpp"
 #include "sim/heap.hpp"
@@ -114,6 +118,85 @@ RunResult guarded_run(const Options& opts, const Factory& factory) {
   }
 }
 
+// Appends `part`, the exploration of the seeds from index `offset` on, to `total`, which holds
+// every seed below it: the sequential merge, chunk by chunk. False once exploration ends in
+// `part` (it stopped before its last seed, or its last seed ends exploration).
+bool append(ExploreResult& total, ExploreResult part, int offset, int planned, const ExploreOptions& o) {
+  for (auto& f : part.findings) core::add_finding(total.findings, std::move(f));
+  if (total.first_hit < 0 && part.first_hit >= 0) total.first_hit = offset + part.first_hit;
+  total.runs_done += part.runs_done;
+  total.steps += part.steps;
+  total.ops += part.ops;
+  total.digests.insert(total.digests.end(), part.digests.begin(), part.digests.end());
+  if (total.error.empty() && !part.error.empty()) {
+    total.error = part.error;
+    total.error_seed = part.error_seed;
+    total.limit = part.limit;
+  }
+  total.cancelled = total.cancelled || part.cancelled;
+  if (part.cancelled || part.limit || part.runs_done < planned) return false;
+  if (o.stop_at_first && (total.first_hit >= 0 || !total.error.empty())) return false;
+  return !(o.stop_at_error && !total.error.empty());
+}
+
+// Reruns the seed of each finding that arrived without its text, on process 0.
+void fill_in(ExploreResult& r, const std::vector<size_t>& stubs, const Factory& factory,
+             const Options& opts) {
+  for (size_t i : stubs) {
+    core::Finding& f = r.findings[i];
+    Options run_opts = opts;
+    run_opts.seed = f.seed;
+    RunResult run = guarded_run(run_opts, factory);
+    for (auto& g : run.findings) {
+      if (g.kind != f.kind || g.key != f.key) continue;
+      g.seed = f.seed;
+      g.occurrences = f.occurrences;
+      f = std::move(g);
+      break;
+    }
+  }
+}
+
+// Exploration shared by ExploreOptions::share.count processes, window by window.
+ExploreResult explore_shared(const Factory& factory, const ExploreOptions& o, const Options& opts) {
+  const Share& sh = o.share;
+  ExploreResult total;
+  std::vector<size_t> stubs;  // findings of total that came without their text
+  for (int begin = 0; begin < o.runs;) {
+    const int end = static_cast<int>(std::min<int64_t>(o.runs, begin + int64_t{sh.chunk} * sh.count));
+    auto chunk_of = [&](int p) {
+      const int b = std::min(end, begin + p * sh.chunk);
+      return std::pair<int, int>{b, std::min(end, b + sh.chunk)};
+    };
+    const auto [own_begin, own_end] = chunk_of(sh.index);
+    ExploreResult own;
+    if (own_end > own_begin) {
+      ExploreOptions sub = o;
+      sub.share = {};
+      sub.progress = nullptr;
+      sub.base = opts;
+      sub.base.seed = o.base.seed + static_cast<uint64_t>(own_begin);
+      sub.runs = own_end - own_begin;
+      own = explore(factory, sub);
+    }
+    std::vector<ExploreResult> parts = sh.exchange(own);
+    parts[static_cast<size_t>(sh.index)] = std::move(own);  // with its findings' text
+    bool more = true;
+    for (int p = 0; p < sh.count && more; ++p) {
+      const auto [b, e] = chunk_of(p);
+      const size_t known = total.findings.size();
+      more = append(total, std::move(parts[static_cast<size_t>(p)]), b, e - b, o);
+      if (p != sh.index)
+        for (size_t i = known; i < total.findings.size(); ++i) stubs.push_back(i);
+    }
+    if (o.progress) o.progress(total.runs_done, static_cast<int>(total.findings.size()));
+    if (!more) break;
+    begin = end;
+  }
+  if (sh.index == 0) fill_in(total, stubs, factory, opts);
+  return total;
+}
+
 }  // namespace
 
 int resolve_jobs(int jobs) {
@@ -126,6 +209,7 @@ ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
   Options opts = o.base;
   if (opts.policy == Policy::pct && opts.pct_steps_hint <= 0)
     opts.pct_steps_hint = measure_steps(factory, opts);
+  if (o.share.count > 1) return explore_shared(factory, o, opts);
   auto cancelled = [&] { return opts.cancel && opts.cancel->load(std::memory_order_relaxed); };
   Merge m{o, {}};
   const int threads = std::max(1, std::min(resolve_jobs(o.jobs), o.runs));
@@ -145,19 +229,32 @@ ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
     return std::move(m.r);
   }
   // Each thread takes the next seed; results wait in `pending` until every lower seed is
-  // merged. A run that ends exploration lowers `limit`, so no higher seed starts (those
-  // already running finish and are dropped), while every lower seed still runs: the merged
-  // result, first finding included, is the sequential one.
+  // merged. A run that ends exploration lowers `limit`, so no higher seed starts, and cancels
+  // the higher seeds already running (their results would be dropped), while every lower seed
+  // still runs: the merged result, first finding included, is the sequential one.
   std::mutex mu;
   std::map<int, RunResult> pending;  // finished, not yet merged
   int next = 0;                      // the next seed index to start
   int limit = o.runs;                // seeds at or past it do not start
   int merged = 0;                    // seeds merged so far
-  auto worker = [&] {
+  // What each thread runs now (-1: nothing), and the cancel flag its run polls: set when its
+  // seed is past `limit`, or when the caller's own flag is.
+  struct Slot {
+    int seed_index = -1;
+    std::atomic<bool> stop{false};
+  };
+  std::vector<Slot> slots(static_cast<size_t>(threads));
+  auto cut_above = [&](int last) {  // under mu
+    for (Slot& s : slots) {
+      if (s.seed_index > last) s.stop.store(true, std::memory_order_relaxed);
+    }
+  };
+  auto worker = [&](Slot& slot) {
     for (;;) {
       int i;
       {
         std::lock_guard<std::mutex> lock(mu);
+        slot.seed_index = -1;
         if (m.done || next >= limit) return;
         if (cancelled()) {
           limit = std::min(limit, next);
@@ -165,12 +262,18 @@ ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
           return;
         }
         i = next++;
+        slot.seed_index = i;
+        slot.stop.store(false, std::memory_order_relaxed);
       }
       Options run_opts = opts;
       run_opts.seed = o.base.seed + static_cast<uint64_t>(i);
+      run_opts.cancel = &slot.stop;
       RunResult run = guarded_run(run_opts, factory);
       std::lock_guard<std::mutex> lock(mu);
-      if (m.ends(run)) limit = std::min(limit, i + 1);
+      if (m.ends(run) && i + 1 < limit) {
+        limit = i + 1;
+        cut_above(i);
+      }
       pending.emplace(i, std::move(run));
       while (!m.done && !pending.empty() && pending.begin()->first == merged) {
         RunResult first = std::move(pending.begin()->second);
@@ -181,11 +284,35 @@ ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
       if (m.done) pending.clear();
     }
   };
+  // The caller's cancel flag reaches the runs through their own flags: a watcher copies it.
+  std::condition_variable finished;
+  bool all_done = false;
+  std::thread watcher;
+  if (opts.cancel) {
+    watcher = std::thread([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      while (!all_done) {
+        if (cancelled()) {
+          cut_above(-1);
+          return;
+        }
+        finished.wait_for(lock, std::chrono::milliseconds(5));
+      }
+    });
+  }
   std::vector<std::thread> pool;
   pool.reserve(static_cast<size_t>(threads - 1));
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker, std::ref(slots[static_cast<size_t>(t)]));
+  worker(slots[0]);
   for (auto& t : pool) t.join();
+  if (watcher.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      all_done = true;
+    }
+    finished.notify_all();
+    watcher.join();
+  }
   return std::move(m.r);
 }
 

@@ -25,6 +25,23 @@ struct RunSetup {
 using Factory = std::function<RunSetup(World&)>;
 Factory plain(Program program);
 
+struct ExploreResult;
+
+// One of several processes sharing an exploration (run/processes.hpp carries the results
+// between them). Seeds are dealt out in windows of `count` chunks of `chunk` seeds; each
+// process explores its chunk on its own threads, and every process merges all chunks of a
+// window in seed order, so all of them stop at the same seed and the merged result is the
+// one of a single process. Findings first seen in another process's chunk arrive without
+// their text; process 0 reruns that seed to fill it in.
+struct Share {
+  int index = 0;
+  int count = 1;
+  int chunk = 1;  // seeds per process and window: the same on every process
+  // Every process's result for its chunk of one window, in process order (this process's
+  // own included); other processes' findings may carry kind, key, seed and count only.
+  std::function<std::vector<ExploreResult>(const ExploreResult& own)> exchange;
+};
+
 struct ExploreOptions {
   Options base;
   int runs = 1;
@@ -32,11 +49,13 @@ struct ExploreOptions {
   bool stop_at_error = false;  // end at the first run with an internal error
   // Threads running schedules at once (0: one per core). Each run is a world of its own; the
   // results merge in seed order, so the ExploreResult is the same for every value, and a stop
-  // (first finding, error) is at the lowest seed that has one.
+  // (first finding, error) is at the lowest seed that has one: higher seeds still running
+  // then are cancelled, as their results would be dropped.
   int jobs = 1;
   // Called after each run is merged, in seed order, with the runs merged and findings so far
   // (from whichever thread merged it; never two calls at once).
   std::function<void(int runs_done, int findings)> progress;
+  Share share;  // count > 1: this process runs only its share of the seeds
 };
 
 // `jobs`, or one per core (std::thread::hardware_concurrency) when it is 0.

@@ -352,3 +352,35 @@ TEST_CASE("shardcheck props: options, output and exit codes", "[properties][cli]
                                 Catch::Contains("caught by grad_norm") && Catch::Contains("MISSED") &&
                                 Catch::Contains("\nmutation score: 1/9\n"));
 }
+
+// `props -j N`: the cases are drawn on one thread and only their checks spread over threads,
+// so a property passes or fails at the same case, shrinks the same steps to the same case and
+// saves the same file for every N. Would fail if a verdict checked ahead were attached to the
+// wrong case, or if checking ahead changed the cases RapidCheck draws.
+TEST_CASE("a property gives the same result on 1, 2 and 4 threads", "[properties][parallel]") {
+  auto fingerprint = [](const PropertyResult& r) {
+    return std::string(properties::to_string(r.status)) + " cases " + std::to_string(r.cases) + " shrinks " +
+           std::to_string(r.shrinks) + " evaluations " + std::to_string(r.evaluations) + "\n" + r.message +
+           "\n" + r.shrunk + "\n" + r.file + "\n" + r.note;
+  };
+  struct Run {
+    const char* property;
+    std::optional<core::Mutation> mutation;
+  };
+  for (const Run& run : {Run{"matches_reference", core::Mutation::grad_divisor_on_running_sum},
+                         Run{"no_findings", std::nullopt}, Run{"layout_partitions", std::nullopt}}) {
+    std::string want;
+    for (int jobs : {1, 2, 4}) {
+      properties::SuiteOptions o = options(12, "jobs");
+      o.mutation = run.mutation;
+      o.jobs = jobs;
+      const PropertyResult r = properties::check_property(*properties::find_property(run.property), o);
+      INFO(run.property << " on " << jobs << " threads");
+      if (jobs == 1) {
+        want = fingerprint(r);
+        REQUIRE(r.status == (run.mutation ? PropertyResult::Status::failed : PropertyResult::Status::passed));
+      }
+      REQUIRE(fingerprint(r) == want);
+    }
+  }
+}

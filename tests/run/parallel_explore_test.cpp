@@ -2,10 +2,17 @@
 // the same findings in the same order with the same seeds and counts, the same digests,
 // counts and reports, and a first-finding stop at the lowest seed that has a finding,
 // whichever thread finds one first. Two cores suffice: threads interleave either way.
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 
+#include "core/base/cancel.hpp"
 #include "reports/report.hpp"
+#include "run/processes.hpp"
 #include "run/report.hpp"
 #include "run/scenario_run.hpp"
 
@@ -153,4 +160,133 @@ TEST_CASE("an exploration a cancel flag stops on several threads still ends clea
   e.progress = nullptr;
   e.runs = r.runs_done;
   REQUIRE(sim::explore(s->factory, e).digests == r.digests);
+}
+
+TEST_CASE("a first-finding stop on several threads cancels the higher seeds still running",
+          "[run][parallel]") {
+  auto racy = run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/reuse-race.yaml");
+  REQUIRE(racy.ok());
+  // Seed 40 finds its race after a pause; every later seed waits for its cancel flag (for up to
+  // a minute, a bound that fails the test instead of hanging it). On two threads seed 41 starts
+  // beside seed 40, so only its cancellation ends the exploration promptly.
+  std::atomic<int> slow_started{0}, slow_cancelled{0};
+  const sim::Factory factory = [&](sim::World& w) {
+    if (w.options().seed == 40) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      return racy->factory(w);
+    }
+    ++slow_started;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+      if (w.options().cancel && w.options().cancel->load()) {
+        ++slow_cancelled;
+        throw core::Cancelled();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return racy->factory(w);
+  };
+  sim::ExploreOptions e;
+  e.base = run::options_for(*racy, {}).value();
+  e.base.seed = 40;
+  e.base.pct_steps_hint = 1000;  // no measuring run through the factory
+  e.runs = 10;
+  e.stop_at_first = true;
+  e.jobs = 1;
+  const std::string want = fingerprint(sim::explore(factory, e));
+  REQUIRE(slow_started == 0);
+  e.jobs = 2;
+  const sim::ExploreResult r = sim::explore(factory, e);
+  REQUIRE(fingerprint(r) == want);
+  REQUIRE(r.first_hit == 0);
+  REQUIRE(!r.cancelled);
+  REQUIRE(slow_started == 1);
+  REQUIRE(slow_cancelled == 1);
+}
+
+namespace {
+
+// Every "process" (a thread here) hands in its bytes and gets everyone's, in process order, as
+// MPI_Allgather gives them: one round at a time, all processes in each round.
+class FakeLaunch {
+ public:
+  explicit FakeLaunch(int count) : count_(count), bytes_(static_cast<size_t>(count)) {}
+  std::vector<std::string> all_gather(int index, const std::string& mine) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int64_t round = round_;
+    bytes_[static_cast<size_t>(index)] = mine;
+    if (++arrived_ == count_) {
+      result_ = bytes_;
+      arrived_ = 0;
+      ++round_;
+      turned_.notify_all();
+    } else {
+      turned_.wait(lock, [&] { return round_ != round; });
+    }
+    return result_;
+  }
+
+ private:
+  int count_;
+  std::vector<std::string> bytes_, result_;
+  int arrived_ = 0;
+  int64_t round_ = 0;
+  std::mutex mu_;
+  std::condition_variable turned_;
+};
+
+}  // namespace
+
+// Seeds shared among processes (sim::Share, what `mpirun -np P` does through run/processes):
+// process 0's merged result is the one of a single process, findings' text included, whichever
+// process's chunk a finding was first seen in; every process stops at the same seed. Would
+// fail if a window were merged out of seed order, if a stop did not end every process at once,
+// or if a finding seen first in another process's chunk kept its stub.
+TEST_CASE("an exploration shared by 2 and 3 processes is the one of a single process", "[run][parallel]") {
+  auto racy = run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/reuse-race.yaml");
+  auto clean = run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) +
+                                  "/scenarios/trace/reuse-fix-record-stream.yaml");
+  REQUIRE(racy.ok());
+  REQUIRE(clean.ok());
+  for (const std::vector<uint64_t>& racy_seeds : {std::vector<uint64_t>{45, 46, 51}, {40}, {43}, {57}, {}}) {
+    const sim::Factory factory = [&, racy_seeds](sim::World& w) {
+      const bool bug = std::find(racy_seeds.begin(), racy_seeds.end(), w.options().seed) != racy_seeds.end();
+      return (bug ? racy->factory : clean->factory)(w);
+    };
+    for (bool stop_at_first : {true, false}) {
+      sim::ExploreOptions e;
+      e.base = run::options_for(*racy, {}).value();
+      e.base.seed = 40;
+      e.runs = 20;
+      e.stop_at_first = stop_at_first;
+      e.jobs = 1;
+      const std::string want = fingerprint(sim::explore(factory, e));
+      for (int count : {2, 3}) {
+        for (int chunk : {1, 3}) {
+          FakeLaunch launch(count);
+          std::vector<std::string> got(static_cast<size_t>(count));
+          std::vector<std::thread> processes;
+          for (int p = 0; p < count; ++p) {
+            processes.emplace_back([&, p] {
+              sim::ExploreOptions mine = e;
+              mine.jobs = 2;
+              mine.share.index = p;
+              mine.share.count = count;
+              mine.share.chunk = chunk;
+              mine.share.exchange = [&, p](const sim::ExploreResult& own) {
+                std::vector<sim::ExploreResult> parts;
+                for (const std::string& b : launch.all_gather(p, run::encode(own)))
+                  parts.push_back(run::decode(b));
+                return parts;
+              };
+              got[static_cast<size_t>(p)] = fingerprint(sim::explore(factory, mine));
+            });
+          }
+          for (auto& t : processes) t.join();
+          INFO(count << " processes, " << chunk << " seeds per chunk, stop at first " << stop_at_first);
+          REQUIRE(got[0] == want);
+        }
+      }
+    }
+  }
 }

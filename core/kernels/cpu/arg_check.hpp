@@ -68,12 +68,13 @@ class ArgCheck {
                    Kind kind, int64_t numel, std::string_view shape) {
     if (!error_.empty()) return *this;
     const TensorRef& t = list[i];
-    const std::string name = std::string(role) + " (" + std::string(side) + "[" + std::to_string(i) + "])";
+    // Every kernel launch checks its arguments: the message is built only for a failure.
+    auto name = [&] { return std::string(role) + " (" + std::string(side) + "[" + std::to_string(i) + "])"; };
     if (!kind_allows(kind, t.dtype)) {
-      fail(name + " is " + std::string(to_string(t.dtype)) + ", expected " + std::string(kind_name(kind)));
+      fail(name() + " is " + std::string(to_string(t.dtype)) + ", expected " + std::string(kind_name(kind)));
     } else if (t.numel != numel) {
-      fail(name + " has " + std::to_string(t.numel) + " elements, expected " + std::to_string(numel) + " (" +
-           std::string(shape) + ")");
+      fail(name() + " has " + std::to_string(t.numel) + " elements, expected " + std::to_string(numel) +
+           " (" + std::string(shape) + ")");
     }
     return *this;
   }
