@@ -111,7 +111,7 @@ TEST_CASE(
   REQUIRE(count(junit, "<failure ") == 1);
   REQUIRE_THAT(junit, Catch::Contains("<failure message=\"expected clean, found stream_race\""));
   REQUIRE_THAT(junit,
-               Catch::Contains("reproduce: shardcheck replay " + dir + "/unexpected-race.yaml --seed 1"));
+               Catch::Contains("replay " + dir + "/unexpected-race.yaml --seed 1"));
 
   const nlohmann::json sarif = nlohmann::json::parse(read(dir + "/s.sarif"));
   require_valid_sarif(sarif);

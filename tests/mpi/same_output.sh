@@ -15,7 +15,9 @@ cd "$src" || exit 1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # Seconds differ from run to run; nothing else may.
-mask() { sed -E 's/([ (])in [0-9.e+-]+ s/\1in X s/; s/ +[0-9]+\.[0-9] s$/ X s/; s/\([0-9]+\.[0-9] s\)/(X s)/'; }
+mask() {
+  sed -E 's/([ (])in [0-9.e+-]+ (min [0-9]+ s|s|ms)/\1in X s/; s/ +[0-9]+(\.[0-9]+)? (s|ms)( |$)/ X s\3/g; s/\([0-9]+(\.[0-9]+)? (s|ms)\)/(X s)/'
+}
 launch() { "$mpirun" --allow-run-as-root --oversubscribe "$@"; }
 status=0
 check() {  # name, then the command's arguments
