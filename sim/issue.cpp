@@ -176,6 +176,7 @@ void World::push(int rank, int stream, Op op) {
   }
   s.issued++;
   s.queue.push_back(std::move(op));
+  if (s.queue.size() == 1) arrived(rank, stream);
 }
 
 core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_view name) {

@@ -95,10 +95,10 @@ struct World::Instance {
   core::CollectiveKind kind = core::CollectiveKind::all_reduce;
   int issued = 0;
   bool mismatch = false;  // the fingerprints differ: it never runs (set in detect_collective.cpp)
-  // Whether every member could run it, as of scheduler scan `ready_scan` (nothing changes
-  // during a scan, and the answer is the same for every member that asks).
-  uint64_t ready_scan = 0;
-  bool ready = false;
+  // Members that issued it and whose stream has run everything issued before it (it is their
+  // stream's head): counted once each as that happens (World::arrived), so whether every
+  // member can run it is known without visiting the members.
+  int at_head = 0;
 };
 
 struct World::Group {
