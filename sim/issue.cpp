@@ -288,7 +288,7 @@ uint32_t World::record(int rank, int stream, std::string_view what) {
   op.kind = OpKind::record;
   op.id = new_op(rank, stream, OpKind::record, std::string(what));
   op.record = static_cast<uint32_t>(records_.size());
-  records_.push_back({rank, stream, false, VectorClock(dense_participants()), op.id});
+  records_.push_back({rank, stream, false, VectorClock(), op.id});
   const uint32_t rec = op.record;
   push(rank, stream, std::move(op));
   return rec;
