@@ -31,7 +31,11 @@ class RunQueue {
   }
 
   void set(int slot, const Entry& e) {
-    entries_[static_cast<size_t>(slot)] = e;
+    Entry& old = entries_[static_cast<size_t>(slot)];
+    if (old.present == e.present && old.eager == e.eager && old.stream == e.stream &&
+        old.priority == e.priority)
+      return;
+    old = e;
     int i = size_ + slot;
     nodes_[static_cast<size_t>(i)] = leaf(slot, e);
     for (i /= 2; i >= 1; i /= 2) nodes_[static_cast<size_t>(i)] = combine(child(2 * i), child(2 * i + 1));
