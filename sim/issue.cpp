@@ -43,6 +43,7 @@ core::GroupId SimRuntime::group(std::string_view name, std::span<const int> memb
     World::Group g;
     g.name = std::string(name);
     g.members = m;
+    g.text = World::group_text(g.name, m);
     g.issued.assign(m.size(), 0);
     world_.groups_.push_back(std::move(g));
     index = static_cast<int>(world_.groups_.size() - 1);
@@ -340,7 +341,7 @@ void World::collective(int rank, core::CollectiveCall call) {
   m.issued = true;
   m.stream = call.stream;
   m.position = ranks_[rank]->streams[call.stream].issued;
-  m.fingerprint = fingerprint(call, group.members, group.name);
+  m.fingerprint = fingerprint(call, group.text);
   m.tag = call.tag;
   m.input = call.input;
   m.kind = call.kind;

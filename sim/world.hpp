@@ -220,8 +220,10 @@ class World {
                                                  const std::vector<Shadow::Ranges>& undef, size_t m);
   // collective_mismatch, collective_swap (detect_collective.cpp): calls compared at issue.
   // The k-th call's identity on its group, as compared across members.
-  static std::string fingerprint(const core::CollectiveCall& c, const std::vector<int>& members,
-                                 const std::string& group);
+  // `where` is the group's group_text, made once per group: with a thousand members it is
+  // kilobytes, and every member of every collective names it.
+  static std::string fingerprint(const core::CollectiveCall& c, const std::string& where);
+  static std::string group_text(const std::string& group, const std::vector<int>& members);
   void compare_instance(int group, const Instance& inst, int64_t k);
   // The suggested fix of a collective_mismatch: what differs across the members.
   static std::string mismatch_fix(const Instance& inst, const std::vector<int>& ranks, bool p2p);

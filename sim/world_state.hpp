@@ -104,6 +104,7 @@ struct World::Instance {
 struct World::Group {
   std::string name;
   std::vector<int> members;     // global ranks, group-rank order
+  std::string text;             // group_text(name, members), for fingerprints
   std::vector<int64_t> issued;  // per member: collectives issued so far
   std::deque<Instance> instances;
   int64_t first = 0;  // k of instances.front()
