@@ -99,7 +99,9 @@ void World::execute_collective(int rank, int stream) {
   const Op& head = ranks_[rank]->streams[stream].queue.front();
   Group& g = groups_[head.group];
   const int64_t k = head.instance;
-  Instance inst = g.at(k);  // a copy: the instance is retired below
+  // Moved out (the instance is retired below): with a thousand members its fingerprints alone
+  // are megabytes, too much to copy for every collective.
+  Instance inst = std::move(g.at(k));
   const size_t n = g.members.size();
   std::vector<Op*> ops(n);
   for (size_t m = 0; m < n; ++m) {
