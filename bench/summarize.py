@@ -12,6 +12,8 @@ import sys
 TARGET_OPS_PER_S = 1e6
 TARGET_FIRST_DETECTION_S = 1.0
 TARGET_PEER_RATIO = 100.0
+TARGET_SCALE_STEP_S = 60.0
+TARGET_SCALE_GIB = 8.0
 
 
 def load(results, program):
@@ -81,9 +83,27 @@ def simulator(sim):
             verdict(on["ops_per_s"] >= TARGET_OPS_PER_S))
         row(f"simulator ops/s, detectors off, {ranks} ranks", fmt_rate(off["ops_per_s"]))
         row("  throughput with detectors on / off", f"{on['ops_per_s'] / off['ops_per_s']:.2f}")
+    for ranks in (2, 8, 64, 256):
+        shadow = sim.get(f"BM_SimOps_DetectorsOn_ShadowOnly/{ranks}")
+        if ok(shadow):
+            row(f"simulator ops/s, detectors on, no values, {ranks} ranks", fmt_rate(shadow["ops_per_s"]),
+                ">= 1 M/s", verdict(shadow["ops_per_s"] >= TARGET_OPS_PER_S))
+
+
+def scale(tr):
+    for name, label in (("BM_ScaleStep_Zero3_1024", "ZeRO-3, dp = 1024"),
+                        ("BM_ScaleStep_Hsdp_32x32", "HSDP, 32 x 32")):
+        run = tr.get(name)
+        if not ok(run):
+            row(f"training step on 1024 ranks, {label}", "not run")
+            continue
+        met = seconds(run) < TARGET_SCALE_STEP_S and run["peak_rss_gib"] < TARGET_SCALE_GIB
+        row(f"training step on 1024 ranks, {label}, 12 layers",
+            f"{fmt_time(seconds(run))}, {run['peak_rss_gib']:.2f} GiB", "< 60 s, 8 GiB", verdict(met))
 
 
 def training(tr):
+    scale(tr)
     step = tr.get("BM_TrainingStep_Zero3")
     if ok(step):
         row("training step: ZeRO-3, 8 ranks, 12 layers, 4 microbatches", fmt_time(seconds(step)))

@@ -3,6 +3,7 @@
 // with the number of ranks (1 to 64, 12 layers) and of layers (1 to 96, 8 ranks). The summary
 // fits the growth exponent b of time ~ n^b to each sweep.
 #include <benchmark/benchmark.h>
+#include <sys/resource.h>
 
 #include "bench/bench_support.hpp"
 
@@ -69,8 +70,39 @@ void BM_Reference_Zero3(benchmark::State& state) {
   }
 }
 
+// One training step on 1024 simulated ranks, every detector and the oracle on: a file of
+// scenarios/scale (ZeRO-3 on dp = 1024, or HSDP on 32 x 32), TinyLM of 12 layers, one
+// microbatch of one sequence, exact mode. Its reference is computed before the timing.
+// peak_rss_gib is the process's peak resident memory so far (getrusage), which these runs set.
+void run_scale_file(benchmark::State& state, const char* file) {
+  run::LoadedScenario s = bench::load_or_exit(bench::source_dir() + "/scenarios/scale/" + file);
+  s.training->ensure_reference();
+  sim::Options options = s.options;
+  int64_t ops = 0;
+  for (auto _ : state) {
+    const run::TrainingRun r = run::run_training(*s.training, options);
+    if (!r.result.error.empty() || !r.result.completed || !r.result.findings.empty()) {
+      state.SkipWithError("the 1024-rank step must complete clean");
+      break;
+    }
+    ops += r.result.ops_executed;
+  }
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  state.counters["ranks"] = options.ranks;
+  state.counters["ops_per_s"] = benchmark::Counter(static_cast<double>(ops), benchmark::Counter::kIsRate);
+  state.counters["peak_rss_gib"] = static_cast<double>(u.ru_maxrss) / (1024.0 * 1024.0);
+}
+
+void BM_ScaleStep_Zero3_1024(benchmark::State& state) { run_scale_file(state, "zero3-1024.yaml"); }
+void BM_ScaleStep_Hsdp_32x32(benchmark::State& state) { run_scale_file(state, "hsdp-32x32.yaml"); }
+
 }  // namespace
 
+// Up to a minute each: one iteration, one repetition, whatever --benchmark_repetitions says.
+// HSDP first: each then reads its own peak memory (the ZeRO-3 step's is the larger).
+BENCHMARK(BM_ScaleStep_Hsdp_32x32)->Iterations(1)->Repetitions(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK(BM_ScaleStep_Zero3_1024)->Iterations(1)->Repetitions(1)->Unit(benchmark::kSecond)->UseRealTime();
 BENCHMARK(BM_TrainingStep_Zero3)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_TrainingStep_Zero3_DetectorsOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Reference_Zero3)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -1,45 +1,128 @@
 // Vector clocks, one component per participant (each rank's host and each of its streams).
 // An access is stored as an epoch (participant, clock) after FastTrack: it happens before a
 // participant's current point iff epoch <= that participant's clock[participant].
+// Components live in fixed chunks shared copy-on-write between clocks: copying a clock (into
+// an event record, a host version, every member of a collective) copies chunk pointers, a tick
+// copies one chunk, and a join skips the chunks both clocks share, so the cost of each is
+// what differs, not the rank count.
 //   VectorClock c(n);  c.tick(p);  c.join(event_clock);  c.covers(q, e)
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace shardcheck::sim {
 
 class VectorClock {
  public:
+  static constexpr size_t kChunk = 64;  // components per chunk
+
   VectorClock() = default;
   // Room for `participants`; a component past the end reads 0, and tick and join grow the
-  // clock to the participants they name, so a clock costs only the participants it has seen.
-  explicit VectorClock(size_t participants) : c_(participants, 0) {}
+  // clock to the participants they name. Chunks of zeros are not allocated.
+  explicit VectorClock(size_t participants) : chunks_((participants + kChunk - 1) / kChunk, nullptr) {}
+  VectorClock(const VectorClock& o) : chunks_(o.chunks_) {
+    for (Chunk* c : chunks_) retain(c);
+  }
+  VectorClock(VectorClock&& o) noexcept : chunks_(std::move(o.chunks_)) { o.chunks_.clear(); }
+  VectorClock& operator=(const VectorClock& o) {
+    if (this == &o) return *this;
+    for (Chunk* c : o.chunks_) retain(c);
+    for (Chunk* c : chunks_) release(c);
+    chunks_ = o.chunks_;
+    return *this;
+  }
+  VectorClock& operator=(VectorClock&& o) noexcept {
+    if (this == &o) return *this;
+    for (Chunk* c : chunks_) release(c);
+    chunks_ = std::move(o.chunks_);
+    o.chunks_.clear();
+    return *this;
+  }
+  ~VectorClock() {
+    for (Chunk* c : chunks_) release(c);
+  }
 
-  uint32_t operator[](size_t p) const { return p < c_.size() ? c_[p] : 0; }
-  size_t size() const { return c_.size(); }
+  uint32_t operator[](size_t p) const {
+    const size_t i = p / kChunk;
+    if (i >= chunks_.size() || chunks_[i] == nullptr) return 0;
+    return chunks_[i]->c[p % kChunk];
+  }
+  // Components held (a multiple of kChunk); those past it read 0.
+  size_t size() const { return chunks_.size() * kChunk; }
   void tick(size_t p) {
-    if (p >= c_.size()) c_.resize(p + 1, 0);
-    ++c_[p];
+    const size_t i = p / kChunk;
+    if (i >= chunks_.size()) chunks_.resize(i + 1, nullptr);
+    ++own(i)->c[p % kChunk];
   }
   void join(const VectorClock& o) {
-    if (o.c_.size() > c_.size()) c_.resize(o.c_.size(), 0);
-    for (size_t i = 0; i < o.c_.size(); ++i) c_[i] = std::max(c_[i], o.c_[i]);
+    if (o.chunks_.size() > chunks_.size()) chunks_.resize(o.chunks_.size(), nullptr);
+    for (size_t i = 0; i < o.chunks_.size(); ++i) {
+      Chunk* mine = chunks_[i];
+      Chunk* theirs = o.chunks_[i];
+      if (mine == theirs || theirs == nullptr) continue;
+      if (mine == nullptr || dominates(*theirs, *mine)) {
+        retain(theirs);
+        release(mine);
+        chunks_[i] = theirs;
+        continue;
+      }
+      if (dominates(*mine, *theirs)) continue;
+      Chunk* c = own(i);
+      for (size_t k = 0; k < kChunk; ++k) c->c[k] = std::max(c->c[k], theirs->c[k]);
+    }
   }
   // True when everything `p` did up to `epoch` happened before this clock's point.
   bool covers(uint32_t p, uint32_t epoch) const { return epoch <= (*this)[p]; }
   // Equal components, the missing ones read as 0.
   friend bool operator==(const VectorClock& a, const VectorClock& b) {
-    const size_t n = std::max(a.size(), b.size());
+    const size_t n = std::max(a.chunks_.size(), b.chunks_.size());
     for (size_t i = 0; i < n; ++i) {
-      if (a[i] != b[i]) return false;
+      const Chunk* x = i < a.chunks_.size() ? a.chunks_[i] : nullptr;
+      const Chunk* y = i < b.chunks_.size() ? b.chunks_[i] : nullptr;
+      if (x == y) continue;
+      for (size_t k = 0; k < kChunk; ++k) {
+        if ((x ? x->c[k] : 0) != (y ? y->c[k] : 0)) return false;
+      }
     }
     return true;
   }
 
  private:
-  std::vector<uint32_t> c_;
+  // Reference-counted without atomics: a clock belongs to one World, which one thread runs.
+  struct Chunk {
+    uint32_t refs = 1;
+    uint32_t c[kChunk] = {};
+  };
+  static void retain(Chunk* c) {
+    if (c) ++c->refs;
+  }
+  static void release(Chunk* c) {
+    if (c && --c->refs == 0) delete c;
+  }
+  static bool dominates(const Chunk& a, const Chunk& b) {
+    for (size_t k = 0; k < kChunk; ++k) {
+      if (a.c[k] < b.c[k]) return false;
+    }
+    return true;
+  }
+  // Chunk i, unshared and allocated, for writing.
+  Chunk* own(size_t i) {
+    Chunk*& c = chunks_[i];
+    if (c == nullptr) {
+      c = new Chunk;
+    } else if (c->refs > 1) {
+      Chunk* copy = new Chunk;
+      std::memcpy(copy->c, c->c, sizeof copy->c);
+      --c->refs;
+      c = copy;
+    }
+    return c;
+  }
+
+  std::vector<Chunk*> chunks_;
 };
 
 }  // namespace shardcheck::sim

@@ -98,22 +98,21 @@ std::string World::mismatch_fix(const Instance& inst, const std::vector<int>& ra
   return out + ".";
 }
 
-std::string World::fingerprint(const core::CollectiveCall& c, const std::vector<int>& members,
-                               const std::string& group) {
+std::string World::fingerprint(const core::CollectiveCall& c, const std::string& where) {
+  if (c.kind == core::CollectiveKind::barrier) return "barrier on " + where;
   std::string f = std::string(core::to_string(c.kind)) + " " + std::string(core::to_string(c.input.dtype)) +
                   " " + std::to_string(c.input.numel) + "->" + std::to_string(c.output.numel);
   if (c.kind == core::CollectiveKind::all_reduce || c.kind == core::CollectiveKind::reduce_scatter) {
     f += " " + std::string(core::to_string(c.reduce));
   }
-  if (c.kind == core::CollectiveKind::barrier) {
-    f = "barrier on " + group + " [";
-    for (size_t i = 0; i < members.size(); ++i) f += (i ? "," : "") + std::to_string(members[i]);
-    return f + "]";
-  }
   if (c.kind == core::CollectiveKind::reduce) f += " " + std::string(core::to_string(c.reduce));
   if (c.kind == core::CollectiveKind::broadcast || c.kind == core::CollectiveKind::reduce)
     f += " root " + std::to_string(c.root);
-  f += " on " + group + " [";
+  return f + " on " + where;
+}
+
+std::string World::group_text(const std::string& group, const std::vector<int>& members) {
+  std::string f = group + " [";
   for (size_t i = 0; i < members.size(); ++i) f += (i ? "," : "") + std::to_string(members[i]);
   return f + "]";
 }

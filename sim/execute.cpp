@@ -55,6 +55,7 @@ void World::finish(int rank, int stream, Op& op) {
   ++ops_executed_;
   s.executed++;
   s.queue.pop_front();  // destroys op
+  if (!s.queue.empty()) arrived(rank, stream);
 }
 
 void World::touch_range(int rank, int stream, uint32_t op, uint32_t lifetime, uint64_t a, uint64_t b,
@@ -105,11 +106,14 @@ void World::execute_collective(int rank, int stream) {
   const Op& head = ranks_[rank]->streams[stream].queue.front();
   Group& g = groups_[head.group];
   const int64_t k = head.instance;
-  Instance inst = g.at(k);  // a copy: the instance is retired below
+  // Moved out (the instance is retired below): with a thousand members its fingerprints alone
+  // are megabytes, too much to copy for every collective.
+  Instance inst = std::move(g.at(k));
   ++collectives_;
   const size_t n = g.members.size();
   std::vector<Op*> ops(n);
   for (size_t m = 0; m < n; ++m) {
+    mark(g.members[m]);
     ops[m] = &ranks_[g.members[m]]->streams[inst.members[m].stream].queue.front();
     begin(g.members[m], inst.members[m].stream, *ops[m]);
   }
@@ -159,6 +163,8 @@ void World::execute_p2p(int rank, int stream) {
   ++collectives_;
   Op& s_op = ranks_[from]->streams[pair.first.stream].queue.front();
   Op& r_op = ranks_[to]->streams[pair.second.stream].queue.front();
+  mark(from);
+  mark(to);
   begin(from, pair.first.stream, s_op);
   begin(to, pair.second.stream, r_op);
   const Shadow::Ranges undef = undefined_rel(from, s_op.p2p.buffer);

@@ -43,6 +43,7 @@ core::GroupId SimRuntime::group(std::string_view name, std::span<const int> memb
     World::Group g;
     g.name = std::string(name);
     g.members = m;
+    g.text = World::group_text(g.name, m);
     g.issued.assign(m.size(), 0);
     world_.groups_.push_back(std::move(g));
     index = static_cast<int>(world_.groups_.size() - 1);
@@ -176,6 +177,7 @@ void World::push(int rank, int stream, Op op) {
   }
   s.issued++;
   s.queue.push_back(std::move(op));
+  if (s.queue.size() == 1) arrived(rank, stream);
 }
 
 core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_view name) {
@@ -287,7 +289,7 @@ uint32_t World::record(int rank, int stream, std::string_view what) {
   op.kind = OpKind::record;
   op.id = new_op(rank, stream, OpKind::record, std::string(what));
   op.record = static_cast<uint32_t>(records_.size());
-  records_.push_back({rank, stream, false, VectorClock(dense_participants()), op.id});
+  records_.push_back({rank, stream, false, VectorClock(), op.id});
   const uint32_t rec = op.record;
   push(rank, stream, std::move(op));
   return rec;
@@ -339,7 +341,7 @@ void World::collective(int rank, core::CollectiveCall call) {
   m.issued = true;
   m.stream = call.stream;
   m.position = ranks_[rank]->streams[call.stream].issued;
-  m.fingerprint = fingerprint(call, group.members, group.name);
+  m.fingerprint = fingerprint(call, group.text);
   m.tag = call.tag;
   m.input = call.input;
   m.kind = call.kind;

@@ -31,7 +31,7 @@ enum class Reuse : uint8_t { best_fit, earliest };
 std::optional<Reuse> parse_reuse(std::string_view s);
 
 struct Options {
-  static constexpr int kMaxRanks = 256;
+  static constexpr int kMaxRanks = 1024;
   static constexpr int kMaxStreamsPerRank = 64;
 
   int ranks = 1;
@@ -54,6 +54,10 @@ struct Options {
   // stops early (RunResult::cancelled) and exploration ends. A signal handler sets it, so
   // this is an atomic and never anything a handler could not touch.
   const std::atomic<bool>* cancel = nullptr;
+  // Checks, at every step, that the runnable set the scheduler keeps step by step equals a
+  // full scan of the world (and each collective's arrival count a visit of its members); an
+  // InternalError when not. Slow (the scan it avoids): for tests.
+  bool verify_scheduler = false;
 };
 
 }  // namespace shardcheck::sim

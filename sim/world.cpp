@@ -43,7 +43,10 @@ std::string_view to_string(OpKind k) {
   return "?";
 }
 
-World::World(Options options) : options_(options), rng_(core::Rng(options.seed).split("scheduler")) {
+World::World(Options options)
+    : options_(options),
+      rng_(core::Rng(options.seed).split("scheduler")),
+      run_queue_(std::clamp(options.ranks, 1, Options::kMaxRanks) * kSlotsPerRank) {
   if (options_.ranks < 1 || options_.ranks > Options::kMaxRanks) {
     throw InternalError("a simulated world has 1 to " + std::to_string(Options::kMaxRanks) + " ranks");
   }
@@ -55,6 +58,7 @@ World::World(Options options) : options_(options), rng_(core::Rng(options.seed).
     ranks_.back()->host.versions.push_back(ranks_.back()->host.clock);
     runtimes_.push_back(std::make_unique<SimRuntime>(*this, r));
   }
+  dirty_flag_.assign(static_cast<size_t>(options_.ranks), 0);
   intern("");  // name 0: unnamed
 }
 
@@ -143,7 +147,7 @@ bool World::host_ready(int rank) {
   return true;
 }
 
-bool World::stream_ready(int rank, int stream, uint64_t scan) {
+bool World::stream_ready(int rank, int stream) {
   const Stream& s = ranks_[rank]->streams[stream];
   if (s.queue.empty()) return false;
   const Op& op = s.queue.front();
@@ -156,15 +160,15 @@ bool World::stream_ready(int rank, int stream, uint64_t scan) {
       // issued on (as NCCL serializes a communicator's kernels).
       if (op.instance != g.first) return false;
       // The group's oldest unfinished instance: the front one (at() without its search).
-      Instance& inst = g.instances.empty() ? g.at(op.instance) : g.instances.front();
-      if (scan != 0 && inst.ready_scan == scan) return inst.ready;
-      bool ready = inst.issued == static_cast<int>(g.members.size()) && !inst.mismatch;
-      for (size_t m = 0; m < g.members.size() && ready; ++m) {
-        ready = ranks_[g.members[m]]->streams[inst.members[m].stream].executed == inst.members[m].position;
-      }
-      if (scan != 0) {
-        inst.ready_scan = scan;
-        inst.ready = ready;
+      const Instance& inst = g.instances.empty() ? g.at(op.instance) : g.instances.front();
+      const bool ready = inst.at_head == static_cast<int>(g.members.size()) && !inst.mismatch;
+      if (options_.verify_scheduler) {
+        bool visited = inst.issued == static_cast<int>(g.members.size()) && !inst.mismatch;
+        for (size_t m = 0; m < g.members.size() && visited; ++m) {
+          visited =
+              ranks_[g.members[m]]->streams[inst.members[m].stream].executed == inst.members[m].position;
+        }
+        if (visited != ready) throw InternalError("a collective's arrival count differs from its members");
       }
       return ready;
     }
@@ -182,37 +186,77 @@ bool World::stream_ready(int rank, int stream, uint64_t scan) {
   }
 }
 
-int World::pick(const std::vector<int>& runnable) {
-  auto is_comm = [&](int e) {
-    const auto [rank, s] = rank_stream(e);
-    return s >= 0 && ranks_[rank]->streams[s].comm;
+int World::pick() {
+  auto participant_at = [&](int sl) {
+    const int rank = sl / kSlotsPerRank, stream = sl % kSlotsPerRank - 1;
+    return stream < 0 ? host_participant(rank) : participant(rank, stream);
   };
+  const RunQueue& q = run_queue_;
   switch (options_.policy) {
     case Policy::in_order: {
-      for (int e : runnable) {
-        if (rank_stream(e).second >= 0) return e;  // drain streams first: every launch "blocks"
-      }
-      return runnable.front();
+      const int first = q.first_stream();  // drain streams first: every launch "blocks"
+      return participant_at(first != RunQueue::kNone ? first : q.kth(0));
     }
     case Policy::random:
-      return runnable[rng_.uniform(runnable.size())];
+      return participant_at(q.kth(static_cast<int>(rng_.uniform(static_cast<uint64_t>(q.count())))));
     case Policy::delay_comm: {
-      std::vector<int> eager;
-      for (int e : runnable) {
-        if (!is_comm(e)) eager.push_back(e);
-      }
-      const auto& from = eager.empty() ? runnable : eager;
-      return from[rng_.uniform(from.size())];
+      if (q.eager_count() == 0)
+        return participant_at(q.kth(static_cast<int>(rng_.uniform(static_cast<uint64_t>(q.count())))));
+      return participant_at(
+          q.kth_eager(static_cast<int>(rng_.uniform(static_cast<uint64_t>(q.eager_count())))));
     }
-    case Policy::pct: {
-      int best = runnable.front();
-      for (int e : runnable) {
-        if (pct_priority_[e] > pct_priority_[best]) best = e;
-      }
-      return best;
+    case Policy::pct:
+      return participant_at(q.best());
+  }
+  return participant_at(q.kth(0));
+}
+
+void World::mark(int rank) {
+  if (dirty_flag_[rank]) return;
+  dirty_flag_[rank] = 1;
+  dirty_.push_back(rank);
+}
+
+void World::refresh(int rank) {
+  dirty_flag_[rank] = 0;
+  const bool pct = options_.policy == Policy::pct;
+  const int host = host_participant(rank);
+  run_queue_.set(slot(rank, -1), {host_ready(rank), true, false, pct ? pct_priority_[host] : 0});
+  const std::vector<Stream>& streams = ranks_[rank]->streams;
+  for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
+    // An empty stream is never ready (stream_ready says so too): checked before the call.
+    const bool ready = !streams[s].queue.empty() && stream_ready(rank, s);
+    run_queue_.set(slot(rank, s),
+                   {ready, !streams[s].comm, true, pct ? pct_priority_[participant(rank, s)] : 0});
+  }
+}
+
+void World::arrived(int rank, int stream) {
+  const Stream& s = ranks_[rank]->streams[stream];
+  const Op& op = s.queue.front();
+  if (op.kind == OpKind::collective) {
+    Group& g = groups_[op.group];
+    Instance& inst = g.at(op.instance);
+    // Once every member has it at its head, each of them may run it (if the group is there).
+    if (++inst.at_head == static_cast<int>(g.members.size())) {
+      for (int m : g.members) mark(m);
+    }
+  } else if (op.kind == OpKind::send || op.kind == OpKind::recv) {
+    mark(op.p2p.peer);
+  }
+}
+
+void World::verify_runnable() {
+  for (int r = 0; r < ranks(); ++r) {
+    bool same = run_queue_.get(slot(r, -1)).present == host_ready(r);
+    const std::vector<Stream>& streams = ranks_[r]->streams;
+    for (int s = 0; s < static_cast<int>(streams.size()); ++s)
+      same = same && run_queue_.get(slot(r, s)).present == (!streams[s].queue.empty() && stream_ready(r, s));
+    if (!same) {
+      throw InternalError("step " + std::to_string(step_) + ": the runnable set of rank " +
+                          std::to_string(r) + " differs from a scan of the world");
     }
   }
-  return runnable.front();
 }
 
 void World::step_host(int rank) {
@@ -299,7 +343,7 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
     for (int e = dense_participants(); e < participants_; ++e)
       pct_priority_.push_back(d + static_cast<int64_t>(extra.uniform(1u << 30)));
   }
-  std::vector<int> runnable;
+  for (int r = 0; r < ranks(); ++r) mark(r);
   int last = -1;
   size_t next_change = 0;
   try {
@@ -313,26 +357,26 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
         result.cancelled = true;
         break;
       }
-      runnable.clear();
-      ++scan_;
-      for (int r = 0; r < ranks(); ++r) {
-        if (host_ready(r)) runnable.push_back(host_participant(r));
-        const std::vector<Stream>& streams = ranks_[r]->streams;
-        for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
-          // An empty stream is never ready (stream_ready says so too): checked before the call.
-          if (!streams[s].queue.empty() && stream_ready(r, s, scan_)) runnable.push_back(participant(r, s));
-        }
-      }
-      if (runnable.empty()) break;
+      for (int r : dirty_) refresh(r);
+      dirty_.clear();
+      if (options_.verify_scheduler) verify_runnable();
+      if (run_queue_.count() == 0) break;
       // PCT: at each change point the entity that ran last drops below every initial priority.
       while (next_change < pct_change_steps_.size() && pct_change_steps_[next_change] <= step_) {
-        if (last >= 0) pct_priority_[last] = static_cast<int64_t>(pct_change_steps_.size() - next_change) - 1;
+        if (last >= 0) {
+          pct_priority_[last] = static_cast<int64_t>(pct_change_steps_.size() - next_change) - 1;
+          const auto [lr, ls] = rank_stream(last);
+          RunQueue::Entry e = run_queue_.get(slot(lr, ls));
+          e.priority = pct_priority_[last];
+          run_queue_.set(slot(lr, ls), e);
+        }
         ++next_change;
       }
-      const int e = pick(runnable);
+      const int e = pick();
       last = e;
       ++step_;
       const auto [rank, stream] = rank_stream(e);
+      mark(rank);
       if (stream < 0) {
         step_host(rank);
       } else {

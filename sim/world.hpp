@@ -28,6 +28,7 @@
 #include "sim/clock.hpp"
 #include "sim/heap.hpp"
 #include "sim/options.hpp"
+#include "sim/run_queue.hpp"
 #include "sim/shadow.hpp"
 
 namespace shardcheck::sim {
@@ -188,10 +189,20 @@ class World {
 
   // --- scheduling (world.cpp) ---
   bool host_ready(int rank);
-  // `scan`: the scheduler's scan calling it (scan_), in which a collective's readiness is
-  // computed once for all its members; 0 outside scans.
-  bool stream_ready(int rank, int stream, uint64_t scan = 0);
-  int pick(const std::vector<int>& runnable);
+  bool stream_ready(int rank, int stream);
+  // The runnable set is kept up to date rather than rescanned every step (its cost would grow
+  // with the rank count): a step marks the ranks whose host or stream heads it may have made
+  // runnable or not, and only those are looked at again before the next pick.
+  static constexpr int kSlotsPerRank = 1 + Options::kMaxStreamsPerRank;  // the host, then streams
+  static int slot(int rank, int stream) { return rank * kSlotsPerRank + 1 + stream; }  // -1: host
+  void mark(int rank);
+  void refresh(int rank);
+  // Stream `stream` of `rank` has a new head: a collective counts the member as arrived, a
+  // transfer lets its peer look again.
+  void arrived(int rank, int stream);
+  // Options::verify_scheduler: the runnable set against a full scan of the world.
+  void verify_runnable();
+  int pick();
   void step_host(int rank);
   void step_stream(int rank, int stream);
 
@@ -232,8 +243,10 @@ class World {
                                                  const std::vector<Shadow::Ranges>& undef, size_t m);
   // collective_mismatch, collective_swap (detect_collective.cpp): calls compared at issue.
   // The k-th call's identity on its group, as compared across members.
-  static std::string fingerprint(const core::CollectiveCall& c, const std::vector<int>& members,
-                                 const std::string& group);
+  // `where` is the group's group_text, made once per group: with a thousand members it is
+  // kilobytes, and every member of every collective names it.
+  static std::string fingerprint(const core::CollectiveCall& c, const std::string& where);
+  static std::string group_text(const std::string& group, const std::vector<int>& members);
   void compare_instance(int group, const Instance& inst, int64_t k);
   // The suggested fix of a collective_mismatch: what differs across the members.
   static std::string mismatch_fix(const Instance& inst, const std::vector<int>& ranks, bool p2p);
@@ -307,7 +320,9 @@ class World {
   std::vector<int64_t> pct_priority_;
   std::vector<int64_t> pct_change_steps_;
   int64_t step_ = 0;
-  uint64_t scan_ = 0;  // scans of the runnable list so far
+  RunQueue run_queue_;
+  std::vector<int> dirty_;           // ranks to look at again before the next pick
+  std::vector<uint8_t> dirty_flag_;  // per rank: in dirty_
   int64_t ops_executed_ = 0;
   int64_t collectives_ = 0;
   int64_t bytes_checked_ = 0;

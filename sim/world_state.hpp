@@ -95,15 +95,16 @@ struct World::Instance {
   core::CollectiveKind kind = core::CollectiveKind::all_reduce;
   int issued = 0;
   bool mismatch = false;  // the fingerprints differ: it never runs (set in detect_collective.cpp)
-  // Whether every member could run it, as of scheduler scan `ready_scan` (nothing changes
-  // during a scan, and the answer is the same for every member that asks).
-  uint64_t ready_scan = 0;
-  bool ready = false;
+  // Members that issued it and whose stream has run everything issued before it (it is their
+  // stream's head): counted once each as that happens (World::arrived), so whether every
+  // member can run it is known without visiting the members.
+  int at_head = 0;
 };
 
 struct World::Group {
   std::string name;
   std::vector<int> members;     // global ranks, group-rank order
+  std::string text;             // group_text(name, members), for fingerprints
   std::vector<int64_t> issued;  // per member: collectives issued so far
   std::deque<Instance> instances;
   int64_t first = 0;  // k of instances.front()

@@ -22,7 +22,7 @@ std::string model_limits_exceeded(const TrainingConfig& c, const ModelLayout& la
   const int64_t per_row = 2 * m.vocab + 12 * m.hidden * m.layers;
   // Every rank holds its microbatch's activations at once; a pipeline may hold all of them.
   const int64_t in_flight = mesh.size_or_one("pp") > 1 ? c.microbatches : 1;
-  const int64_t copies = mesh.world_size() * in_flight;  // at most 64 * 256
+  const int64_t copies = mesh.world_size() * in_flight;  // at most 1024 * 256
   if (rows > L::kMaxActivationElements / per_row / copies) {
     return "one microbatch keeps seq * micro_batch_size * (2 * vocab + 12 * hidden * layers) = " +
            std::to_string(rows) + " * " + std::to_string(per_row) + " activation elements, on each of " +
@@ -45,9 +45,23 @@ std::string reference_limit_exceeded(const TrainingConfig& c, const ModelLayout&
          "); take fewer steps, a smaller model or `reference: none`";
 }
 
+// Past 64 ranks, the length of the run is bounded too (TrainingLimits::kMaxWideMeshWork).
+std::string wide_mesh_limit_exceeded(const TrainingConfig& c, int ranks) {
+  using L = TrainingLimits;
+  if (ranks <= L::kMaxRanksUnbounded) return "";
+  // ranks <= 2^10, layers <= 2^8, microbatches <= 2^8, steps < 2^14: no product overflows.
+  const int64_t work = int64_t{ranks} * c.model.layers * c.microbatches * c.steps;
+  if (work <= L::kMaxWideMeshWork) return "";
+  return "past " + std::to_string(L::kMaxRanksUnbounded) +
+         " ranks, ranks * layers * microbatches * steps = " + std::to_string(ranks) + " * " +
+         std::to_string(c.model.layers) + " * " + std::to_string(c.microbatches) + " * " +
+         std::to_string(c.steps) + " = " + std::to_string(work) + " exceeds the limit of 2^14 (" +
+         std::to_string(L::kMaxWideMeshWork) + "); take fewer ranks, layers, microbatches or steps";
+}
+
 std::string judge_limit_exceeded(const TrainingConfig& c, const ModelLayout& layout, int ranks) {
   using L = TrainingLimits;
-  const int64_t per_step = layout.num_logical_elements() * ranks;  // at most 2^22 * 64
+  const int64_t per_step = layout.num_logical_elements() * ranks;  // at most 2^22 * 2^10
   if (c.steps <= L::kMaxJudgedParameterSteps / per_step) return "";
   return "the training judge keeps what every rank holds after every step: " +
          std::to_string(layout.num_logical_elements()) + " parameters * " + std::to_string(c.steps) +
@@ -263,6 +277,8 @@ class Parser {
       y_.fail(root["steps"], why);
     if (const std::string why = judge_limit_exceeded(c, *layout, m.world_size()); !why.empty())
       y_.fail(root["steps"], why);
+    if (const std::string why = wide_mesh_limit_exceeded(c, m.world_size()); !why.empty())
+      y_.fail(root["mesh"], why);
     const int pp = m.size_or_one("pp"), vpp = m.virtual_stages();
     if (vpp > 1 && c.microbatches % pp != 0) {
       y_.fail(
@@ -299,7 +315,8 @@ std::string training_limits_exceeded(const TrainingConfig& c, const Mesh& mesh, 
     return "steps must be between 1 and " + std::to_string(TrainingLimits::kMaxSteps);
   if (auto why = model_limits_exceeded(c, *layout, mesh); !why.empty()) return why;
   if (auto why = reference_limit_exceeded(c, *layout, with_reference); !why.empty()) return why;
-  return judge_limit_exceeded(c, *layout, mesh.world_size());
+  if (auto why = judge_limit_exceeded(c, *layout, mesh.world_size()); !why.empty()) return why;
+  return wide_mesh_limit_exceeded(c, mesh.world_size());
 }
 
 namespace {

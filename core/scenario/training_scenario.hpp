@@ -18,7 +18,13 @@ namespace shardcheck::core {
 // the run exhaust host memory (README, "Limits"). Model dimensions are bounded by
 // ModelLayout::kMaxDim and kMaxLayers; simulated device memory by sim::Options.
 struct TrainingLimits {
-  static constexpr int kMaxRanks = 64;
+  // Up to 64 ranks only the bounds below apply. Past 64 (up to 1024) the simulator's own
+  // state per rank (its allocator segments, streams, operations and their clocks) adds up too,
+  // so the run's length is bounded as well: ranks * layers * microbatches * steps at most
+  // 2^14, e.g. one step of one microbatch through 16 layers on 1024 ranks.
+  static constexpr int kMaxRanks = 1024;
+  static constexpr int kMaxRanksUnbounded = 64;
+  static constexpr int64_t kMaxWideMeshWork = int64_t{1} << 14;
   static constexpr int kMaxSteps = 10000;
   static constexpr int kMaxMicrobatches = 256;
   static constexpr int kMaxMicroBatchSize = 1024;

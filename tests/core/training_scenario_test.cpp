@@ -319,3 +319,39 @@ TEST_CASE("a training file without expect loads, stating nothing", "[core][scena
   auto with = parse_training_scenario(kGood, "t.yaml");
   REQUIRE(with->expect.given);
 }
+
+TEST_CASE("up to 1024 ranks load, and past 64 the run's length is bounded at the mesh", "[core][scenario]") {
+  const std::string wide = R"(kind: training
+name: wide
+mesh: {dp: 1024}
+model: {vocab: 64, hidden: 16, layers: 12, seq: 8, tied_embeddings: true}
+strategy: optim_grads_params
+precision: {exact: true}
+microbatches: 1
+micro_batch_size: 1
+steps: 1
+optimizer: {kind: adam, lr: 1.0e-3}
+)";
+  REQUIRE(parse_training_scenario(wide, "w.yaml").ok());
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = wide;
+    text.replace(text.find(from), from.size(), to);
+    return parse_training_scenario(text, "w.yaml");
+  };
+  // 1024 ranks * 17 layers is past 2^14; the same on 64 ranks is not bounded this way.
+  auto deep = with("hidden: 16, layers: 12", "hidden: 8, layers: 17");
+  REQUIRE_FALSE(deep.ok());
+  REQUIRE_THAT(
+      deep.error().message(),
+      Catch::StartsWith("w.yaml:3:7: past 64 ranks, ranks * layers * microbatches * steps = 1024 * 17 "
+                        "* 1 * 1 = 17408 exceeds the limit of 2^14"));
+  REQUIRE(with("mesh: {dp: 1024}\nmodel: {vocab: 64, hidden: 16, layers: 12,",
+               "mesh: {dp: 64}\nmodel: {vocab: 64, hidden: 8, layers: 17,")
+              .ok());
+  auto too_many = with("mesh: {dp: 1024}", "mesh: {dp: 1025}");
+  REQUIRE_FALSE(too_many.ok());
+  REQUIRE_THAT(too_many.error().message(), Catch::StartsWith("w.yaml:3:12: "));
+  auto product = with("mesh: {dp: 1024}", "mesh: {dp_outer: 64, dp_inner: 32}");
+  REQUIRE_FALSE(product.ok());
+  REQUIRE_THAT(product.error().message(), Catch::Contains("training scenarios run at most 1024 ranks"));
+}

@@ -99,6 +99,25 @@ TEST_CASE("hsdp and hfsdp match the reference bit for bit on 2-D meshes", "[sim]
   }
 }
 
+TEST_CASE("ZeRO-3 on 1024 ranks and HSDP on 32 x 32 match the reference bit for bit", "[sim][training]") {
+  // The simulator's and the loader's largest world, on a tiny model so the test stays short
+  // (scenarios/scale holds the 12-layer steps the benchmarks time).
+  core::TrainingConfig c = config(Strategy::optim_grads_params);
+  c.model = {16, 4, 1, 4, true, 1234};
+  c.microbatches = 1;
+  c.micro_batch_size = 1;
+  c.steps = 1;
+  for (auto axes :
+       {std::vector<core::Axis>{{"dp", 1024}}, std::vector<core::Axis>{{"dp_outer", 32}, {"dp_inner", 32}}}) {
+    c.strategy = axes.size() == 1 ? Strategy::optim_grads_params : Strategy::hsdp;
+    const Outcome o = train(c, axes);
+    INFO(core::to_string(c.strategy) << "\n" << kinds(o.findings) << o.run.error);
+    REQUIRE(o.run.error.empty());
+    REQUIRE(o.findings.empty());
+    REQUIRE(o.ranks.size() == 1024);
+  }
+}
+
 TEST_CASE("pipelines (pp 2, pp 4, vpp 2) match the reference bit for bit", "[sim][training]") {
   for (Strategy s : {Strategy::no_shard, Strategy::optim, Strategy::optim_grads, Strategy::optim_grads_params,
                      Strategy::distopt}) {
