@@ -1,6 +1,7 @@
-// Reductions, the CPU twin of gpu/reductions.cu. bias_grad sums each column over rows
-// n = 0..N-1 in fp32 and clip_coef is a few double operations: the GPU matches both bit for bit.
-// sum_squares adds (double)x[i]^2 for i in order; the GPU's fixed tree agrees within a tolerance.
+// Reductions, the CPU twin of gpu/reductions.cu. bias_grad sums each column over rows in fp32,
+// in the chunked order of core/kernels/summation_order.hpp, and clip_coef is a few double operations: the GPU
+// matches both bit for bit. sum_squares adds (double)x[i]^2 for i in order; the GPU's fixed tree agrees
+// within a tolerance.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -8,6 +9,7 @@
 #include "core/kernels/cpu/arg_check.hpp"
 #include "core/kernels/cpu/cpu_kernels.hpp"
 #include "core/kernels/cpu/operands.hpp"
+#include "core/kernels/summation_order.hpp"
 
 namespace shardcheck::core::cpu {
 
@@ -23,11 +25,12 @@ std::string check(const KernelCall& c, const kernel::BiasGrad& k) {
 void execute(const KernelCall& c, const kernel::BiasGrad& k, MemoryView& mem) {
   const Floats dy = load_floats(mem, c.reads[0]);
   const size_t rows = static_cast<size_t>(k.rows), cols = static_cast<size_t>(k.cols);
-  Floats dbias(cols, 0.0f);
-  for (size_t n = 0; n < rows; ++n) {  // for each column, rows in order
-    for (size_t j = 0; j < cols; ++j) dbias[j] += dy[n * cols + j];
+  ChunkedColumnSum dbias(cols);
+  for (size_t n = 0; n < rows; ++n) {
+    for (size_t j = 0; j < cols; ++j) dbias.add(j, dy[n * cols + j]);
+    dbias.end_row();
   }
-  store_floats(mem, c.writes[0], dbias);
+  store_floats(mem, c.writes[0], dbias.finish());
 }
 
 std::string check(const KernelCall& c, const kernel::SumSquares& k) {
