@@ -1,8 +1,11 @@
 // Embedding forward and backward. The backward is deterministic without atomics or scratch:
 // one warp owns a vocab row v and 32 columns, scans all tokens 32 at a time, and takes the
-// matching ones (a ballot mask, lowest bit first) in token order, accumulating in registers.
+// matching ones (a ballot mask, lowest bit first) in token order, accumulating in registers:
+// each 64-token chunk into its own sum, added to the row's total when the chunk ends (core's
+// chunked order, core/kernels/summation_order.hpp).
 // Work is V x ceil(H/32) warps x N/32 ballots plus N x H additions: trivial at TinyLM sizes,
 // and still linear in the work for large vocabularies (a sort by token would save the scan).
+#include "core/kernels/summation_order.hpp"
 #include "gpu/device_util.cuh"
 #include "gpu/embedding.hpp"
 
@@ -11,6 +14,7 @@ namespace shardcheck::gpu {
 namespace {
 
 constexpr unsigned kFullMask = 0xffffffffu;
+static_assert(core::kSumChunkRows % 32 == 0, "a chunk is whole ballots of 32 tokens");
 
 __global__ void embedding_forward_kernel(Operand tokens, Operand weight, Operand out, int64_t vocab,
                                          int64_t hidden) {
@@ -33,7 +37,7 @@ __global__ void embedding_backward_kernel(Operand tokens, Operand dout, Operand 
   const int64_t v = warp / chunks, j = (warp % chunks) * 32 + lane;
   const int32_t* tok = static_cast<const int32_t*>(tokens.ptr);
   const int64_t n_tokens = tokens.numel;
-  float acc = 0.0f;
+  float total = 0.0f, acc = 0.0f;  // acc: the current chunk's sum
   bool corrupted = false;
   for (int64_t n0 = 0; n0 < n_tokens && !corrupted; n0 += 32) {
     const int64_t n = n0 + lane;
@@ -42,11 +46,15 @@ __global__ void embedding_backward_kernel(Operand tokens, Operand dout, Operand 
     unsigned match = __ballot_sync(kFullMask, n < n_tokens && t == v);
     while (match != 0 && j < hidden) {  // increasing n: the CPU's token order
       const int b = __ffs(match) - 1;
-      acc += dev::loadf(dout, (n0 + b) * hidden + j);
+      acc = __fadd_rn(acc, dev::loadf(dout, (n0 + b) * hidden + j));
       match &= match - 1;
     }
+    if ((n0 + 32) % core::kSumChunkRows == 0 || n0 + 32 >= n_tokens) {  // the chunk ends
+      total = __fadd_rn(total, acc);
+      acc = 0.0f;
+    }
   }
-  if (j < hidden) dev::storef(dweight, v * hidden + j, corrupted ? dev::quiet_nan() : acc);
+  if (j < hidden) dev::storef(dweight, v * hidden + j, corrupted ? dev::quiet_nan() : total);
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 // LayerNorm. The CPU sums a row left to right in one float, and we want its bits, so one
 // thread per row does the sums (2H dependent additions; H is small here) while the rest of
 // the row's block waits at a barrier and then writes the outputs in parallel. The backward's
-// dgamma/dbeta are column sums over rows in row order: one thread per column.
+// dgamma/dbeta are column sums in core's chunked order (gpu/column_sum.cuh): one thread per
+// (column, 64-row chunk), then the chunk sums in order.
 // Chosen over a parallel tree reduction (faster for very wide rows, but only close to the CPU,
 // not equal) because bitwise agreement is what the checker compares; TinyLM rows are short.
+#include "gpu/column_sum.cuh"
 #include "gpu/device_util.cuh"
 #include "gpu/layernorm.hpp"
 
@@ -12,8 +14,6 @@ namespace shardcheck::gpu {
 namespace {
 
 // Threads per row block: the row's width rounded up to whole warps, at most dev::kBlock.
-constexpr int kColumnBlock = 64;
-
 int row_block(int64_t hidden) {
   const int64_t warps = (hidden + 31) / 32;
   return static_cast<int>(warps * 32 < dev::kBlock ? warps * 32 : dev::kBlock);
@@ -68,40 +68,23 @@ __global__ void layernorm_forward_kernel(Operand x, Operand gamma, Operand beta,
   }
 }
 
-// dgamma[j] = sum_n dy*xhat, dbeta[j] = sum_n dy, rows in order; xhat from the stored mean/rstd.
-__global__ void layernorm_columns_kernel(Operand dy, Operand x, Operand mean, Operand rstd, Operand dgamma,
-                                         Operand dbeta, int64_t rows, int64_t hidden) {
-  for (int64_t j = dev::thread_index(); j < hidden; j += dev::grid_stride()) {
-    float dg = 0.0f, db = 0.0f;
-    auto xhat_at = [&](int64_t n) {
-      return __fmul_rn(__fsub_rn(dev::loadf(x, n * hidden + j), dev::loadf(mean, n)), dev::loadf(rstd, n));
-    };
-    int64_t n = 0;
-    for (; n + dev::kSerialBatch <= rows;
-         n += dev::kSerialBatch) {  // every load first, then the sums in order
-      float xv[dev::kSerialBatch], mv[dev::kSerialBatch], rv[dev::kSerialBatch], d[dev::kSerialBatch];
-#pragma unroll
-      for (int b = 0; b < dev::kSerialBatch; ++b) {
-        xv[b] = dev::loadf(x, (n + b) * hidden + j);
-        mv[b] = dev::loadf(mean, n + b);
-        rv[b] = dev::loadf(rstd, n + b);
-        d[b] = dev::loadf(dy, (n + b) * hidden + j);
-      }
-#pragma unroll
-      for (int b = 0; b < dev::kSerialBatch; ++b) {
-        const float xhat = __fmul_rn(__fsub_rn(xv[b], mv[b]), rv[b]);
-        dg = __fadd_rn(dg, __fmul_rn(d[b], xhat));
-        db = __fadd_rn(db, d[b]);
-      }
-    }
-    for (; n < rows; ++n) {
-      const float xhat = xhat_at(n);
-      const float d = dev::loadf(dy, n * hidden + j);
-      dg = __fadd_rn(dg, __fmul_rn(d, xhat));
-      db = __fadd_rn(db, d);
-    }
-    dev::storef(dgamma, j, dg);
-    dev::storef(dbeta, j, db);
+// dgamma[j] = sum_n dy*xhat, dbeta[j] = sum_n dy, in the chunked order; xhat from the stored
+// mean/rstd.
+__global__ void __launch_bounds__(dev::kColumnSumThreads)
+    layernorm_columns_kernel(Operand dy, Operand x, Operand mean, Operand rstd, Operand dgamma, Operand dbeta,
+                             int64_t rows, int64_t hidden) {
+  float total[2];
+  const auto term = [&](int64_t n, int64_t j, float(&v)[2]) {
+    const float d = dev::loadf(dy, n * hidden + j);
+    const float xhat =
+        __fmul_rn(__fsub_rn(dev::loadf(x, n * hidden + j), dev::loadf(mean, n)), dev::loadf(rstd, n));
+    v[0] = __fmul_rn(d, xhat);
+    v[1] = d;
+  };
+  if (dev::column_sums<2>(rows, hidden, term, total)) {
+    const int64_t j = int64_t{blockIdx.x} * dev::kTileCols + threadIdx.x;
+    dev::storef(dgamma, j, total[0]);
+    dev::storef(dbeta, j, total[1]);
   }
 }
 
@@ -171,9 +154,8 @@ void launch_layernorm_backward(Operand dy, Operand x, Operand gamma, Operand mea
                                cudaStream_t stream) {
   check_rows(rows);
   // Columns first: they read dy and x of every row, which the row kernel may overwrite.
-  // One thread per column and few columns: small blocks spread them over more SMs.
-  layernorm_columns_kernel<<<dev::grid_for(hidden, kColumnBlock), kColumnBlock, 0, stream>>>(
-      dy, x, mean, rstd, dgamma, dbeta, rows, hidden);
+  layernorm_columns_kernel<<<dev::column_sum_blocks(hidden), dim3(dev::kTileCols, dev::kChunkSlots), 0,
+                             stream>>>(dy, x, mean, rstd, dgamma, dbeta, rows, hidden);
   SC_CUDA_CHECK_LAST();
   if (rows == 0) return;
   layernorm_rows_kernel<<<static_cast<unsigned>(rows), row_block(hidden), 0, stream>>>(dy, x, gamma, mean,

@@ -159,7 +159,7 @@ TEST_CASE("gpu embedding forward matches the CPU bit for bit", "[gpu]") {
       twin.run(kernels::embedding_forward(kS, tokens, weight, twin.alloc(DType::bf16, 5 * 8), 50, 8)));
 }
 
-TEST_CASE("gpu embedding backward sums tokens in order, bit for bit", "[gpu]") {
+TEST_CASE("gpu embedding backward sums tokens in the chunked order, bit for bit", "[gpu]") {
   SC_REQUIRE_GPU();
   struct Case {
     DType dout, dweight;
@@ -217,9 +217,12 @@ TEST_CASE("gpu layernorm backward matches the CPU bit for bit", "[gpu]") {
     int64_t rows, hidden;
     bool in_place;
   };
+  // rows 130: three 64-row chunks, the last partial; rows 1100: 18 chunks, more than one block
+  // sums at once (gpu/column_sum.cuh's kChunkSlots), so the chunk sums are added in two groups.
   for (const Case& c :
        {Case{DType::f32, 37, 77, false}, Case{DType::bf16, 37, 77, false}, Case{DType::f32, 5, 300, false},
-        Case{DType::f32, 9, 16, true}, Case{DType::bf16, 9, 40, true}}) {
+        Case{DType::f32, 9, 16, true}, Case{DType::bf16, 9, 40, true}, Case{DType::f32, 130, 70, false},
+        Case{DType::bf16, 1100, 40, true}}) {
     INFO(core::to_string(c.dt) << " rows " << c.rows << " hidden " << c.hidden
                                << (c.in_place ? " dx = dy" : ""));
     KernelTwin twin;
@@ -247,6 +250,7 @@ TEST_CASE("gpu bias add and bias grad match the CPU bit for bit", "[gpu]") {
   for (const Case& c : {Case{DType::f32, DType::f32, DType::f32, 33, 65, true},
                         Case{DType::bf16, DType::f32, DType::bf16, 33, 65, false},
                         Case{DType::bf16, DType::bf16, DType::f32, 1000, 77, false},
+                        Case{DType::f32, DType::f32, DType::f32, 2100, 33, false},
                         Case{DType::f32, DType::f32, DType::bf16, 0, 12, false}}) {
     INFO(core::to_string(c.x) << " rows " << c.rows << " cols " << c.cols << (c.in_place ? " in place" : ""));
     KernelTwin twin;
@@ -254,7 +258,7 @@ TEST_CASE("gpu bias add and bias grad match the CPU bit for bit", "[gpu]") {
     const TensorRef x = twin.random(c.x, c.rows * c.cols, rng), bias = twin.random(c.bias, c.cols, rng);
     const TensorRef y = c.in_place ? x : twin.alloc(c.y, c.rows * c.cols);
     twin.require_bitwise(twin.run(kernels::bias_add(kS, x, bias, y, c.rows, c.cols)));
-    // bias grad: each column sums its rows in order (0 rows: zeros).
+    // bias grad: each column sums its rows in core's chunked order (0 rows: zeros).
     twin.require_bitwise(twin.run(kernels::bias_grad(kS, x, twin.alloc(c.y, c.cols), c.rows, c.cols)));
   }
 }
