@@ -166,10 +166,12 @@ TEST_CASE("gpu embedding backward sums tokens in the chunked order, bit for bit"
     int64_t vocab, hidden, n;
   };
   // vocab 13 with 301 tokens: every row sums many repeats; vocab 500: most rows stay zero.
-  // hidden 70 is two full 32-column chunks and a partial one.
+  // hidden 70 is part of one warp's 256 columns (8 per lane); 300 is a whole 256 and part of
+  // another. 1000 tokens are 16 chunks of 64, the last one partial.
   for (const Case& c :
        {Case{DType::f32, DType::f32, 13, 70, 301}, Case{DType::bf16, DType::bf16, 13, 70, 301},
-        Case{DType::f32, DType::bf16, 500, 16, 100}, Case{DType::bf16, DType::f32, 7, 33, 1000}}) {
+        Case{DType::f32, DType::bf16, 500, 16, 100}, Case{DType::bf16, DType::f32, 7, 33, 1000},
+        Case{DType::f32, DType::f32, 5, 300, 1000}}) {
     INFO(core::to_string(c.dout) << " -> " << core::to_string(c.dweight) << " vocab " << c.vocab);
     KernelTwin twin;
     core::Rng rng(7);
