@@ -87,6 +87,8 @@ gpu-check: build
 	@echo "  compute-sanitizer --tool memcheck build/tests/gpu/gpu_tests '~*training*' '~*amplify*' '~*NCCL*' '~*switches*'   # memory errors only: run directly, a skip reads as a pass"
 	@echo "  build/bench/gpu/gpu_measure --out out/gpu    # one GPU: step times, GEMMs, MFU, agreement"
 	@echo "  build/bench/gpu/gpu_multi --out out/gpu      # 2+ GPUs: NCCL losses, bus bandwidth, overlap"
+	@echo "  make gpu-bench                              # all measurements, three runs each; rewrites the GPU tables (bench/gpu/README.md)"
+	@echo "  scripts/gpu-verify OUT                      # build, [gpu] tests and the measurements in one command, results in OUT"
 	@echo "  mpirun -np 2 build/cli/shardcheck run scenarios/catalog/zero1-missing-no-sync.yaml --backend gpu --comm nccl   # one process per rank"
 	@if nvidia-smi -L >/dev/null 2>&1; then scripts/gpu-check build; else echo "(no GPU here: the tests were built, not run)"; fi
 
