@@ -85,11 +85,17 @@ def shown(arg):
     return arg
 
 
+TIMEOUT_S = None  # --timeout-s: the longest one program may run
+
+
 def run_one(argv, log, result_file, env=None):
     """Runs argv with its output in log; returns (the JSON it wrote or None, a record)."""
     start = datetime.datetime.now(datetime.timezone.utc)
     with open(log, "w") as f:
-        rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+        try:
+            rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=TIMEOUT_S).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
     seconds = (datetime.datetime.now(datetime.timezone.utc) - start).total_seconds()
     record = {"argv": [shown(a) for a in argv],
               "rc": rc, "seconds": round(seconds, 1), "log": os.path.basename(log)}
@@ -102,8 +108,9 @@ def run_one(argv, log, result_file, env=None):
 
 
 def cmd_run(a):
-    global OUT_DIR
+    global OUT_DIR, TIMEOUT_S
     OUT_DIR = a.out
+    TIMEOUT_S = a.timeout_s
     os.makedirs(a.out, exist_ok=True)
     parts = [p for p in a.parts.split(",") if p]
     facts = machine_facts(a.python)
@@ -289,9 +296,10 @@ def peak_tflops(doc):
 def torch_rows(doc, peak, ours_ms):
     rows = []
     for name, _, what in TORCH_MODES:
-        res = results(doc["parts"].get("torch", {}).get(name, []))
+        runs = doc["parts"].get("torch", {}).get(name, [])
+        res = results(runs)
         if not res:
-            rows.append([what, "(no run)", "—", "—"])
+            rows.append([what, f"(every run failed: exit {runs[0].get('rc')})" if runs else "(not run)", "—", "—"])
             continue
         meds = [r["ms_per_step_median"] for r in res]
         flops = res[0]["model_flops_per_step"]
@@ -572,6 +580,7 @@ def main():
     r.add_argument("--runs", type=int, default=3)
     r.add_argument("--parts", default=",".join(PARTS))
     r.add_argument("--python", default="python3")
+    r.add_argument("--timeout-s", type=float, help="stop a program that runs longer (its run is then recorded as failed)")
     r.add_argument("--json", help="also write the result here (e.g. bench/gpu/results/gpu-bench.json)")
     r.add_argument("--command", default=os.environ.get("GPU_BENCH_COMMAND", "bench/gpu/gpu_bench.py run"))
     m = sub.add_parser("merge")
