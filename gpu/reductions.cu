@@ -1,8 +1,8 @@
-// Reductions without atomics. SumSquares uses a fixed shape that depends only on the length:
-// G = min(ceil(n / 4096), kSumSquaresPartials) blocks of 256 threads; thread t of block b sums
-// x[b*256 + t], then every G*256-th element after it, in order; each block reduces its 256
-// sums with a halving tree into partials[b]; one final block sums the G partials the same way
-// (strided per thread, then a tree) and adds the previous acc. Same n, same bits, every run.
+// Reductions without atomics. SumSquares runs core's fixed tree (core/kernels/summation_order.hpp),
+// the CPU's additions exactly: G = fixed_tree_blocks(n) blocks of 256 threads; thread t of
+// block b sums x[b*256 + t], then every G*256-th element after it, in order; each block reduces
+// its 256 sums with a halving tree into partials[b]; one final block sums the G partials the
+// same way (strided per thread, then a tree) and adds the previous acc. Same n, same bits.
 #include "gpu/column_sum.cuh"
 #include "gpu/device_util.cuh"
 #include "gpu/reductions.hpp"
@@ -11,7 +11,8 @@ namespace shardcheck::gpu {
 
 namespace {
 
-constexpr int kReduceBlock = 256;
+constexpr int kReduceBlock = static_cast<int>(core::kTreeBlock);
+static_assert(kSumSquaresPartials == core::kTreeBlocksMax, "scratch for every first-level block");
 
 // dbias[c] = sum_n dy[n][c] in core's chunked order (gpu/column_sum.cuh).
 __global__ void __launch_bounds__(dev::kColumnSumThreads)
@@ -79,9 +80,7 @@ void launch_bias_grad(Operand dy, Operand dbias, int64_t rows, int64_t cols, cud
 
 void launch_sum_squares(Operand x, const double* acc_in, double* acc_out, double* partials,
                         cudaStream_t stream) {
-  const int64_t per_block = int64_t{kReduceBlock} * 16;
-  const int64_t wanted = (x.numel + per_block - 1) / per_block;
-  const int blocks = static_cast<int>(wanted < kSumSquaresPartials ? wanted : kSumSquaresPartials);
+  const int blocks = static_cast<int>(core::fixed_tree_blocks(x.numel));
   if (blocks > 0) {
     sum_squares_partials_kernel<<<blocks, kReduceBlock, 0, stream>>>(x, partials);
     SC_CUDA_CHECK_LAST();

@@ -1,6 +1,6 @@
 // Reductions: BiasGrad (column sums, bit for bit with the CPU: core's chunked order,
-// gpu/column_sum.cuh), SumSquares (f64, a fixed two-level tree: deterministic, but not the CPU's
-// left-to-right order, so tests use a tolerance) and ClipCoef (one thread, bit for bit).
+// gpu/column_sum.cuh), SumSquares (f64, core's fixed two-level tree, the CPU's additions: bit
+// for bit) and ClipCoef (one thread, bit for bit).
 //   gpu::launch_sum_squares(x, acc_in_or_null, acc_out, partials, stream);
 #pragma once
 

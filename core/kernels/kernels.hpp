@@ -172,8 +172,9 @@ struct Sgd {
   bool has_coef = false;
 };
 // reads [x] (and [acc f64 1] when accumulate); writes [acc f64 1]:
-// acc = (accumulate ? acc : 0) + sum over i in order of (double)x[i]^2. The sum starts
-// from 0.0 and is added to acc at the end; x may be f32, bf16 or f64; when accumulate, the
+// acc = (accumulate ? acc : 0) + sum of (double)x[i]^2, added in the fixed tree of
+// summation_order.hpp (a function of the length alone). The sum starts from 0.0 and is added
+// to acc at the end; x may be f32, bf16 or f64; when accumulate, the
 // builder puts acc in reads[1].
 struct SumSquares {
   static constexpr bool kElementwise = false;

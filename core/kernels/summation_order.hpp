@@ -10,6 +10,9 @@
 //
 // A column of at most kSumChunkRows rows sums exactly as in row order (one chunk, and +0.0f
 // plus a sum that started from +0.0f changes nothing); longer columns round differently.
+//
+// Sums of squares (the gradient norm) are one long sum in f64, not columns: they follow the
+// fixed tree of fixed_tree_sum below, which the GPU's sum_squares kernels run in parallel.
 #pragma once
 
 #include <algorithm>
@@ -62,6 +65,40 @@ inline float chunked_sum(std::span<const float> v) {
     total += partial;
   }
   return total;
+}
+
+// The sum of squares' fixed tree, a function of n alone. G = min(ceil(n / kTreePerBlock),
+// kTreeBlocksMax) blocks of kTreeBlock lanes; lane t of block b adds the terms i = b*kTreeBlock
+// + t, then every G*kTreeBlock-th after it, in order from 0.0; each block adds its lanes with a
+// halving tree (stride kTreeBlock/2, then half that, ...: v[t] += v[t + stride]); then lane t
+// of one final block adds the block sums t, t + kTreeBlock, ... in order, and a halving tree
+// gives the sum. gpu/reductions.cu runs exactly these additions.
+inline constexpr int64_t kTreeBlock = 256;
+inline constexpr int64_t kTreePerBlock = kTreeBlock * 16;
+inline constexpr int64_t kTreeBlocksMax = 1024;
+
+inline int64_t fixed_tree_blocks(int64_t n) {
+  const int64_t wanted = (n + kTreePerBlock - 1) / kTreePerBlock;
+  return wanted < kTreeBlocksMax ? wanted : kTreeBlocksMax;
+}
+
+// term(i) is the i-th addend (a square, for the norm).
+template <class Term>
+double fixed_tree_sum(int64_t n, Term term) {
+  const auto halving_tree = [](double* v) {
+    for (int64_t stride = kTreeBlock / 2; stride > 0; stride /= 2) {
+      for (int64_t t = 0; t < stride; ++t) v[t] += v[t + stride];
+    }
+    return v[0];
+  };
+  const int64_t blocks = fixed_tree_blocks(n), lanes = blocks * kTreeBlock;
+  std::vector<double> lane(static_cast<size_t>(lanes), 0.0);
+  for (int64_t i = 0; i < n; ++i) lane[static_cast<size_t>(i % lanes)] += term(i);  // each lane in order
+  std::vector<double> final_lanes(static_cast<size_t>(kTreeBlock), 0.0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    final_lanes[static_cast<size_t>(b % kTreeBlock)] += halving_tree(lane.data() + b * kTreeBlock);
+  }
+  return halving_tree(final_lanes.data());
 }
 
 }  // namespace shardcheck::core

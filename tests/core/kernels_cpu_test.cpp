@@ -585,6 +585,44 @@ TEST_CASE("ChunkedColumnSum sums each column like chunked_sum, for any row count
   }
 }
 
+TEST_CASE("fixed_tree_sum is the GPU's two-level tree, a function of the length alone", "[core][kernels]") {
+  REQUIRE(fixed_tree_blocks(0) == 0);
+  REQUIRE(fixed_tree_blocks(4096) == 1);
+  REQUIRE(fixed_tree_blocks(4097) == 2);
+  REQUIRE(fixed_tree_blocks(int64_t{1} << 30) == kTreeBlocksMax);  // then the lanes stride
+  // The tree spelled out, for lengths on both sides of each boundary (one block, several, lanes
+  // that take more than one term).
+  for (const int64_t n :
+       {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{4096}, int64_t{4097}, int64_t{70000}}) {
+    Rng rng(63);
+    std::vector<double> v(static_cast<size_t>(n));
+    for (double& x : v) x = rng.uniform_real() * 10.0;
+    const int64_t blocks = fixed_tree_blocks(n), lanes = blocks * kTreeBlock;
+    std::vector<double> lane(static_cast<size_t>(lanes), 0.0), fin(static_cast<size_t>(kTreeBlock), 0.0);
+    for (int64_t i = 0; i < n; ++i) lane[static_cast<size_t>(i % lanes)] += v[static_cast<size_t>(i)];
+    auto tree = [](double* p) {
+      for (int64_t s = kTreeBlock / 2; s > 0; s /= 2) {
+        for (int64_t t = 0; t < s; ++t) p[t] += p[t + s];
+      }
+      return p[0];
+    };
+    for (int64_t b = 0; b < blocks; ++b)
+      fin[static_cast<size_t>(b % kTreeBlock)] += tree(&lane[static_cast<size_t>(b * kTreeBlock)]);
+    INFO("n " << n);
+    CHECK(fixed_tree_sum(n, [&](int64_t i) { return v[static_cast<size_t>(i)]; }) == tree(fin.data()));
+  }
+  // And it is not left to right: 1.0 in lane 0, half an ulp of 1.0 in lanes 1 and 129. The tree
+  // adds the halves first (stride 128), exactly, then 2^-52 to 1.0.
+  std::vector<double> w(130, 0.0);
+  w[0] = 1.0;
+  w[1] = w[129] = std::ldexp(1.0, -53);
+  double left_to_right = 0;
+  for (const double x : w) left_to_right += x;
+  CHECK(left_to_right == 1.0);  // each half ulp is a tie that rounds back to 1.0
+  CHECK(fixed_tree_sum(130, [&](int64_t i) { return w[static_cast<size_t>(i)]; }) ==
+        1.0 + std::ldexp(1.0, -52));
+}
+
 TEST_CASE("bias_grad, layernorm_backward and embedding_backward sum in the chunked order",
           "[core][kernels]") {
   const std::vector<float> col = order_sensitive_column();
@@ -849,11 +887,16 @@ TEST_CASE("sum_squares sums in f64 and accumulate adds to the previous acc", "[c
   REQUIRE(more.reads.size() == 2);
   m.run(more);
   REQUIRE(m.get(acc)[0] == 14.0 + 0.25 + 2.25);
-  // Random f32 values: squares are exact in double; the sum matches a double loop exactly.
+  // Random f32 values: squares are exact in double; the sum is the fixed tree's (1000 values:
+  // one block, lane t holds the squares t, t + 256, ... added in order, then a halving tree).
   Rng rng(81);
   const std::vector<double> x = nonzero(rng, 1000, 1e-3, 10);
-  double want = 0;
-  for (double v : x) want += v * v;
+  std::vector<double> lane(256, 0.0);
+  for (size_t i = 0; i < x.size(); ++i) lane[i % 256] += x[i] * x[i];
+  for (size_t stride = 128; stride > 0; stride /= 2) {
+    for (size_t t = 0; t < stride; ++t) lane[t] += lane[t + stride];
+  }
+  const double want = lane[0] + 0.0;  // the final block's lane 0 holds it; its tree adds zeros
   m.run(kernels::sum_squares(0, m.put(DType::f32, x), acc, false));
   REQUIRE(m.get(acc)[0] == want);
   m.run(kernels::sum_squares(0, m.put(DType::f64, {0.1}), acc, true));

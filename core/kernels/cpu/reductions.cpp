@@ -1,7 +1,7 @@
 // Reductions, the CPU twin of gpu/reductions.cu. bias_grad sums each column over rows in fp32,
-// in the chunked order of core/kernels/summation_order.hpp, and clip_coef is a few double operations: the GPU
-// matches both bit for bit. sum_squares adds (double)x[i]^2 for i in order; the GPU's fixed tree agrees
-// within a tolerance.
+// in the chunked order of core/kernels/summation_order.hpp; sum_squares adds (double)x[i]^2 in
+// that header's fixed tree; clip_coef is a few double operations. The GPU matches all three
+// bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -44,18 +44,23 @@ std::string check(const KernelCall& c, const kernel::SumSquares& k) {
 
 // The sum of squares starts from 0.0 and is added to the previous acc at the end, so a chunk's
 // contribution does not depend on what was accumulated before it. Squares of f32 or bf16
-// values are exact in double; only the additions round.
+// values are exact in double; only the additions round, in the fixed tree of
+// summation_order.hpp, which the GPU runs too.
 void execute(const KernelCall& c, const kernel::SumSquares& k, MemoryView& mem) {
   const TensorRef& x = c.reads[0];
   double sum = 0.0;
   if (x.dtype == DType::f64) {
     const std::byte* p = x.numel > 0 ? mem.data(x) : nullptr;
-    for (int64_t i = 0; i < x.numel; ++i) {
+    sum = fixed_tree_sum(x.numel, [&](int64_t i) {
       const double d = load_element(p, DType::f64, i);
-      sum += d * d;
-    }
+      return d * d;
+    });
   } else {
-    for (const float f : load_floats(mem, x)) sum += static_cast<double>(f) * static_cast<double>(f);
+    const Floats f = load_floats(mem, x);
+    sum = fixed_tree_sum(x.numel, [&](int64_t i) {
+      const double d = static_cast<double>(f[static_cast<size_t>(i)]);
+      return d * d;
+    });
   }
   const double before = k.accumulate ? load_scalar(mem, c.reads[1]) : 0.0;
   store_scalar(mem, c.writes[0], before + sum);
