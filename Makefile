@@ -7,7 +7,7 @@ CTEST_ARGS ?=
 # with a cache error; say what to do instead.
 STALE_BUILD = $(shell test -f build/CMakeCache.txt && ! grep -qx 'CMAKE_HOME_DIRECTORY:INTERNAL=$(CURDIR)' build/CMakeCache.txt && echo yes)
 
-.PHONY: all deps base-deps configure build demo test golden install test-sanitize fuzz bench gpu-check clean
+.PHONY: all deps base-deps configure build demo test golden install test-sanitize fuzz bench gpu-check gpu-bench clean
 
 all: build
 
@@ -91,8 +91,23 @@ gpu-check: build
 	@echo "  compute-sanitizer --tool memcheck build/tests/gpu/gpu_tests '~*training*' '~*amplify*' '~*NCCL*' '~*switches*'   # memory errors only: run directly, a skip reads as a pass"
 	@echo "  build/bench/gpu/gpu_measure --out out/gpu    # one GPU: step times, GEMMs, MFU, agreement"
 	@echo "  build/bench/gpu/gpu_multi --out out/gpu      # 2+ GPUs: NCCL losses, bus bandwidth, overlap"
+	@echo "  make gpu-bench                              # all measurements, three runs each; rewrites the GPU tables (bench/gpu/README.md)"
+	@echo "  scripts/gpu-verify OUT                      # build, [gpu] tests and the measurements in one command, results in OUT"
 	@echo "  mpirun -np 2 build/cli/shardcheck run scenarios/catalog/zero1-missing-no-sync.yaml --backend gpu --comm nccl   # one process per rank"
 	@if nvidia-smi -L >/dev/null 2>&1; then scripts/gpu-check build; else echo "(no GPU here: the tests were built, not run)"; fi
+
+# On a GPU machine: runs the GPU measurement programs (gpu_measure, gpu_multi with 2+ GPUs, the
+# PyTorch peer in its four modes) three times each through bench/gpu/gpu_bench.py, keeps the
+# JSON as bench/gpu/results/gpu-bench.json (the run's logs in GPU_BENCH_OUT) and rewrites every
+# table in bench/gpu/README.md and the GPU figures in README.md from it. Commit all three.
+# GPU_BENCH_ARGS passes options on, e.g. GPU_BENCH_ARGS='--parts measure,torch --runs 3'.
+GPU_BENCH_OUT ?= out/gpu-bench
+GPU_BENCH_ARGS ?=
+gpu-bench: build
+	@test -x build/bench/gpu/gpu_measure || { echo "gpu-bench: no GPU build (nvcc was not found at /usr/local/cuda/bin or on PATH)" >&2; exit 2; }
+	@GPU_BENCH_COMMAND="make gpu-bench" python3 bench/gpu/gpu_bench.py run --build build --out $(GPU_BENCH_OUT) \
+	  --json bench/gpu/results/gpu-bench.json $(GPU_BENCH_ARGS); rc=$$?; \
+	  python3 bench/gpu/gpu_bench.py render --write && exit $$rc
 
 clean:
 	rm -rf build build-sanitize build-bench build-fuzz

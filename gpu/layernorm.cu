@@ -1,9 +1,14 @@
 // LayerNorm. The CPU sums a row left to right in one float, and we want its bits, so one
 // thread per row does the sums (2H dependent additions; H is small here) while the rest of
-// the row's block waits at a barrier and then writes the outputs in parallel. The backward's
-// dgamma/dbeta are column sums over rows in row order: one thread per column.
+// the row's block waits at a barrier and then writes the outputs in parallel. Rows of up to
+// kStagedRowMax elements are first staged in shared memory by the whole block (the loads, and
+// the elementwise products the sums add, in parallel), so the one thread's additions wait on
+// shared memory rather than on a global load per batch; wider rows read global memory. The backward's
+// dgamma/dbeta are column sums in core's chunked order (gpu/column_sum.cuh): one thread per
+// (column, 64-row chunk), then the chunk sums in order.
 // Chosen over a parallel tree reduction (faster for very wide rows, but only close to the CPU,
 // not equal) because bitwise agreement is what the checker compares; TinyLM rows are short.
+#include "gpu/column_sum.cuh"
 #include "gpu/device_util.cuh"
 #include "gpu/layernorm.hpp"
 
@@ -12,11 +17,56 @@ namespace shardcheck::gpu {
 namespace {
 
 // Threads per row block: the row's width rounded up to whole warps, at most dev::kBlock.
-constexpr int kColumnBlock = 64;
-
 int row_block(int64_t hidden) {
   const int64_t warps = (hidden + 31) / 32;
   return static_cast<int>(warps * 32 < dev::kBlock ? warps * 32 : dev::kBlock);
+}
+
+// Rows this wide or narrower are staged in shared memory: two arrays of floats, 32 KiB.
+constexpr int64_t kStagedRowMax = 4096;
+
+size_t staged_bytes(int64_t hidden) { return 2 * static_cast<size_t>(hidden) * sizeof(float); }
+
+// v[0] + v[1] + ... + v[n-1] from +0.0f, in order: the CPU's row sum.
+__device__ float sum_in_order(const float* v, int64_t n) {
+  float s = 0.0f;
+#pragma unroll 16
+  for (int64_t j = 0; j < n; ++j) s = __fadd_rn(s, v[j]);
+  return s;
+}
+
+// Block n handles row n, staged in shared memory (hidden <= kStagedRowMax): the block loads x
+// and, once thread 0 has mu, the squares (x-mu)^2; thread 0 adds each array in order.
+__global__ void layernorm_forward_staged_kernel(Operand x, Operand gamma, Operand beta, Operand y,
+                                                Operand mean, Operand rstd, int64_t hidden, float eps) {
+  extern __shared__ float staged[];  // xs[hidden], then squares[hidden]
+  float* xs = staged;
+  float* squares = staged + hidden;
+  __shared__ float row_stats[2];
+  const int64_t n = blockIdx.x, base = n * hidden;
+  const float hf = static_cast<float>(hidden);
+  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) xs[j] = dev::loadf(x, base + j);
+  __syncthreads();  // every read of x happens before any write of y (y may be x)
+  if (threadIdx.x == 0) row_stats[0] = __fdiv_rn(sum_in_order(xs, hidden), hf);
+  __syncthreads();
+  const float mu = row_stats[0];
+  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
+    const float d = __fsub_rn(xs[j], mu);
+    squares[j] = __fmul_rn(d, d);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    row_stats[1] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum_in_order(squares, hidden), hf), eps)));
+  __syncthreads();
+  const float rs = row_stats[1];
+  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
+    const float xhat = __fmul_rn(__fsub_rn(xs[j], mu), rs);
+    dev::storef(y, base + j, __fadd_rn(__fmul_rn(xhat, dev::loadf(gamma, j)), dev::loadf(beta, j)));
+  }
+  if (threadIdx.x == 0) {
+    dev::storef(mean, n, mu);  // rounded to their dtype after y used the float values
+    dev::storef(rstd, n, rs);
+  }
 }
 
 // Block n handles row n. Thread 0: mu = sum(x)/H, var = sum((x-mu)^2)/H, rs = 1/sqrt(var+eps).
@@ -68,40 +118,51 @@ __global__ void layernorm_forward_kernel(Operand x, Operand gamma, Operand beta,
   }
 }
 
-// dgamma[j] = sum_n dy*xhat, dbeta[j] = sum_n dy, rows in order; xhat from the stored mean/rstd.
-__global__ void layernorm_columns_kernel(Operand dy, Operand x, Operand mean, Operand rstd, Operand dgamma,
-                                         Operand dbeta, int64_t rows, int64_t hidden) {
-  for (int64_t j = dev::thread_index(); j < hidden; j += dev::grid_stride()) {
-    float dg = 0.0f, db = 0.0f;
-    auto xhat_at = [&](int64_t n) {
-      return __fmul_rn(__fsub_rn(dev::loadf(x, n * hidden + j), dev::loadf(mean, n)), dev::loadf(rstd, n));
-    };
-    int64_t n = 0;
-    for (; n + dev::kSerialBatch <= rows;
-         n += dev::kSerialBatch) {  // every load first, then the sums in order
-      float xv[dev::kSerialBatch], mv[dev::kSerialBatch], rv[dev::kSerialBatch], d[dev::kSerialBatch];
-#pragma unroll
-      for (int b = 0; b < dev::kSerialBatch; ++b) {
-        xv[b] = dev::loadf(x, (n + b) * hidden + j);
-        mv[b] = dev::loadf(mean, n + b);
-        rv[b] = dev::loadf(rstd, n + b);
-        d[b] = dev::loadf(dy, (n + b) * hidden + j);
-      }
-#pragma unroll
-      for (int b = 0; b < dev::kSerialBatch; ++b) {
-        const float xhat = __fmul_rn(__fsub_rn(xv[b], mv[b]), rv[b]);
-        dg = __fadd_rn(dg, __fmul_rn(d[b], xhat));
-        db = __fadd_rn(db, d[b]);
-      }
-    }
-    for (; n < rows; ++n) {
-      const float xhat = xhat_at(n);
-      const float d = dev::loadf(dy, n * hidden + j);
-      dg = __fadd_rn(dg, __fmul_rn(d, xhat));
-      db = __fadd_rn(db, d);
-    }
-    dev::storef(dgamma, j, dg);
-    dev::storef(dbeta, j, db);
+// dgamma[j] = sum_n dy*xhat, dbeta[j] = sum_n dy, in the chunked order; xhat from the stored
+// mean/rstd.
+__global__ void __launch_bounds__(dev::kColumnSumThreads)
+    layernorm_columns_kernel(Operand dy, Operand x, Operand mean, Operand rstd, Operand dgamma, Operand dbeta,
+                             int64_t rows, int64_t hidden) {
+  float total[2];
+  const auto term = [&](int64_t n, int64_t j, float(&v)[2]) {
+    const float d = dev::loadf(dy, n * hidden + j);
+    const float xhat =
+        __fmul_rn(__fsub_rn(dev::loadf(x, n * hidden + j), dev::loadf(mean, n)), dev::loadf(rstd, n));
+    v[0] = __fmul_rn(d, xhat);
+    v[1] = d;
+  };
+  if (dev::column_sums<2>(rows, hidden, term, total)) {
+    const int64_t j = int64_t{blockIdx.x} * dev::kTileCols + threadIdx.x;
+    dev::storef(dgamma, j, total[0]);
+    dev::storef(dbeta, j, total[1]);
+  }
+}
+
+// Block n handles row n, staged (hidden <= kStagedRowMax): the block computes g = dy*gamma and
+// g*xhat into shared memory, thread 0 adds each in order, then dx as in layernorm_rows_kernel.
+// Each thread reads x and dy at its own j's and later writes dx only there (dx may be dy or x).
+__global__ void layernorm_rows_staged_kernel(Operand dy, Operand x, Operand gamma, Operand mean, Operand rstd,
+                                             Operand dx, int64_t hidden) {
+  extern __shared__ float staged[];  // g[hidden], then g*xhat[hidden]
+  float* g = staged;
+  float* gx = staged + hidden;
+  __shared__ float row_means[2];
+  const int64_t n = blockIdx.x, base = n * hidden;
+  const float mu = dev::loadf(mean, n), rs = dev::loadf(rstd, n);
+  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
+    const float xhat = __fmul_rn(__fsub_rn(dev::loadf(x, base + j), mu), rs);
+    g[j] = __fmul_rn(dev::loadf(dy, base + j), dev::loadf(gamma, j));
+    gx[j] = __fmul_rn(g[j], xhat);
+  }
+  __syncthreads();
+  const float hf = static_cast<float>(hidden);
+  if (threadIdx.x == 0) row_means[0] = __fdiv_rn(sum_in_order(g, hidden), hf);
+  if (threadIdx.x == 32 % blockDim.x) row_means[1] = __fdiv_rn(sum_in_order(gx, hidden), hf);  // another warp
+  __syncthreads();
+  const float mean_g = row_means[0], mean_gx = row_means[1];
+  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
+    const float xhat = __fmul_rn(__fsub_rn(dev::loadf(x, base + j), mu), rs);
+    dev::storef(dx, base + j, __fmul_rn(rs, __fsub_rn(__fsub_rn(g[j], mean_g), __fmul_rn(xhat, mean_gx))));
   }
 }
 
@@ -161,8 +222,13 @@ void launch_layernorm_forward(Operand x, Operand gamma, Operand beta, Operand y,
                               int64_t rows, int64_t hidden, float eps, cudaStream_t stream) {
   if (rows == 0) return;
   check_rows(rows);
-  layernorm_forward_kernel<<<static_cast<unsigned>(rows), row_block(hidden), 0, stream>>>(
-      x, gamma, beta, y, mean, rstd, hidden, eps);
+  if (hidden <= kStagedRowMax) {
+    layernorm_forward_staged_kernel<<<static_cast<unsigned>(rows), row_block(hidden), staged_bytes(hidden),
+                                      stream>>>(x, gamma, beta, y, mean, rstd, hidden, eps);
+  } else {
+    layernorm_forward_kernel<<<static_cast<unsigned>(rows), row_block(hidden), 0, stream>>>(
+        x, gamma, beta, y, mean, rstd, hidden, eps);
+  }
   SC_CUDA_CHECK_LAST();
 }
 
@@ -171,13 +237,17 @@ void launch_layernorm_backward(Operand dy, Operand x, Operand gamma, Operand mea
                                cudaStream_t stream) {
   check_rows(rows);
   // Columns first: they read dy and x of every row, which the row kernel may overwrite.
-  // One thread per column and few columns: small blocks spread them over more SMs.
-  layernorm_columns_kernel<<<dev::grid_for(hidden, kColumnBlock), kColumnBlock, 0, stream>>>(
-      dy, x, mean, rstd, dgamma, dbeta, rows, hidden);
+  layernorm_columns_kernel<<<dev::column_sum_blocks(hidden), dim3(dev::kTileCols, dev::kChunkSlots), 0,
+                             stream>>>(dy, x, mean, rstd, dgamma, dbeta, rows, hidden);
   SC_CUDA_CHECK_LAST();
   if (rows == 0) return;
-  layernorm_rows_kernel<<<static_cast<unsigned>(rows), row_block(hidden), 0, stream>>>(dy, x, gamma, mean,
-                                                                                       rstd, dx, hidden);
+  if (hidden <= kStagedRowMax) {
+    layernorm_rows_staged_kernel<<<static_cast<unsigned>(rows), row_block(hidden), staged_bytes(hidden),
+                                   stream>>>(dy, x, gamma, mean, rstd, dx, hidden);
+  } else {
+    layernorm_rows_kernel<<<static_cast<unsigned>(rows), row_block(hidden), 0, stream>>>(dy, x, gamma, mean,
+                                                                                         rstd, dx, hidden);
+  }
   SC_CUDA_CHECK_LAST();
 }
 

@@ -1,6 +1,7 @@
 // LayerNorm forward and backward (core::kernel::LayerNormForward / LayerNormBackward), bit for
 // bit with the CPU reference: each row's sums run in one thread in the CPU's order (h = 0..H-1),
-// each column's sums over rows likewise, and everything else is elementwise.
+// each column's sums over rows in core's chunked order (core/kernels/summation_order.hpp),
+// and everything else is elementwise.
 //   gpu::launch_layernorm_forward(x, gamma, beta, y, mean, rstd, rows, hidden, 1e-5f, stream);
 #pragma once
 

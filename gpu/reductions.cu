@@ -1,8 +1,9 @@
-// Reductions without atomics. SumSquares uses a fixed shape that depends only on the length:
-// G = min(ceil(n / 4096), kSumSquaresPartials) blocks of 256 threads; thread t of block b sums
-// x[b*256 + t], then every G*256-th element after it, in order; each block reduces its 256
-// sums with a halving tree into partials[b]; one final block sums the G partials the same way
-// (strided per thread, then a tree) and adds the previous acc. Same n, same bits, every run.
+// Reductions without atomics. SumSquares runs core's fixed tree (core/kernels/summation_order.hpp),
+// the CPU's additions exactly: G = fixed_tree_blocks(n) blocks of 256 threads; thread t of
+// block b sums x[b*256 + t], then every G*256-th element after it, in order; each block reduces
+// its 256 sums with a halving tree into partials[b]; one final block sums the G partials the
+// same way (strided per thread, then a tree) and adds the previous acc. Same n, same bits.
+#include "gpu/column_sum.cuh"
 #include "gpu/device_util.cuh"
 #include "gpu/reductions.hpp"
 
@@ -10,21 +11,16 @@ namespace shardcheck::gpu {
 
 namespace {
 
-constexpr int kReduceBlock = 256;
+constexpr int kReduceBlock = static_cast<int>(core::kTreeBlock);
+static_assert(kSumSquaresPartials == core::kTreeBlocksMax, "scratch for every first-level block");
 
-__global__ void bias_grad_kernel(Operand dy, Operand dbias, int64_t rows, int64_t cols) {
-  for (int64_t c = dev::thread_index(); c < cols; c += dev::grid_stride()) {
-    float acc = 0.0f;
-    int64_t r = 0;
-    for (; r + dev::kSerialBatch <= rows; r += dev::kSerialBatch) {
-      float v[dev::kSerialBatch];
-#pragma unroll
-      for (int b = 0; b < dev::kSerialBatch; ++b) v[b] = dev::loadf(dy, (r + b) * cols + c);
-#pragma unroll
-      for (int b = 0; b < dev::kSerialBatch; ++b) acc += v[b];
-    }
-    for (; r < rows; ++r) acc += dev::loadf(dy, r * cols + c);
-    dev::storef(dbias, c, acc);
+// dbias[c] = sum_n dy[n][c] in core's chunked order (gpu/column_sum.cuh).
+__global__ void __launch_bounds__(dev::kColumnSumThreads)
+    bias_grad_kernel(Operand dy, Operand dbias, int64_t rows, int64_t cols) {
+  float total[1];
+  const auto term = [&](int64_t n, int64_t c, float(&v)[1]) { v[0] = dev::loadf(dy, n * cols + c); };
+  if (dev::column_sums<1>(rows, cols, term, total)) {
+    dev::storef(dbias, int64_t{blockIdx.x} * dev::kTileCols + threadIdx.x, total[0]);
   }
 }
 
@@ -77,17 +73,14 @@ __global__ void clip_coef_kernel(const double* sumsq, double* coef, double* norm
 
 void launch_bias_grad(Operand dy, Operand dbias, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (cols == 0) return;
-  // One thread per column and few columns: small blocks spread them over more SMs.
-  constexpr int kColumnBlock = 64;
-  bias_grad_kernel<<<dev::grid_for(cols, kColumnBlock), kColumnBlock, 0, stream>>>(dy, dbias, rows, cols);
+  bias_grad_kernel<<<dev::column_sum_blocks(cols), dim3(dev::kTileCols, dev::kChunkSlots), 0, stream>>>(
+      dy, dbias, rows, cols);
   SC_CUDA_CHECK_LAST();
 }
 
 void launch_sum_squares(Operand x, const double* acc_in, double* acc_out, double* partials,
                         cudaStream_t stream) {
-  const int64_t per_block = int64_t{kReduceBlock} * 16;
-  const int64_t wanted = (x.numel + per_block - 1) / per_block;
-  const int blocks = static_cast<int>(wanted < kSumSquaresPartials ? wanted : kSumSquaresPartials);
+  const int blocks = static_cast<int>(core::fixed_tree_blocks(x.numel));
   if (blocks > 0) {
     sum_squares_partials_kernel<<<blocks, kReduceBlock, 0, stream>>>(x, partials);
     SC_CUDA_CHECK_LAST();

@@ -1,6 +1,6 @@
-// Reductions: BiasGrad (column sums, bit for bit: each column sums its rows in order in one
-// thread), SumSquares (f64, a fixed two-level tree: deterministic, but not the CPU's
-// left-to-right order, so tests use a tolerance) and ClipCoef (one thread, bit for bit).
+// Reductions: BiasGrad (column sums, bit for bit with the CPU: core's chunked order,
+// gpu/column_sum.cuh), SumSquares (f64, core's fixed two-level tree, the CPU's additions: bit
+// for bit) and ClipCoef (one thread, bit for bit).
 //   gpu::launch_sum_squares(x, acc_in_or_null, acc_out, partials, stream);
 #pragma once
 
@@ -12,7 +12,7 @@
 
 namespace shardcheck::gpu {
 
-// dbias[c] = sum over r = 0..rows-1 of dy[r][c], one float accumulator from +0.0f.
+// dbias[c] = sum over r of dy[r][c] in fp32, in core's chunked order (summation_order.hpp).
 void launch_bias_grad(Operand dy, Operand dbias, int64_t rows, int64_t cols, cudaStream_t stream);
 
 // Device scratch that launch_sum_squares needs: one double per first-level block.

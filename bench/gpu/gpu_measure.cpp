@@ -4,7 +4,10 @@
 // strategy and of DistOpt; GEMM throughput inside a step against the same GEMM shapes run
 // alone; model FLOPs utilisation; loss agreement with DistOpt over 500 steps and with the
 // simulator in fp32; and the one-rank step time that the PyTorch peer is compared with.
-//   gpu_measure [--out DIR] [--quick]   (writes gpu_measure.json and gpu_measure.md)
+//   gpu_measure [--out DIR] [--quick] [--sections one_rank,steps,agreement]   (writes gpu_measure.json)
+// --sections runs some of the three parts (the card's GEMM peak and copy bandwidth are always
+// measured: MFU needs the peak), so `make gpu-bench` can repeat the timed parts three times
+// and run the long agreement part once.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -99,47 +102,13 @@ double model_flops(const core::TrainingConfig& c, int dp) {
   return 6.0 * tokens * (L * 8.0 * H * H + V * H);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach a log file even if the run is cut short
-  std::string out = std::getenv("OUT") ? std::getenv("OUT") : "out/gpu";
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-    if (!std::strcmp(argv[i], "--quick")) quick = true;
-  }
-  if (gpu::usable_devices() == 0) {
-    std::fprintf(stderr, "gpu_measure: no CUDA device\n");
-    return 2;
-  }
-  ordered_json j;
-  cudaDeviceProp prop;
-  SC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  j["device"] = prop.name;
-  j["multiprocessors"] = prop.multiProcessorCount;
-  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-
-  // The card's ceilings, measured here.
-  gpu::Blas blas;
-  core::kernel::Gemm big;
-  big.m = big.n = big.k = 8192;
-  const double peak_ms = plain_gemm_ms(blas, big, core::DType::bf16, core::DType::bf16, core::DType::bf16);
-  const double peak = 2.0 * 8192.0 * 8192 * 8192 / (peak_ms * 1e-3) / 1e12;
-  j["bf16_gemm_8192_tflops"] = peak;
-  j["copy_gbs"] = copy_bandwidth_gbs();
-  std::printf("dense bf16 GEMM 8192^3: %.1f TFLOP/s; device copy %.0f GB/s\n", peak,
-              j["copy_gbs"].get<double>());
-  auto save = [&] {
-    if (auto made = core::make_dirs(out); !made)
-      std::fprintf(stderr, "gpu_measure: %s\n", made.message().c_str());
-    (void)core::write_file_atomic(out + "/gpu_measure.json", j.dump(2));
-  };
-
+// One rank: the figures the PyTorch peer is compared with.
+void one_rank_section(ordered_json& j, gpu::Blas& blas, double peak) {
   // One rank: the number the PyTorch peer is compared with; where its time goes (device time
   // per kernel, host time issuing it); GEMMs inside the step against the same shapes alone.
   const core::TrainingConfig one = bench::tinylm_config(core::Strategy::no_shard);
-  const double one_s = bench::step_seconds(one, {{"dp", 1}}, {});
+  const bench::StepTime one_t = bench::step_time(one, {{"dp", 1}}, {});
+  const double one_s = one_t.median;
   gpu::GpuOptions profiled;
   profiled.profile_kernels = true;
   const bench::Timed prof = bench::train(one, {{"dp", 1}}, 2, profiled);
@@ -151,6 +120,9 @@ int main(int argc, char** argv) {
   double device_ms = 0, host_ms = 0;
   for (const auto& k : kp.kernels) device_ms += k.milliseconds, host_ms += k.host_milliseconds;
   j["one_rank"] = {{"ms_per_step", 1e3 * one_s},
+                   {"ms_per_step_min", 1e3 * one_t.min},
+                   {"ms_per_step_max", 1e3 * one_t.max},
+                   {"model_flops_per_step", model_flops(one, 1)},
                    {"mfu", model_flops(one, 1) / one_s / (peak * 1e12)},
                    {"gemm_tflops_inside_step", inside},
                    {"gemm_tflops_same_shapes_alone", alone},
@@ -177,8 +149,10 @@ int main(int argc, char** argv) {
                        {"host_ms_per_step", k.host_milliseconds / 2}});
   }
   j["one_rank"]["kernels"] = kernels;
-  save();
+}
 
+// Step time of every strategy, 4 ranks on the device-local communicator.
+void steps_section(ordered_json& j, double peak, bool quick) {
   // Step time per strategy, 4 ranks on one GPU.
   const auto& all = bench::kAllStrategies;
   ordered_json steps = ordered_json::array();
@@ -200,8 +174,11 @@ int main(int argc, char** argv) {
   j["tinylm"] = {{"vocab", 8192},         {"hidden", 1024},    {"layers", 8}, {"seq", 1024},
                  {"micro_batch_size", 2}, {"microbatches", 4}, {"ranks", 4}};
   j["step_time"] = steps;
-  save();
+}
 
+// Loss agreement with DistOpt and with the simulator.
+void agreement_section(ordered_json& j, bool quick) {
+  const auto& all = bench::kAllStrategies;
   // Loss agreement with DistOpt over 500 steps (a smaller TinyLM), mixed precision and exact.
   ordered_json agree = ordered_json::array();
   for (bool exact : {false, true}) {
@@ -246,7 +223,57 @@ int main(int argc, char** argv) {
   const double dsim = max_abs_delta(on_gpu, on_sim.losses);
   std::printf("optim fp32, 12 steps: max |delta loss| GPU vs simulator = %.3g\n", dsim);
   j["against_simulator_fp32"] = {{"strategy", "optim"}, {"steps", 12}, {"max_abs_delta_loss", dsim}};
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach a log file even if the run is cut short
+  std::string out = std::getenv("OUT") ? std::getenv("OUT") : "out/gpu";
+  bool quick = false;
+  std::string sections = "one_rank,steps,agreement";
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--sections") && i + 1 < argc) sections = argv[++i];
+  }
+  const auto listed = [&](const char* name) {
+    return ("," + sections + ",").find(std::string(",") + name + ",") != std::string::npos;
+  };
+  if (gpu::usable_devices() == 0) {
+    std::fprintf(stderr, "gpu_measure: no CUDA device\n");
+    return 2;
+  }
+  ordered_json j;
+  cudaDeviceProp prop;
+  SC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  j["device"] = prop.name;
+  j["multiprocessors"] = prop.multiProcessorCount;
+  j["sections"] = sections;
+  j["quick"] = quick;
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+
+  // The card's ceilings, measured here.
+  gpu::Blas blas;
+  core::kernel::Gemm big;
+  big.m = big.n = big.k = 8192;
+  const double peak_ms = plain_gemm_ms(blas, big, core::DType::bf16, core::DType::bf16, core::DType::bf16);
+  const double peak = 2.0 * 8192.0 * 8192 * 8192 / (peak_ms * 1e-3) / 1e12;
+  j["bf16_gemm_8192_tflops"] = peak;
+  j["copy_gbs"] = copy_bandwidth_gbs();
+  std::printf("dense bf16 GEMM 8192^3: %.1f TFLOP/s; device copy %.0f GB/s\n", peak,
+              j["copy_gbs"].get<double>());
+  auto save = [&] {
+    if (auto made = core::make_dirs(out); !made)
+      std::fprintf(stderr, "gpu_measure: %s\n", made.message().c_str());
+    (void)core::write_file_atomic(out + "/gpu_measure.json", j.dump(2));
+  };
+
+  if (listed("one_rank")) one_rank_section(j, blas, peak);
+  save();
+  if (listed("steps")) steps_section(j, peak, quick);
+  save();
+  if (listed("agreement")) agreement_section(j, quick);
   save();
   std::printf("\nresults: %s/gpu_measure.json\n", out.c_str());
   return 0;

@@ -82,9 +82,10 @@ struct EmbeddingForward {
   static constexpr bool kElementwise = false;
   int64_t vocab = 0, hidden = 0;
 };
-// reads [tokens i32 N, dout N x H]; writes [dweight V x H]: dweight = 0, then for n = 0..N-1
-// in order dweight[tokens[n]] += dout[n], accumulated in fp32 and rounded to the output
-// dtype once at the end. Deterministic: no atomics, one fixed order.
+// reads [tokens i32 N, dout N x H]; writes [dweight V x H]: dweight[v] = the sum of dout[n]
+// over the n with tokens[n] == v, in the chunked order of summation_order.hpp (64-token
+// chunks in token order, then the chunk sums in order), accumulated in fp32 and rounded to
+// the output dtype once at the end. Deterministic: no atomics, one fixed order.
 struct EmbeddingBackward {
   static constexpr bool kElementwise = false;
   int64_t vocab = 0, hidden = 0;
@@ -100,7 +101,8 @@ struct LayerNormForward {
 };
 // reads [dy N x H, x N x H, gamma H, mean N, rstd N]; writes [dx N x H, dgamma H, dbeta H].
 // xhat = (x-mean)*rstd; g = dy*gamma; dx = rstd*(g - mean(g) - xhat*mean(g*xhat));
-// dgamma = sum_n dy*xhat; dbeta = sum_n dy (sums over n in order). mean(.) = sum over h in
+// dgamma = sum_n dy*xhat; dbeta = sum_n dy (over n in the chunked order of
+// summation_order.hpp: 64-row chunks in row order, then the chunk sums in order). mean(.) = sum over h in
 // order / H; dx = rstd * ((g - mean(g)) - xhat*mean(g*xhat)).
 struct LayerNormBackward {
   static constexpr bool kElementwise = false;
@@ -122,7 +124,8 @@ struct BiasAdd {
   static constexpr bool kElementwise = false;
   int64_t rows = 0, cols = 0;
 };
-// reads [dy N x C]; writes [dbias C]: dbias[c] = sum over n in order of dy[n][c].
+// reads [dy N x C]; writes [dbias C]: dbias[c] = sum over n of dy[n][c], in the chunked
+// order of summation_order.hpp.
 struct BiasGrad {
   static constexpr bool kElementwise = false;
   int64_t rows = 0, cols = 0;
@@ -169,8 +172,9 @@ struct Sgd {
   bool has_coef = false;
 };
 // reads [x] (and [acc f64 1] when accumulate); writes [acc f64 1]:
-// acc = (accumulate ? acc : 0) + sum over i in order of (double)x[i]^2. The sum starts
-// from 0.0 and is added to acc at the end; x may be f32, bf16 or f64; when accumulate, the
+// acc = (accumulate ? acc : 0) + sum of (double)x[i]^2, added in the fixed tree of
+// summation_order.hpp (a function of the length alone). The sum starts from 0.0 and is added
+// to acc at the end; x may be f32, bf16 or f64; when accumulate, the
 // builder puts acc in reads[1].
 struct SumSquares {
   static constexpr bool kElementwise = false;

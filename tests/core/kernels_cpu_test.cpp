@@ -13,6 +13,7 @@
 #include "core/base/rng.hpp"
 #include "core/base/status.hpp"
 #include "core/kernels/kernels.hpp"
+#include "core/kernels/summation_order.hpp"
 
 using namespace shardcheck::core;
 
@@ -520,6 +521,142 @@ TEST_CASE("gemm with bf16 operands widens them and rounds C once", "[core][kerne
 
 // ---- Bias and GELU.
 
+// ---- The one summation order (core/kernels/summation_order.hpp), which the GPU kernels follow.
+
+namespace {
+
+// 1.0, then 63 zeros, then 64 values of 2^-24 (half an ulp of 1.0). In row order each 2^-24
+// added to 1.0 is a tie that rounds back to 1.0; in 64-row chunks the second chunk sums them
+// exactly to 2^-18 first, and 1.0 + 2^-18 is representable.
+std::vector<float> order_sensitive_column() {
+  std::vector<float> v(2 * static_cast<size_t>(kSumChunkRows), 0.0f);
+  v[0] = 1.0f;
+  for (size_t n = static_cast<size_t>(kSumChunkRows); n < v.size(); ++n) v[n] = std::ldexp(1.0f, -24);
+  return v;
+}
+
+float row_order_sum(const std::vector<float>& v) {
+  float s = 0.0f;
+  for (const float x : v) s += x;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("chunked_sum adds 64-row chunks in order, then the chunk sums in order", "[core][kernels]") {
+  REQUIRE(kSumChunkRows == 64);
+  const std::vector<float> v = order_sensitive_column();
+  CHECK(chunked_sum(v) == 1.0f + std::ldexp(1.0f, -18));
+  CHECK(row_order_sum(v) == 1.0f);  // the order matters for this column: the test is not vacuous
+  // Hand-computed on three uneven chunks (64 + 64 + 2 rows): ((1) + (2^-25 + 2^-25)) + (2^-24 +
+  // 2^-24) = (1 + 2^-24, a tie that rounds to 1) + 2^-23. Row order gets 1: every addend is at
+  // most half an ulp of 1.
+  std::vector<float> w(130, 0.0f);
+  w[0] = 1.0f;
+  w[64] = w[65] = std::ldexp(1.0f, -25);
+  w[128] = w[129] = std::ldexp(1.0f, -24);
+  CHECK(chunked_sum(w) == 1.0f + std::ldexp(1.0f, -23));
+  CHECK(row_order_sum(w) == 1.0f);
+  // At most one chunk: exactly the row order.
+  Rng rng(61);
+  std::vector<float> short_column;
+  for (const double x : nonzero(rng, kSumChunkRows, 0.1, 1)) short_column.push_back(static_cast<float>(x));
+  CHECK(chunked_sum(short_column) == row_order_sum(short_column));
+}
+
+TEST_CASE("ChunkedColumnSum sums each column like chunked_sum, for any row count", "[core][kernels]") {
+  Rng rng(62);
+  for (const int64_t rows : {0, 1, 63, 64, 65, 128, 200}) {
+    const int64_t cols = 5;
+    const std::vector<double> m = rows > 0 ? nonzero(rng, rows * cols, 0.1, 1) : std::vector<double>{};
+    ChunkedColumnSum sums(static_cast<size_t>(cols));
+    for (int64_t n = 0; n < rows; ++n) {
+      for (int64_t j = 0; j < cols; ++j)
+        sums.add(static_cast<size_t>(j), static_cast<float>(m[n * cols + j]));
+      sums.end_row();
+    }
+    const std::vector<float> got = sums.finish();
+    for (int64_t j = 0; j < cols; ++j) {
+      std::vector<float> column;
+      for (int64_t n = 0; n < rows; ++n) column.push_back(static_cast<float>(m[n * cols + j]));
+      INFO("rows " << rows << ", column " << j);
+      CHECK(got[static_cast<size_t>(j)] == chunked_sum(column));
+    }
+  }
+}
+
+TEST_CASE("fixed_tree_sum is the GPU's two-level tree, a function of the length alone", "[core][kernels]") {
+  REQUIRE(fixed_tree_blocks(0) == 0);
+  REQUIRE(fixed_tree_blocks(4096) == 1);
+  REQUIRE(fixed_tree_blocks(4097) == 2);
+  REQUIRE(fixed_tree_blocks(int64_t{1} << 30) == kTreeBlocksMax);  // then the lanes stride
+  // The tree spelled out, for lengths on both sides of each boundary (one block, several, lanes
+  // that take more than one term).
+  for (const int64_t n :
+       {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{4096}, int64_t{4097}, int64_t{70000}}) {
+    Rng rng(63);
+    std::vector<double> v(static_cast<size_t>(n));
+    for (double& x : v) x = rng.uniform_real() * 10.0;
+    const int64_t blocks = fixed_tree_blocks(n), lanes = blocks * kTreeBlock;
+    std::vector<double> lane(static_cast<size_t>(lanes), 0.0), fin(static_cast<size_t>(kTreeBlock), 0.0);
+    for (int64_t i = 0; i < n; ++i) lane[static_cast<size_t>(i % lanes)] += v[static_cast<size_t>(i)];
+    auto tree = [](double* p) {
+      for (int64_t s = kTreeBlock / 2; s > 0; s /= 2) {
+        for (int64_t t = 0; t < s; ++t) p[t] += p[t + s];
+      }
+      return p[0];
+    };
+    for (int64_t b = 0; b < blocks; ++b)
+      fin[static_cast<size_t>(b % kTreeBlock)] += tree(&lane[static_cast<size_t>(b * kTreeBlock)]);
+    INFO("n " << n);
+    CHECK(fixed_tree_sum(n, [&](int64_t i) { return v[static_cast<size_t>(i)]; }) == tree(fin.data()));
+  }
+  // And it is not left to right: 1.0 in lane 0, half an ulp of 1.0 in lanes 1 and 129. The tree
+  // adds the halves first (stride 128), exactly, then 2^-52 to 1.0.
+  std::vector<double> w(130, 0.0);
+  w[0] = 1.0;
+  w[1] = w[129] = std::ldexp(1.0, -53);
+  double left_to_right = 0;
+  for (const double x : w) left_to_right += x;
+  CHECK(left_to_right == 1.0);  // each half ulp is a tie that rounds back to 1.0
+  CHECK(fixed_tree_sum(130, [&](int64_t i) { return w[static_cast<size_t>(i)]; }) ==
+        1.0 + std::ldexp(1.0, -52));
+}
+
+TEST_CASE("bias_grad, layernorm_backward and embedding_backward sum in the chunked order",
+          "[core][kernels]") {
+  const std::vector<float> col = order_sensitive_column();
+  const int64_t rows = static_cast<int64_t>(col.size());
+  const float want = chunked_sum(col);
+  REQUIRE(want != row_order_sum(col));
+  std::vector<double> dy(col.begin(), col.end());
+  Mem m;
+  SECTION("bias_grad") {
+    const TensorRef dbias = m.alloc(DType::f32, 1);
+    m.run(kernels::bias_grad(0, m.put(DType::f32, dy), dbias, rows, 1));
+    CHECK(m.get(dbias)[0] == want);
+  }
+  SECTION("layernorm_backward: dbeta is the sum of dy, dgamma of dy * xhat") {
+    // hidden 2, x = (+1, -1) per row: mean 0, rstd 1 (eps 0 in the stored rstd), xhat = (+1, -1).
+    std::vector<double> dy2, x2;
+    for (const float d : col) dy2.insert(dy2.end(), {d, d}), x2.insert(x2.end(), {1.0, -1.0});
+    const TensorRef dx = m.alloc(DType::f32, rows * 2), dgamma = m.alloc(DType::f32, 2),
+                    dbeta = m.alloc(DType::f32, 2);
+    m.run(kernels::layernorm_backward(
+        0, m.put(DType::f32, dy2), m.put(DType::f32, x2), m.put(DType::f32, {1.0, 1.0}),
+        m.put(DType::f32, std::vector<double>(rows, 0.0)), m.put(DType::f32, std::vector<double>(rows, 1.0)),
+        dx, dgamma, dbeta, rows, 2));
+    CHECK(m.get(dbeta) == std::vector<double>{want, want});
+    CHECK(m.get(dgamma) == std::vector<double>{want, -want});
+  }
+  SECTION("embedding_backward: every token the same row") {
+    const TensorRef dw = m.alloc(DType::f32, 2);
+    m.run(kernels::embedding_backward(0, m.put(DType::i32, std::vector<double>(rows, 1.0)),
+                                      m.put(DType::f32, dy), dw, 2, 1));
+    CHECK(m.get(dw) == std::vector<double>{0.0, want});
+  }
+}
+
 TEST_CASE("bias_add broadcasts over rows and bias_grad matches finite differences", "[core][kernels]") {
   const int64_t rows = 5, cols = 3;
   Rng rng(51);
@@ -750,11 +887,16 @@ TEST_CASE("sum_squares sums in f64 and accumulate adds to the previous acc", "[c
   REQUIRE(more.reads.size() == 2);
   m.run(more);
   REQUIRE(m.get(acc)[0] == 14.0 + 0.25 + 2.25);
-  // Random f32 values: squares are exact in double; the sum matches a double loop exactly.
+  // Random f32 values: squares are exact in double; the sum is the fixed tree's (1000 values:
+  // one block, lane t holds the squares t, t + 256, ... added in order, then a halving tree).
   Rng rng(81);
   const std::vector<double> x = nonzero(rng, 1000, 1e-3, 10);
-  double want = 0;
-  for (double v : x) want += v * v;
+  std::vector<double> lane(256, 0.0);
+  for (size_t i = 0; i < x.size(); ++i) lane[i % 256] += x[i] * x[i];
+  for (size_t stride = 128; stride > 0; stride /= 2) {
+    for (size_t t = 0; t < stride; ++t) lane[t] += lane[t + stride];
+  }
+  const double want = lane[0] + 0.0;  // the final block's lane 0 holds it; its tree adds zeros
   m.run(kernels::sum_squares(0, m.put(DType::f32, x), acc, false));
   REQUIRE(m.get(acc)[0] == want);
   m.run(kernels::sum_squares(0, m.put(DType::f64, {0.1}), acc, true));

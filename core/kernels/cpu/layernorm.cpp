@@ -1,12 +1,14 @@
 // LayerNorm forward and backward, the CPU twin of gpu/layernorm.cu. Each row's sums run over
 // h = 0..H-1 in one fp32 accumulator; the backward's dgamma and dbeta sum each column over
-// rows n = 0..N-1 in order. The GPU kernels keep both orders, bit for bit.
+// rows in the chunked order of core/kernels/summation_order.hpp. The GPU kernels keep both
+// orders, bit for bit.
 #include <cmath>
 #include <string>
 
 #include "core/kernels/cpu/arg_check.hpp"
 #include "core/kernels/cpu/cpu_kernels.hpp"
 #include "core/kernels/cpu/operands.hpp"
+#include "core/kernels/summation_order.hpp"
 
 namespace shardcheck::core::cpu {
 
@@ -65,7 +67,8 @@ void execute(const KernelCall& c, const kernel::LayerNormBackward& k, MemoryView
   const Floats mean = load_floats(mem, c.reads[3]), rstd = load_floats(mem, c.reads[4]);
   const size_t rows = static_cast<size_t>(k.rows), h = static_cast<size_t>(k.hidden);
   const float hf = static_cast<float>(k.hidden);
-  Floats dx(rows * h), dgamma(h, 0.0f), dbeta(h, 0.0f);
+  Floats dx(rows * h);
+  ChunkedColumnSum dgamma(h), dbeta(h);
   for (size_t n = 0; n < rows; ++n) {
     const float* xr = x.data() + n * h;
     const float* dyr = dy.data() + n * h;
@@ -82,13 +85,15 @@ void execute(const KernelCall& c, const kernel::LayerNormBackward& k, MemoryView
       const float xhat = (xr[j] - mu) * rs;
       const float g = dyr[j] * gamma[j];
       dx[n * h + j] = rs * ((g - mean_g) - xhat * mean_gx);
-      dgamma[j] += dyr[j] * xhat;  // for each j, rows in order
-      dbeta[j] += dyr[j];
+      dgamma.add(j, dyr[j] * xhat);
+      dbeta.add(j, dyr[j]);
     }
+    dgamma.end_row();
+    dbeta.end_row();
   }
   store_floats(mem, c.writes[0], dx);
-  store_floats(mem, c.writes[1], dgamma);
-  store_floats(mem, c.writes[2], dbeta);
+  store_floats(mem, c.writes[1], dgamma.finish());
+  store_floats(mem, c.writes[2], dbeta.finish());
 }
 
 }  // namespace shardcheck::core::cpu

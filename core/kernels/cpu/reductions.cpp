@@ -1,6 +1,7 @@
-// Reductions, the CPU twin of gpu/reductions.cu. bias_grad sums each column over rows
-// n = 0..N-1 in fp32 and clip_coef is a few double operations: the GPU matches both bit for bit.
-// sum_squares adds (double)x[i]^2 for i in order; the GPU's fixed tree agrees within a tolerance.
+// Reductions, the CPU twin of gpu/reductions.cu. bias_grad sums each column over rows in fp32,
+// in the chunked order of core/kernels/summation_order.hpp; sum_squares adds (double)x[i]^2 in
+// that header's fixed tree; clip_coef is a few double operations. The GPU matches all three
+// bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -8,6 +9,7 @@
 #include "core/kernels/cpu/arg_check.hpp"
 #include "core/kernels/cpu/cpu_kernels.hpp"
 #include "core/kernels/cpu/operands.hpp"
+#include "core/kernels/summation_order.hpp"
 
 namespace shardcheck::core::cpu {
 
@@ -23,11 +25,12 @@ std::string check(const KernelCall& c, const kernel::BiasGrad& k) {
 void execute(const KernelCall& c, const kernel::BiasGrad& k, MemoryView& mem) {
   const Floats dy = load_floats(mem, c.reads[0]);
   const size_t rows = static_cast<size_t>(k.rows), cols = static_cast<size_t>(k.cols);
-  Floats dbias(cols, 0.0f);
-  for (size_t n = 0; n < rows; ++n) {  // for each column, rows in order
-    for (size_t j = 0; j < cols; ++j) dbias[j] += dy[n * cols + j];
+  ChunkedColumnSum dbias(cols);
+  for (size_t n = 0; n < rows; ++n) {
+    for (size_t j = 0; j < cols; ++j) dbias.add(j, dy[n * cols + j]);
+    dbias.end_row();
   }
-  store_floats(mem, c.writes[0], dbias);
+  store_floats(mem, c.writes[0], dbias.finish());
 }
 
 std::string check(const KernelCall& c, const kernel::SumSquares& k) {
@@ -41,18 +44,23 @@ std::string check(const KernelCall& c, const kernel::SumSquares& k) {
 
 // The sum of squares starts from 0.0 and is added to the previous acc at the end, so a chunk's
 // contribution does not depend on what was accumulated before it. Squares of f32 or bf16
-// values are exact in double; only the additions round.
+// values are exact in double; only the additions round, in the fixed tree of
+// summation_order.hpp, which the GPU runs too.
 void execute(const KernelCall& c, const kernel::SumSquares& k, MemoryView& mem) {
   const TensorRef& x = c.reads[0];
   double sum = 0.0;
   if (x.dtype == DType::f64) {
     const std::byte* p = x.numel > 0 ? mem.data(x) : nullptr;
-    for (int64_t i = 0; i < x.numel; ++i) {
+    sum = fixed_tree_sum(x.numel, [&](int64_t i) {
       const double d = load_element(p, DType::f64, i);
-      sum += d * d;
-    }
+      return d * d;
+    });
   } else {
-    for (const float f : load_floats(mem, x)) sum += static_cast<double>(f) * static_cast<double>(f);
+    const Floats f = load_floats(mem, x);
+    sum = fixed_tree_sum(x.numel, [&](int64_t i) {
+      const double d = static_cast<double>(f[static_cast<size_t>(i)]);
+      return d * d;
+    });
   }
   const double before = k.accumulate ? load_scalar(mem, c.reads[1]) : 0.0;
   store_scalar(mem, c.writes[0], before + sum);
