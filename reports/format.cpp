@@ -182,7 +182,6 @@ std::string compare_verdict(const ScenarioResult& s, const CompareData& c) {
   return out;
 }
 
-
 std::string result_text(const ScenarioResult& s) { return s.met && s.error.empty() ? "ok" : "FAILED"; }
 
 std::string stopped_text(const ScenarioResult& s) {

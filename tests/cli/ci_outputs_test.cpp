@@ -110,8 +110,7 @@ TEST_CASE(
   REQUIRE(count(junit, "<testcase ") == 3);
   REQUIRE(count(junit, "<failure ") == 1);
   REQUIRE_THAT(junit, Catch::Contains("<failure message=\"expected clean, found stream_race\""));
-  REQUIRE_THAT(junit,
-               Catch::Contains("replay " + dir + "/unexpected-race.yaml --seed 1"));
+  REQUIRE_THAT(junit, Catch::Contains("replay " + dir + "/unexpected-race.yaml --seed 1"));
 
   const nlohmann::json sarif = nlohmann::json::parse(read(dir + "/s.sarif"));
   require_valid_sarif(sarif);
