@@ -94,9 +94,9 @@ std::string describe(const TrainingCase& c) {
     << (t.model.tied ? " tied" : " untied") << ", " << describe_precision(t.precision) << ", "
     << t.microbatches << " microbatches of " << t.micro_batch_size << ", " << t.steps << " steps, "
     << (t.optimizer.kind == core::OptimizerConfig::Kind::adam ? "adam" : "sgd") << " lr " << t.optimizer.lr
-    << " clip " << t.optimizer.clip_grad << (t.unified_comm ? ", unified comm" : "") << ", schedule "
-    << sim::to_string(c.policy) << " seed " << c.schedule_seed
-    << (c.reuse_earliest ? ", reuse earliest" : "");
+    << " clip " << t.optimizer.clip_grad << (t.unified_comm ? ", unified comm" : "")
+    << (t.overlap ? ", overlap" : "") << ", schedule " << sim::to_string(c.policy) << " seed "
+    << c.schedule_seed << (c.reuse_earliest ? ", reuse earliest" : "");
   if (t.mutations.any()) {
     o << ", mutations [";
     const auto list = t.mutations.list();
@@ -152,7 +152,8 @@ std::string training_scenario_yaml(const TrainingCase& c, const std::string& nam
     << ", lr: " << real(o.lr) << ", betas: [" << real(o.beta1) << ", " << real(o.beta2)
     << "], eps: " << real(o.eps) << ", weight_decay: " << real(o.weight_decay)
     << ", clip_grad: " << real(o.clip_grad) << "}\n";
-  y << "streams: {unified_comm: " << (t.unified_comm ? "true" : "false") << "}\n";
+  y << "streams: {unified_comm: " << (t.unified_comm ? "true" : "false")
+    << ", overlap: " << (t.overlap ? "true" : "false") << "}\n";
   y << "allocator: {model: caching, reuse: " << (c.reuse_earliest ? "earliest" : "best_fit") << "}\n";
   y << "mutations: [";
   bool first = true;

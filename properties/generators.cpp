@@ -160,6 +160,7 @@ rc::Gen<TrainingCase> gen_training_case(CaseSpace space) {
     t.data_seed = static_cast<uint64_t>(pick_int(1, 1000));
     schedule(c, space);
     if (const double g = growth(); g > 0) grow(c, g);
+    t.overlap = pick<bool>({{1, false}, {1, true}});  // drawn last: earlier draws stay as they were
     return c;
   });
 }

@@ -22,7 +22,8 @@ MemoryPrediction distopt_bytes(const TrainingCase& c, const core::ModelLayout& m
                                const std::vector<int>& units) {
   MemoryPrediction p;
   const int dp = c.dp_total();
-  const int64_t t = core::DistOptLayout::create(m, units, dp).total;
+  const int64_t t =
+      core::DistOptLayout::create(m, units, dp, core::DistOptLayout::bucket_elems(c.config, dp)).total;
   int64_t logical = 0;
   for (int u : units) {
     for (int q : m.units()[u].params) logical += core::numel(m.params()[q].shape);

@@ -155,8 +155,11 @@ Verdict grad_norm(const TrainingCase& c) {
     const double want = std::sqrt(sumsq);
     for (int rank = 0; rank < c.world_size(); ++rank) {
       const double got = o.norms[rank][step];
-      // fp64 sums in another order: equal to ~1e-15; a miscounted element is far off.
-      if (std::fabs(got - want) <= 1e-9 * std::max(want, 1e-30)) continue;
+      // fp64 sums in another order: equal to ~1e-15; a miscounted element is far off. A NaN in
+      // the gradients makes both NaN: the norm was taken from them, and the NaN is the other
+      // properties' to report.
+      if (std::fabs(got - want) <= 1e-9 * std::max(want, 1e-30) || (std::isnan(got) && std::isnan(want)))
+        continue;
       return Verdict::fail("step " + std::to_string(step) + ": rank " + std::to_string(rank) +
                            " reported the gradient norm " + num(got) + ", the logical gradient's norm is " +
                            num(want));

@@ -82,7 +82,13 @@ std::vector<ForcedHold> forced_holds(const std::vector<LoadedScenario>& scenario
         h.freed_buffer = race->first.buffer;
         h.reusing_buffer = race->second.buffer;
       }
-      if (std::find(holds.begin(), holds.end(), h) == holds.end()) holds.push_back(std::move(h));
+      // One hold per first access: it waits for the first of its racing accesses to run, which
+      // is enough to force the order; holding it for a later one too would only wait longer.
+      auto same_first = [&](const ForcedHold& x) {
+        return x.scenario == h.scenario && x.first_rank == h.first_rank && x.first_stream == h.first_stream &&
+               x.first_op == h.first_op && x.first_occurrence == h.first_occurrence;
+      };
+      if (std::find_if(holds.begin(), holds.end(), same_first) == holds.end()) holds.push_back(std::move(h));
     }
   }
   return holds;

@@ -6,10 +6,10 @@
 //     in descending rank order show how far reduction order alone moves the losses;
 //  2. bus bandwidth (nccl-tests' definition) of every collective size each strategy issues
 //     in a step of TinyLM (hidden 1024, 8 layers), timed on its own;
-//  3. step time per strategy against DistOpt (the median of 7 steps after 2 warm-up steps,
-//     each ending with the device synchronized, with the fastest and slowest), and the same
-//     step with communication left out, which gives the communication time left exposed and
-//     how much of it overlaps compute.
+//  3. step time per strategy against DistOpt with overlapped communication (the median of 7
+//     steps after 2 warm-up steps, each ending with the device synchronized, with the fastest
+//     and slowest), the same step with communication left out, which gives the communication
+//     time left exposed and how much of it overlaps compute, and the step without overlap.
 //   gpu_multi [--out DIR] [--steps N] [--modes exact,fp32,bf16] [--sections losses,steps]
 //             [--strategies distopt,optim,...]   (writes gpu_multi.json)
 // --sections picks section 1 ("losses") and/or sections 2 and 3 ("steps"), so that one
@@ -354,7 +354,9 @@ int main(int argc, char** argv) {
         n, n);
   for (core::Strategy s : bench::kAllStrategies) {
     if (!do_steps || !strategy_wanted(s)) continue;
-    const core::TrainingConfig c = bench::tinylm_config(s);
+    // Overlapped as FSDP2 and Megatron run it; the same program without overlap is timed too.
+    core::TrainingConfig c = bench::tinylm_config(s);
+    c.overlap = true;
     const auto axes = bench::mesh_for(s, n);
     const std::string name(core::to_string(s));
     double comm_alone = 0;
@@ -387,6 +389,10 @@ int main(int argc, char** argv) {
     const bench::StepTime with = bench::step_time(c, axes, o);
     o.skip_communication = true;
     const bench::StepTime without = bench::step_time(c, axes, o);
+    o.skip_communication = false;
+    core::TrainingConfig plain = c;
+    plain.overlap = false;
+    const bench::StepTime serial = bench::step_time(plain, axes, o);
     const double full = with.median, compute = without.median;
     if (s == core::Strategy::distopt) distopt_s = full;
     const double exposed = std::max(0.0, full - compute);
@@ -394,9 +400,10 @@ int main(int argc, char** argv) {
     std::printf(
         "  step %.2f ms [%.2f, %.2f] (%.3f x DistOpt); without communication %.2f ms [%.2f, %.2f]; "
         "communication alone %.2f ms; exposed %.2f ms; "
-        "overlapped %.0f%%\n",
+        "overlapped %.0f%%; without overlap %.2f ms [%.2f, %.2f]\n",
         1e3 * full, 1e3 * with.min, 1e3 * with.max, full / distopt_s, 1e3 * compute, 1e3 * without.min,
-        1e3 * without.max, 1e3 * comm_alone, 1e3 * exposed, 100 * overlap);
+        1e3 * without.max, 1e3 * comm_alone, 1e3 * exposed, 100 * overlap, 1e3 * serial.median,
+        1e3 * serial.min, 1e3 * serial.max);
     j["bus_bandwidth"] = bw;
     st.push_back({{"strategy", name},
                   {"ranks", n},
@@ -409,7 +416,10 @@ int main(int argc, char** argv) {
                   {"ms_without_communication_max", 1e3 * without.max},
                   {"ms_communication_alone", 1e3 * comm_alone},
                   {"ms_exposed", 1e3 * exposed},
-                  {"overlap", overlap}});
+                  {"overlap", overlap},
+                  {"ms_per_step_no_overlap", 1e3 * serial.median},
+                  {"ms_per_step_no_overlap_min", 1e3 * serial.min},
+                  {"ms_per_step_no_overlap_max", 1e3 * serial.max}});
     j["step_time"] = st;
     save();
   }

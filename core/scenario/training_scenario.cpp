@@ -105,9 +105,17 @@ class Parser {
     if (root["optimizer"]) optimizer(root["optimizer"], c.optimizer);
     if (root["streams"]) {
       y_.map(root["streams"], "streams");
-      y_.keys(root["streams"], {"unified_comm"}, "streams");
+      y_.keys(root["streams"], {"unified_comm", "overlap", "bucket_size"}, "streams");
       if (root["streams"]["unified_comm"])
         c.unified_comm = y_.boolean(root["streams"]["unified_comm"], "streams.unified_comm");
+      if (root["streams"]["overlap"]) c.overlap = y_.boolean(root["streams"]["overlap"], "streams.overlap");
+      if (root["streams"]["bucket_size"]) {
+        c.bucket_size =
+            y_.integer(root["streams"]["bucket_size"], "streams.bucket_size", 1, int64_t{1} << 40);
+        if (!c.overlap)
+          y_.fail(root["streams"]["bucket_size"],
+                  "streams.bucket_size sizes DistOpt's overlapped buckets: it needs streams.overlap: true");
+      }
     }
     if (root["mutations"]) mutations(root["mutations"], c.mutations);
     if (root["schedule"]) s.schedule = read_schedule(y_, root["schedule"]);

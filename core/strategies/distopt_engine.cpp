@@ -18,7 +18,14 @@ std::span<const std::byte> as_bytes(const std::vector<float>& v) {
 }
 }  // namespace
 
-DistOptLayout DistOptLayout::create(const ModelLayout& model, const std::vector<int>& units, int dp) {
+int64_t DistOptLayout::bucket_elems(const TrainingConfig& c, int dp) {
+  if (!c.overlap) return 0;
+  if (c.bucket_size > 0) return c.bucket_size;
+  return std::max<int64_t>(40'000'000, int64_t{1'000'000} * dp);
+}
+
+DistOptLayout DistOptLayout::create(const ModelLayout& model, const std::vector<int>& units, int dp,
+                                    int64_t bucket_elems) {
   DistOptLayout l;
   l.offset.assign(model.params().size(), -1);
   const int64_t pad = std::lcm<int64_t>(dp, 128);
@@ -47,7 +54,7 @@ DistOptLayout DistOptLayout::create(const ModelLayout& model, const std::vector<
     l.offset[p] = next;
     next += numel(model.params()[p].shape);
     cur.params.push_back(p);
-    if (shared_embedding(p)) close();
+    if (shared_embedding(p) || (bucket_elems > 0 && next - cur.offset >= bucket_elems)) close();
   }
   close();
   l.total = next;
@@ -55,7 +62,9 @@ DistOptLayout DistOptLayout::create(const ModelLayout& model, const std::vector<
 }
 
 DistOptEngine::DistOptEngine(EngineEnv env)
-    : env_(std::move(env)), layout_(DistOptLayout::create(*env_.model, env_.units, env_.dp_size())) {
+    : env_(std::move(env)),
+      layout_(DistOptLayout::create(*env_.model, env_.units, env_.dp_size(),
+                                    DistOptLayout::bucket_elems(*env_.config, env_.dp_size()))) {
   comm_ = env_.config->unified_comm ? rt().stream("comm") : rt().stream("rs");
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     const int64_t lo = shard_start(static_cast<int>(b)), hi = lo + shard_size(static_cast<int>(b));
@@ -145,15 +154,46 @@ Task<> DistOptEngine::setup() {
   co_await rt().launch(kernels::fill(compute, TensorRef{norm_, 0, 1, DType::f64}, 0.0));
   params_ready_ = rt().create_event("distopt.params_ready");
   grads_ready_ = rt().create_event("distopt.grads_ready");
+  if (env_.config->overlap) {
+    const size_t nb = layout_.buckets.size();
+    bucket_of_.assign(layout_.offset.size(), -1);
+    for (size_t b = 0; b < nb; ++b) {
+      for (int p : layout_.buckets[b].params) bucket_of_[p] = static_cast<int>(b);
+      gathered_.push_back(rt().create_event("distopt.gathered" + std::to_string(b)));
+    }
+    landed_.assign(nb, 0);
+    reduced_.assign(nb, false);
+    gather_pending_.assign(nb, false);
+  }
   co_await rt().wait_stream(comm_, compute);  // the comm stream's first reads follow initialization
 }
 
 Task<> DistOptEngine::begin_step(int) {
   const StreamId compute = env_.streams.compute;
+  if (env_.config->overlap) {
+    // Compute waited for the last step's gradient reads before its optimizer. The parameter
+    // all-gathers of the last step's update start now, and compute waits for each bucket at
+    // its first forward use (acquire).
+    co_await rt().launch(
+        kernels::fill(compute, TensorRef::f32(grads_, 0, layout_.total), 0.0, "distopt.zero_grad"));
+    if (params_stale_) co_await gather_params();
+    params_stale_ = false;
+    co_return;
+  }
   // The last step's parameter all-gather and gradient reads on comm come first.
   co_await rt().wait_stream(compute, comm_);
   co_await rt().launch(
       kernels::fill(compute, TensorRef::f32(grads_, 0, layout_.total), 0.0, "distopt.zero_grad"));
+}
+
+Task<> DistOptEngine::acquire(int unit) {
+  if (!env_.config->overlap) co_return;
+  for (int p : env_.model->units()[unit].params) {
+    const int b = bucket_of_.at(p);
+    if (b < 0 || !gather_pending_[b]) continue;
+    gather_pending_[b] = false;
+    co_await rt().wait_event(env_.streams.compute, gathered_[b]);
+  }
 }
 
 TensorRef DistOptEngine::weight(int param) {
@@ -186,10 +226,52 @@ Task<> DistOptEngine::end_backward(int unit) {
   }
   co_await rt().free(staging_);
   staging_ = -1;
+  if (!env_.config->overlap) co_return;
+  // Megatron's overlap_grad_reduce: a bucket is reduced as soon as its last gradient of the
+  // step has landed, while the backward of the units before it runs.
+  for (int p : env_.model->units()[unit].params) {
+    const int b = bucket_of_.at(p);
+    if (b < 0) continue;
+    const int64_t want = static_cast<int64_t>(layout_.buckets[b].params.size()) * env_.config->microbatches;
+    if (++landed_[b] == want) co_await reduce_bucket(static_cast<size_t>(b));
+  }
+}
+
+Task<> DistOptEngine::reduce_bucket(size_t b) {
+  const StreamId compute = env_.streams.compute;
+  co_await rt().record(grads_ready_, compute);
+  co_await rt().wait_event(comm_, grads_ready_);
+  const int dp = env_.dp_size();
+  const auto& bk = layout_.buckets[b];
+  const TensorRef bucket = TensorRef::f32(grads_, bk.offset, bk.size);
+  if (dp > 1) co_await rt().launch(kernels::divide(comm_, bucket, bucket, dp, "distopt.scale"));
+  const TensorRef mine =
+      TensorRef::f32(grads_, shard_start(static_cast<int>(b)), shard_size(static_cast<int>(b)));
+  co_await rt().collective({CollectiveKind::reduce_scatter, dp_all_, comm_, bucket, mine, ReduceOp::sum, 0,
+                            "distopt:grads" + std::to_string(b)});
+  const ParamRole r = env_.model->params()[bk.params[0]].role;
+  if (embedding_ >= 0 && bk.params.size() == 1 && (r == ParamRole::embedding || r == ParamRole::output)) {
+    co_await rt().collective(
+        {CollectiveKind::all_reduce, embedding_, comm_, mine, mine, ReduceOp::sum, 0, "embedding:grad"});
+  }
+  reduced_[b] = true;
 }
 
 Task<> DistOptEngine::reduce_gradients() {
   const StreamId compute = env_.streams.compute;
+  if (env_.config->overlap) {
+    // Buckets not yet reduced (none in a complete backward), then compute waits for every
+    // reduction and for any parameter gather no forward waited for: the optimizer writes both.
+    for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+      if (!reduced_[b]) co_await reduce_bucket(b);
+      reduced_[b] = false;
+      landed_[b] = 0;
+      if (gather_pending_[b]) co_await rt().wait_event(compute, gathered_[b]);
+      gather_pending_[b] = false;
+    }
+    co_await rt().wait_stream(compute, comm_);
+    co_return;
+  }
   co_await rt().record(grads_ready_, compute);
   co_await rt().wait_event(comm_, grads_ready_);
   const int dp = env_.dp_size();
@@ -254,6 +336,20 @@ Task<> DistOptEngine::gather_params() {
   const DType pd = env_.config->precision.param;
   co_await rt().record(params_ready_, compute);
   co_await rt().wait_event(comm_, params_ready_);
+  if (env_.config->overlap) {
+    // In forward order (the last bucket holds the first layers), each bucket's event awaited
+    // by compute at its first use in the forward.
+    for (size_t b = layout_.buckets.size(); b-- > 0;) {
+      const auto& bk = layout_.buckets[b];
+      const TensorRef mine{params_, shard_start(static_cast<int>(b)), shard_size(static_cast<int>(b)), pd};
+      co_await rt().collective({CollectiveKind::all_gather, dp_all_, comm_, mine,
+                                TensorRef{params_, bk.offset, bk.size, pd}, ReduceOp::sum, 0,
+                                "distopt:params" + std::to_string(b)});
+      co_await rt().record(gathered_[b], comm_);
+      gather_pending_[b] = true;
+    }
+    co_return;
+  }
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     const auto& bk = layout_.buckets[b];
     const TensorRef mine{params_, shard_start(static_cast<int>(b)), shard_size(static_cast<int>(b)), pd};
@@ -268,7 +364,11 @@ Task<> DistOptEngine::step(int step) {
   const GradNorm n = norm_spec();
   const ParamUpdate u = update_spec(step);
   co_await optimizer_step(rt(), n, u);
-  co_await gather_params();
+  if (env_.config->overlap) {
+    params_stale_ = true;  // Megatron's overlap_param_gather: gathered as the next step starts
+  } else {
+    co_await gather_params();
+  }
 }
 
 RankView DistOptEngine::view() const {
@@ -278,7 +378,10 @@ RankView DistOptEngine::view() const {
     const int logical = env_.model->params()[o.param].logical;
     v.main.push_back({logical, o.first, o.count, main_[o.bucket], o.shard_offset, DType::f32});
     v.grads.push_back({logical, o.first, o.count, grads_, o.buffer_offset, DType::f32});
+    // Between a step and the next one's gathers (overlap) only the owned ranges are current.
+    if (params_stale_) v.model.push_back({logical, o.first, o.count, params_, o.buffer_offset, pd});
   }
+  if (params_stale_) return v;
   for (size_t p = 0; p < layout_.offset.size(); ++p) {
     if (layout_.offset[p] < 0) continue;
     v.model.push_back({env_.model->params()[p].logical, 0, numel(env_.model->params()[p].shape), params_,

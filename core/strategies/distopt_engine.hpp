@@ -23,7 +23,14 @@ struct DistOptLayout {
   std::vector<int64_t> offset;  // per model parameter id: start in the buffer, -1 if absent
   std::vector<Bucket> buckets;
   int64_t total = 0;
-  static DistOptLayout create(const ModelLayout& model, const std::vector<int>& units, int dp);
+  // bucket_elems > 0 closes a bucket once it holds that many elements (Megatron's
+  // --ddp-bucket-size); 0 keeps every parameter in one bucket, as Megatron does without
+  // overlap_grad_reduce.
+  static DistOptLayout create(const ModelLayout& model, const std::vector<int>& units, int dp,
+                              int64_t bucket_elems = 0);
+  // Megatron's bucket size for a config: with overlap max(40M, 1M x dp) elements unless the
+  // config sets one (TrainingConfig::bucket_size), without it one bucket.
+  static int64_t bucket_elems(const TrainingConfig& c, int dp);
 };
 
 class DistOptEngine final : public Engine {
@@ -32,7 +39,7 @@ class DistOptEngine final : public Engine {
 
   Task<> setup() override;
   Task<> begin_step(int step) override;
-  Task<> acquire(int) override { co_return; }
+  Task<> acquire(int unit) override;
   Task<> release(int) override { co_return; }
   TensorRef weight(int param) override;
   Task<> begin_backward(int unit) override;
@@ -61,6 +68,7 @@ class DistOptEngine final : public Engine {
   int64_t shard_start(int b) const { return layout_.buckets[b].offset + env_.dp_rank() * shard_size(b); }
   std::shared_ptr<const LogicalMap> buffer_map() const;
   Task<> reduce_gradients();
+  Task<> reduce_bucket(size_t b);  // comm waits for compute's gradients, scales, reduce-scatters
   // The shared optimizer step's inputs: the norm's terms (recorded in plan_ as well) and the
   // owned ranges to update and cast back.
   GradNorm norm_spec();
@@ -77,6 +85,14 @@ class DistOptEngine final : public Engine {
   BufferId staging_ = -1;
   std::map<int, int64_t> staging_offset_;  // param -> offset in staging
   EventId params_ready_ = -1, grads_ready_ = -1;
+  // With overlap (TrainingConfig::overlap), per bucket: the accumulations landed this step
+  // (ready when every parameter has one per microbatch), whether its reduce-scatter was
+  // issued, and its parameter all-gather's event and whether compute still has to wait for it.
+  std::vector<int> bucket_of_;  // model parameter id -> bucket, -1 if absent
+  std::vector<int64_t> landed_;
+  std::vector<bool> reduced_, gather_pending_;
+  std::vector<EventId> gathered_;
+  bool params_stale_ = false;  // overlap: the step's update is not yet gathered (next begin_step)
   NormPlan plan_;
 };
 

@@ -57,7 +57,11 @@ class Engine {
   virtual Task<> begin_step(int step) = 0;
   // Makes a unit's weights readable on the compute stream (unshard), reference counted.
   virtual Task<> acquire(int unit) = 0;
-  virtual Task<> release(int unit) = 0;     // reshard when the count drops to zero
+  virtual Task<> release(int unit) = 0;  // reshard when the count drops to zero
+  // Called right after acquire(current) with the unit the model will acquire next in this
+  // pass: with TrainingConfig::overlap an engine starts gathering it now, so the gather runs
+  // during the current unit's compute (FSDP2's and Megatron's prefetch). No-op otherwise.
+  virtual Task<> prefetch(int) { co_return; }
   virtual TensorRef weight(int param) = 0;  // valid while its unit is acquired
   // Gradient staging for one backward of a unit: grad(param) is where the model writes
   // that parameter's gradient contribution; end_backward reduces and accumulates it.

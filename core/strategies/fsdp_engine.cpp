@@ -216,9 +216,7 @@ Task<> FsdpEngine::begin_step(int) {
   }
 }
 
-Task<> FsdpEngine::acquire(int unit) {
-  Group& g = group_of_unit(unit);
-  if (g.refs++ > 0) co_return;
+Task<> FsdpEngine::gather(Group& g) {
   Ctx& c = ctx_[g.ctx];
   // The O -> P all-gather of the new weights happens at the first unshard of a step.
   if (g.model.placements != pl_.model)
@@ -228,7 +226,30 @@ Task<> FsdpEngine::acquire(int unit) {
   }
   if (g.event < 0) g.event = rt().create_event(g.name + ".unsharded");
   co_await rt().record(g.event, c.ag);
+}
+
+Task<> FsdpEngine::acquire(int unit) {
+  Group& g = group_of_unit(unit);
+  if (g.refs++ > 0) co_return;
+  if (g.prefetched) {
+    g.prefetched = false;
+    // The gather was issued a unit ago; compute still has to wait for it. The mutation trusts
+    // that it is done by now.
+    if (!mutated(Mutation::prefetch_missing_wait)) co_await rt().wait_event(env_.streams.compute, g.event);
+    co_return;
+  }
+  co_await gather(g);
   co_await rt().wait_event(env_.streams.compute, g.event);
+}
+
+Task<> FsdpEngine::prefetch(int unit) {
+  if (!env_.config->overlap) co_return;
+  Group& g = group_of_unit(unit);
+  if (g.refs > 0 || g.prefetched) co_return;
+  // Issued before the current unit's compute: AG has waited only for compute's use of the
+  // unit released before this one (release), so the gather runs beside the current compute.
+  co_await gather(g);
+  g.prefetched = true;
 }
 
 Task<> FsdpEngine::release(int unit) {
@@ -253,11 +274,25 @@ TensorRef FsdpEngine::weight(int param) {
 Task<> FsdpEngine::begin_backward(int unit) {
   Group& g = group_of_unit(unit);
   Ctx& c = ctx_[g.ctx];
+  if (env_.config->overlap) {
+    // FSDP2's reduce-scatter input: on compute's pool, alive until compute has waited for the
+    // reduction that reads it (retire_pending, one unit later), so no wait here.
+    g.staging = co_await allocate(g, Placements(pl_.grad.size(), kPavg), env_.config->precision.grad,
+                                  env_.streams.compute, "staging");
+    co_return;
+  }
   g.staging =
       co_await allocate(g, Placements(pl_.grad.size(), kPavg), env_.config->precision.grad, c.rs, "staging");
   // Compute writes this staging buffer; its block may be the previous one's, still being
   // read by the last reduction on rs (FSDP2 keeps that reduce-scatter state and waits).
   if (c.has_reduced) co_await rt().wait_event(env_.streams.compute, c.reduced);
+}
+
+Task<> FsdpEngine::retire_pending(Ctx& c) {
+  if (!c.pending) co_return;
+  co_await rt().wait_event(env_.streams.compute, c.reduced);
+  co_await rt().free(c.pending->storage);
+  c.pending.reset();
 }
 
 TensorRef FsdpEngine::grad(int param) {
@@ -307,13 +342,20 @@ Task<> FsdpEngine::end_backward(int unit) {
   Group& g = group_of_unit(unit);
   Ctx& c = ctx_[g.ctx];
   const bool last = c.last;
+  // With overlap, the previous unit's reduction ran during this unit's backward; compute
+  // waits for it only now, after issuing that backward.
+  if (env_.config->overlap) co_await retire_pending(c);
   if (c.reduced < 0) c.reduced = rt().create_event("grad.reduced");
   co_await rt().record(c.reduced, env_.streams.compute);
   co_await rt().wait_event(c.rs, c.reduced);  // RS waits for the gradients compute wrote
   co_await reset_grad(g, c);
   co_await accumulate(g, c);
   if (last) g.grad = co_await convert(g, g.grad, pl_.main, c.rs, "grad.finalize", true);
-  co_await rt().free(g.staging->storage);
+  if (env_.config->overlap) {
+    c.pending = std::move(g.staging);
+  } else {
+    co_await rt().free(g.staging->storage);
+  }
   g.staging.reset();
   co_await rt().record(c.reduced, c.rs);
   c.has_reduced = true;
@@ -324,6 +366,13 @@ Task<> FsdpEngine::finish_backward() {
   // separate contexts the training loop only knows the ambient (first) one.
   const size_t n = mutated(Mutation::vpp_separate_contexts) ? 1 : ctx_.size();
   for (size_t i = 0; i < n; ++i) co_await rt().wait_stream(env_.streams.compute, ctx_[i].rs);
+  for (Ctx& c : ctx_) co_await retire_pending(c);
+  for (Group& g : groups_) {
+    if (!g.prefetched) continue;  // gathered for an acquire that never came: drop it on AG
+    g.prefetched = false;
+    if (g.full) co_await rt().free(g.full->storage);
+    g.full.reset();
+  }
 }
 
 }  // namespace shardcheck::core

@@ -25,6 +25,7 @@ class FsdpEngine final : public Engine {
   Task<> begin_step(int step) override;
   Task<> acquire(int unit) override;
   Task<> release(int unit) override;
+  Task<> prefetch(int unit) override;
   TensorRef weight(int param) override;
   Task<> begin_backward(int unit) override;
   TensorRef grad(int param) override;
@@ -50,6 +51,9 @@ class FsdpEngine final : public Engine {
     bool last = true;      // outside no_sync every backward is the last (FSDP2's default)
     EventId reduced = -1;  // the last gradient reduction on rs
     bool has_reduced = false;
+    // With overlap: the staging buffer (on compute's pool) the last reduction reads, kept
+    // until compute has waited for that reduction one unit later.
+    std::optional<DBuffer> pending;
   };
   struct Group {
     int unit = 0;
@@ -65,6 +69,7 @@ class FsdpEngine final : public Engine {
     bool first = true;       // the next accumulation overwrites
     bool drop_grad = false;  // optimizer consumed it; drop at the next step's start
     int refs = 0;
+    bool prefetched = false;  // gathered ahead on AG (overlap); the next acquire waits for it
     EventId event = -1;
   };
 
@@ -79,6 +84,8 @@ class FsdpEngine final : public Engine {
   Task<DBuffer> convert(Group& g, DBuffer src, const Placements& to, StreamId s, const std::string& tag,
                         bool free_src);
   Task<> initialize(Group& g);
+  Task<> gather(Group& g);        // the unit's weights to all-Replicate on AG, event recorded
+  Task<> retire_pending(Ctx& c);  // compute waits the pending reduction, frees its input
   Task<> reset_grad(Group& g, Ctx& c);
   Task<> accumulate(Group& g, Ctx& c);
   Task<> embedding_allreduce();

@@ -11,9 +11,11 @@ constexpr std::string_view kMutationNames[kMutations] = {
     "main_grad_alloc_default_stream", "post_step_sync_set_order",          "stale_model_weight_after_step",
     "tied_grad_norm_double_count",    "pp_embedding_allreduce_raw_shards", "vpp_separate_contexts",
     "zero1_missing_no_sync",          "grad_divisor_on_running_sum",       "no_initial_broadcast",
+    "prefetch_missing_wait",
 };
-constexpr const char* kUpstream[kMutations] = {"#6187", "#6336",        "#6336", "#7227",       "#6500",
-                                               "#6486", "code reading", "#5956", "code reading"};
+constexpr const char* kUpstream[kMutations] = {"#6187",        "#6336",       "#6336",        "#7227",
+                                               "#6500",        "#6486",       "code reading", "#5956",
+                                               "code reading", "code reading"};
 }  // namespace
 
 std::string_view to_string(Mutation m) { return kMutationNames[static_cast<int>(m)]; }
@@ -38,6 +40,7 @@ const char* mutation_summary(Mutation m) {
       "ZeRO-1 run without is_last=false: earlier microbatches dropped",
       "gradient divisor applied to the accumulated sum, compounding",
       "ranks start from different parameters",
+      "prefetched all-gather never awaited: compute reads weights the AG stream may still write",
   };
   return kSummary[static_cast<int>(m)];
 }
@@ -117,6 +120,14 @@ MutationNeeds mutation_needs(Mutation m) {
       n.strategies = fsdp;
       n.strategies.push_back(S::distopt);
       n.why = "every strategy initializes its weights";
+      break;
+    case Mutation::prefetch_missing_wait:
+      n.strategies = {S::optim, S::optim_grads, S::optim_grads_params, S::hsdp, S::hfsdp};
+      n.ranks = R::main_sharded;
+      n.overlap = true;
+      n.why =
+          "only an overlapped run prefetches, and only where the weights the compute reads are gathered "
+          "from shards on the AG stream";
       break;
   }
   return n;
@@ -199,6 +210,7 @@ std::string unmet(const MutationNeeds& n, const TrainingConfig& c, const Mesh& m
   }
   if (n.divisor_other_than_one && c.divisor() == 1)
     return "needs a gradient divisor other than 1" + in + "gradient_divisor 1)";
+  if (n.overlap && !c.overlap) return "needs streams.overlap: true" + in + "false)";
   return "";
 }
 

@@ -31,8 +31,9 @@ enum class Mutation : uint8_t {
   zero1_missing_no_sync,
   grad_divisor_on_running_sum,
   no_initial_broadcast,
+  prefetch_missing_wait,
 };
-inline constexpr int kMutations = 9;
+inline constexpr int kMutations = 10;
 std::string_view to_string(Mutation m);
 std::optional<Mutation> parse_mutation(std::string_view s);
 const char* mutation_upstream(Mutation m);  // "#6187", "code reading", ...
@@ -57,6 +58,7 @@ struct MutationNeeds {
   int microbatches_min = 1;
   bool tied_embeddings = false;
   bool divisor_other_than_one = false;  // the gradient divisor (microbatches by default)
+  bool overlap = false;                 // streams.overlap: true (TrainingConfig::overlap)
   Ranks ranks = Ranks::any;
   const char* why = "";  // one sentence: why it does nothing elsewhere
 };

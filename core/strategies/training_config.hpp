@@ -62,6 +62,15 @@ struct TrainingConfig {
   int steps = 1;
   double gradient_divisor = 0;  // 0: the number of microbatches
   bool unified_comm = false;
+  // Communication overlapped with compute as FSDP2 and Megatron do it (streams.overlap): the
+  // next unit's all-gather is issued before the current unit's compute, a unit's gradient
+  // reduction runs during the next unit's backward with compute's wait one unit later, and
+  // DistOpt reduces each bucket as its last gradient lands and waits for each bucket's
+  // parameter all-gather at the first forward use.
+  bool overlap = false;
+  // DistOpt's bucket size in elements with overlap (streams.bucket_size); 0: Megatron's
+  // default, max(40M, 1M x dp).
+  int64_t bucket_size = 0;
   uint64_t data_seed = 7;
   Mutations mutations;
   double divisor() const { return gradient_divisor > 0 ? gradient_divisor : microbatches; }

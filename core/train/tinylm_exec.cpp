@@ -56,9 +56,15 @@ Task<> TinyLmExec::finish_grad(TensorRef g) {
   }
 }
 
+Task<> TinyLmExec::acquire(int unit) {
+  co_await engine_.acquire(unit);
+  if (next_unit_ >= 0) co_await engine_.prefetch(next_unit_);
+  next_unit_ = -1;
+}
+
 Task<BufferId> TinyLmExec::embedding_forward(int unit, BufferId tokens) {
   const int64_t N = o_.rows, H = hidden(), V = model_.config().vocab;
-  co_await engine_.acquire(unit);
+  co_await acquire(unit);
   const BufferId x = co_await rt_.alloc(act_bytes(N * H), s_.compute, "embedding.out");
   co_await rt_.launch(kernels::embedding_forward(s_.compute, TensorRef{tokens, 0, N, DType::i32},
                                                  engine_.weight(embedding_param_), act(x, 0, N * H), V, H));
@@ -68,7 +74,7 @@ Task<BufferId> TinyLmExec::embedding_forward(int unit, BufferId tokens) {
 
 Task<BufferId> TinyLmExec::block_forward(int unit, BufferId x, BlockActs& a) {
   const int64_t N = o_.rows, H = hidden(), F = 4 * H;
-  co_await engine_.acquire(unit);
+  co_await acquire(unit);
   a.acts = co_await rt_.alloc(carved_bytes({H, F, F}), s_.compute, model_.units()[unit].name + ".acts");
   const Carved c = carve(a.acts, {H, F, F});
   const TensorRef ln_y = c.t[0], pre = c.t[1], post = c.t[2];
@@ -93,7 +99,7 @@ Task<> TinyLmExec::head_forward(int unit, BufferId x, BufferId targets, TensorRe
   const int64_t N = o_.rows, H = hidden(), V = model_.config().vocab;
   const bool tied_here =
       model_.config().tied && model_.params()[model_.units()[unit].params.back()].role != ParamRole::output;
-  co_await engine_.acquire(unit);
+  co_await acquire(unit);
   if (tied_here) co_await engine_.acquire(0);  // the output projection is the embedding itself
   s.head = co_await rt_.alloc(carved_bytes({H, V}), s_.compute, "head.acts");
   const Carved c = carve(s.head, {H, V});
@@ -118,7 +124,9 @@ Task<std::optional<BufferId>> TinyLmExec::forward(int v, int mb, BufferId input,
   StageActs& s = stages_[{v, mb}];
   const std::vector<int> units = model_.units_of(v);
   BufferId x = input;
-  for (int u : units) {
+  for (size_t i = 0; i < units.size(); ++i) {
+    const int u = units[i];
+    next_unit_ = i + 1 < units.size() ? units[i + 1] : -1;  // every unit acquires in forward
     switch (model_.units()[u].kind) {
       case Unit::Kind::embedding:
         s.tokens = input;
@@ -144,7 +152,7 @@ Task<BufferId> TinyLmExec::head_backward(int unit, BufferId x, StageActs& s, int
   const int64_t N = o_.rows, H = hidden(), V = model_.config().vocab;
   const bool tied_here =
       model_.config().tied && model_.params()[model_.units()[unit].params.back()].role != ParamRole::output;
-  co_await engine_.acquire(unit);
+  co_await acquire(unit);
   if (tied_here) co_await engine_.acquire(0);
   co_await engine_.begin_backward(unit);
   const Carved c = carve(s.head, {H, V});
@@ -181,7 +189,7 @@ Task<BufferId> TinyLmExec::head_backward(int unit, BufferId x, StageActs& s, int
 
 Task<BufferId> TinyLmExec::block_backward(int unit, BufferId x, BlockActs& a, BufferId dy) {
   const int64_t N = o_.rows, H = hidden(), F = 4 * H;
-  co_await engine_.acquire(unit);
+  co_await acquire(unit);
   co_await engine_.begin_backward(unit);
   const Carved c = carve(a.acts, {H, F, F});
   const TensorRef ln_y = c.t[0], pre = c.t[1], post = c.t[2];
@@ -243,6 +251,10 @@ Task<std::optional<BufferId>> TinyLmExec::backward(int v, int mb, BufferId dy) {
   std::optional<BufferId> result;
   for (auto u = units.rbegin(); u != units.rend(); ++u) {
     const Unit& unit = model_.units()[*u];
+    // The embedding's backward reads no weights, so it is never prefetched.
+    next_unit_ = -1;
+    if (u + 1 != units.rend() && model_.units()[*(u + 1)].kind != Unit::Kind::embedding)
+      next_unit_ = *(u + 1);
     if (unit.kind == Unit::Kind::head) {
       const BufferId x = s.xs.back();
       s.xs.pop_back();

@@ -61,6 +61,8 @@ class TinyLmExec {
   Task<BufferId> block_backward(int unit, BufferId x, BlockActs& acts, BufferId dy);
   Task<> embedding_backward(int unit, BufferId tokens, BufferId dx, int mb);
   Task<> finish_grad(TensorRef g);  // exact-mode rounding or bf16 rounding, in place
+  // engine_.acquire(unit), then engine_.prefetch of the unit this pass acquires next.
+  Task<> acquire(int unit);
   int param_of(int unit, ParamRole role) const;
   // An activation tensor: n elements of the activation dtype at element `offset`.
   TensorRef act(BufferId b, int64_t offset, int64_t n) const { return TensorRef{b, offset, n, o_.act}; }
@@ -78,6 +80,7 @@ class TinyLmExec {
   const ModelLayout& model_;
   Engine& engine_;
   Streams s_;
+  int next_unit_ = -1;  // the unit this pass acquires after the current one; -1: none
   ExecOptions o_;
   int embedding_param_ = 0;
   std::map<std::pair<int, int>, StageActs> stages_;

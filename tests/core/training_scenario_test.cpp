@@ -116,13 +116,16 @@ std::string edited(std::initializer_list<std::pair<const char*, const char*>> ed
 
 TEST_CASE("every mutation loads where it can change the run", "[core][scenario][mutations]") {
   // ZeRO-1, interleaved over two stages, two dp ranks, a tied embedding, four microbatches:
-  // every catalog bug of the catalog changes this run, so all nine load together.
+  // overlapped communication: every catalog bug of the catalog changes this run, so all ten
+  // load together.
   auto s = parse_training_scenario(
       edited({{"[main_grad_alloc_default_stream]",
                "[main_grad_alloc_default_stream, post_step_sync_set_order, "
                "stale_model_weight_after_step, tied_grad_norm_double_count, "
                "pp_embedding_allreduce_raw_shards, vpp_separate_contexts, "
-               "zero1_missing_no_sync, grad_divisor_on_running_sum, no_initial_broadcast]"}}),
+               "zero1_missing_no_sync, grad_divisor_on_running_sum, no_initial_broadcast, "
+               "prefetch_missing_wait]"},
+              {"streams: {unified_comm: false}", "streams: {unified_comm: false, overlap: true}"}}),
       "t.yaml");
   INFO((s.ok() ? "" : s.error().message()));
   REQUIRE(s.ok());
@@ -210,6 +213,13 @@ TEST_CASE("a mutation that cannot change the run is refused at its entry, naming
         {"mesh: {pp: 2, dp: 2, vpp: 2}", "mesh: {dp: 2}"},
         {"microbatches: 4", "microbatches: 1"}},
        "mutation 'zero1_missing_no_sync' needs microbatches >= 2 (this file: microbatches 1)"},
+      {{{mg, "[prefetch_missing_wait]"}},
+       "t.yaml:14:13: mutation 'prefetch_missing_wait' needs streams.overlap: true (this file: false): only "
+       "an overlapped run prefetches"},
+      {{{mg, "[prefetch_missing_wait]"},
+        {"strategy: optim", "strategy: no_shard"},
+        {"streams: {unified_comm: false}", "streams: {overlap: true}"}},
+       "needs strategy optim, optim_grads, optim_grads_params, hsdp or hfsdp (this file: no_shard)"},
       {{{mg, "[grad_divisor_on_running_sum]"}, {"steps: 3", "steps: 3\ngradient_divisor: 1"}},
        "t.yaml:15:13: mutation 'grad_divisor_on_running_sum' needs a gradient divisor other than 1 (this "
        "file: gradient_divisor 1)"},

@@ -4,9 +4,11 @@
 // numerics_divergence finding, so "no findings" is the assertion). Each catalog bug, switched
 // on, produces the finding docs/semantics.md §4 names; the gradient norm reproduces the upstream
 // 5 vs 7.071; mixed precision stays within tolerance and the loss falls.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 
 #include "core/base/byte_codec.hpp"
 #include "core/check/training_judge.hpp"
@@ -267,4 +269,159 @@ TEST_CASE("a judge handed every rank's bytes judges as the judge that saw them (
   std::vector<std::byte> bytes = seen.export_rank(0);
   bytes.resize(bytes.size() / 2);
   REQUIRE_THROWS(told.import_rank(bytes));
+}
+
+namespace {
+
+// Exec steps, in order, of rank 0's operations whose description is `what` (the first
+// training step's come first).
+std::vector<int64_t> exec_steps(const sim::World& w, const std::string& what) {
+  std::vector<int64_t> out;
+  for (const sim::OpInfo& op : w.ops()) {
+    if (op.rank == 0 && op.exec_step >= 0 && w.name(op.name) == what) out.push_back(op.exec_step);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Runs `c` on `axes` and hands the finished world to `inspect`; returns the mean losses.
+std::vector<double> run_and_inspect(const core::TrainingConfig& c, std::vector<core::Axis> axes,
+                                    uint64_t seed, sim::Policy policy,
+                                    const std::function<void(const sim::World&)>& inspect) {
+  auto mesh = std::make_shared<const core::Mesh>(core::Mesh::create(axes).value());
+  const core::TrainingSetup setup = core::make_training_setup(c, mesh).value();
+  sim::Options o;
+  o.ranks = mesh->world_size();
+  o.seed = seed;
+  o.policy = policy;
+  sim::World w(o);
+  std::vector<core::RankResult> ranks(o.ranks);
+  const sim::RunResult r =
+      w.run([&](core::Runtime& rt) { return core::train_rank(rt, setup, nullptr, &ranks[rt.rank()]); });
+  INFO(r.error << "\n" << kinds(r.findings));
+  REQUIRE(r.completed);
+  REQUIRE(r.findings.empty());
+  inspect(w);
+  return core::mean_losses(ranks, c.steps);
+}
+
+}  // namespace
+
+// With streams.overlap every strategy and DistOpt still trains bit for bit like the reference
+// (the oracle's numerics check) and like its own run without overlap, under several schedules,
+// on 2-D meshes and pipelines too. Would fail if a deferred wait left a gradient or weight
+// unordered (a race, or a value read early) or if overlap changed any arithmetic.
+TEST_CASE("overlapped communication trains bit for bit like the reference and the run without it",
+          "[sim][training][overlap]") {
+  for (Strategy s : {Strategy::no_shard, Strategy::optim, Strategy::optim_grads, Strategy::optim_grads_params,
+                     Strategy::hsdp, Strategy::hfsdp, Strategy::distopt}) {
+    const bool two_d = core::is_two_dimensional(s);
+    std::vector<std::vector<core::Axis>> meshes;
+    if (two_d) {
+      meshes = {{{"dp_outer", 2}, {"dp_inner", 2}}, {{"pp", 2}, {"dp_outer", 1}, {"dp_inner", 2}}};
+    } else {
+      meshes = {{{"dp", 2}}, {{"dp", 3}}, {{"pp", 2}, {"dp", 2}, {"vpp", 2}}};
+    }
+    for (const auto& axes : meshes) {
+      core::TrainingConfig c = config(s);
+      c.overlap = true;
+      for (auto [seed, policy] : {std::pair{uint64_t{1}, sim::Policy::random},
+                                  {uint64_t{2}, sim::Policy::pct},
+                                  {uint64_t{3}, sim::Policy::delay_comm}}) {
+        const Outcome o = train(c, axes, seed, policy);
+        INFO(core::to_string(s) << " " << core::Mesh::create(axes).value().describe() << " seed " << seed
+                                << "\n"
+                                << kinds(o.findings) << o.run.error);
+        REQUIRE(o.findings.empty());
+        core::TrainingConfig plain = c;
+        plain.overlap = false;
+        const Outcome p = train(plain, axes, seed, policy);
+        REQUIRE(core::mean_losses(o.ranks, c.steps) == core::mean_losses(p.ranks, c.steps));
+      }
+    }
+  }
+}
+
+// What overlap is for, read off the executed order: without it the all-gather of block 2
+// cannot start before block 1's compute has ended (the AG stream waits for it), and block 2's
+// backward cannot start before block 3's reduce-scatter has ended; with it some schedule runs
+// each beside the other. Would fail if the prefetch or the deferred wait were dropped, or if
+// a wait crept back in.
+TEST_CASE(
+    "with overlap the next unit's all-gather runs beside the current compute, and each reduce-scatter "
+    "beside the next backward",
+    "[sim][training][overlap]") {
+  core::TrainingConfig c = config(Strategy::optim_grads_params);
+  c.microbatches = 1;
+  c.steps = 1;
+  for (bool overlap : {false, true}) {
+    c.overlap = overlap;
+    bool ag_beside = false, rs_beside = false;
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+      for (sim::Policy policy : {sim::Policy::in_order, sim::Policy::random, sim::Policy::delay_comm}) {
+        run_and_inspect(c, {{"dp", 2}}, seed, policy, [&](const sim::World& w) {
+          const auto ag = exec_steps(w, "all_gather 'block.2:unshard'");
+          const auto fc1 = exec_steps(w, "kernel 'fc1'");  // one per block in forward
+          const auto rs = exec_steps(w, "reduce_scatter 'block.3:grad'");
+          const auto dgrad = exec_steps(w, "kernel 'fc2.dgrad'");  // blocks 3, 2, 1, 0 in backward
+          INFO("overlap " << overlap << " seed " << seed);
+          REQUIRE(ag.size() == 2);  // forward, then again for the backward
+          REQUIRE(fc1.size() == 4);
+          REQUIRE(rs.size() == 1);
+          REQUIRE(dgrad.size() == 4);
+          // Block 1's last forward kernel comes after its fc1: the gather beside block 1's
+          // compute started before block 1's fc1 ran to the end of the block.
+          if (ag[0] < fc1[1]) ag_beside = true;
+          if (dgrad[1] < rs[0]) rs_beside = true;
+          if (!overlap) {
+            REQUIRE(ag[0] > fc1[1]);
+            REQUIRE(rs[0] < dgrad[1]);
+          }
+        });
+      }
+    }
+    INFO("overlap " << overlap);
+    REQUIRE(ag_beside == overlap);
+    REQUIRE(rs_beside == overlap);
+  }
+}
+
+// DistOpt with overlap and buckets of 2000 elements: the first bucket (the last layers) is
+// reduce-scattered while the backward of the first layers still runs, and the next step's
+// forward starts before the first bucket's parameters are gathered (the gathers start with
+// that step, in forward order). Without overlap neither can happen in any schedule.
+TEST_CASE("DistOpt with overlap reduces each bucket during the backward and gathers during the forward",
+          "[sim][training][overlap]") {
+  core::TrainingConfig c = config(Strategy::distopt);
+  c.microbatches = 1;
+  c.steps = 2;
+  c.bucket_size = 2000;
+  for (bool overlap : {false, true}) {
+    c.overlap = overlap;
+    bool rs_beside = false, ag_beside = false;
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+      for (sim::Policy policy : {sim::Policy::in_order, sim::Policy::random, sim::Policy::delay_comm}) {
+        run_and_inspect(c, {{"dp", 2}}, seed, policy, [&](const sim::World& w) {
+          const auto rs = exec_steps(w, "reduce_scatter 'distopt:grads0'");
+          const auto ag = exec_steps(w, "all_gather 'distopt:params0'");
+          const auto emb_bwd = exec_steps(w, "kernel 'embedding_backward'");
+          const auto emb_fwd = exec_steps(w, "kernel 'embedding_forward'");
+          INFO("overlap " << overlap << " seed " << seed);
+          REQUIRE(rs.size() == 2);
+          REQUIRE(ag.size() == (overlap ? 1 : 2));  // with overlap, gathered at the next step's start
+          REQUIRE(emb_bwd.size() == 2);
+          REQUIRE(emb_fwd.size() == 2);
+          if (rs[0] < emb_bwd[0]) rs_beside = true;
+          if (emb_fwd[1] < ag[0]) ag_beside = true;
+          if (!overlap) {
+            REQUIRE(rs[0] > emb_bwd[0]);
+            REQUIRE(emb_fwd[1] > ag[0]);
+          }
+        });
+      }
+    }
+    INFO("overlap " << overlap);
+    REQUIRE(rs_beside == overlap);
+    REQUIRE(ag_beside == overlap);
+  }
 }
