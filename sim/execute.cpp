@@ -136,8 +136,12 @@ void World::execute_collective(int rank, int stream) {
     touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll.output, Access::write);
   }
   if (data) core::execute_collective_cpu(c, in, out);
-  for (size_t m = 0; m < n; ++m) {
-    set_undefined_rel(g.members[m], ops[m]->coll.output, collective_undefined_rel(c, undef, m));
+  // Usually every input is fully defined: then no output has undefined bytes, and the
+  // per-member propagation (a pass over every member's ranges) is skipped.
+  if (std::any_of(undef.begin(), undef.end(), [](const Shadow::Ranges& u) { return !u.empty(); })) {
+    for (size_t m = 0; m < n; ++m) {
+      set_undefined_rel(g.members[m], ops[m]->coll.output, collective_undefined_rel(c, undef, m));
+    }
   }
   // A completed collective orders every member's earlier work before every member's later work.
   VectorClock joined = ranks_[g.members[0]]->streams[inst.members[0].stream].clock;

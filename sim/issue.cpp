@@ -341,7 +341,6 @@ void World::collective(int rank, core::CollectiveCall call) {
   m.issued = true;
   m.stream = call.stream;
   m.position = ranks_[rank]->streams[call.stream].issued;
-  m.fingerprint = fingerprint(call, group.text);
   m.tag = call.tag;
   m.input = call.input;
   m.kind = call.kind;

@@ -245,13 +245,20 @@ class World {
   // The k-th call's identity on its group, as compared across members.
   // `where` is the group's group_text, made once per group: with a thousand members it is
   // kilobytes, and every member of every collective names it.
-  static std::string fingerprint(const core::CollectiveCall& c, const std::string& where);
+  // The text is made only for a finding: at issue, members are compared by the parts it is
+  // made of (same_fingerprint), so a collective costs no string of the group's members.
+  std::string fingerprint(const Instance& inst, size_t m, int group) const;
+  // Whether members a and b have equal fingerprints, without making them.
+  static bool same_fingerprint(const Instance& inst, size_t a, size_t b);
   static std::string group_text(const std::string& group, const std::vector<int>& members);
   void compare_instance(int group, const Instance& inst, int64_t k);
   // The suggested fix of a collective_mismatch: what differs across the members.
-  static std::string mismatch_fix(const Instance& inst, const std::vector<int>& ranks, bool p2p);
+  // `fingerprints`: each member's fingerprint.
+  static std::string mismatch_fix(const Instance& inst, const std::vector<int>& ranks, bool p2p,
+                                  const std::vector<std::string>& fingerprints);
   // A later divergent collective of a group whose first divergent one is findings_[root].
-  void add_consequence(size_t root, const Instance& inst, int64_t k, bool fp_differs);
+  void add_consequence(size_t root, const Instance& inst, int64_t k, bool fp_differs,
+                       const std::vector<std::string>& fingerprints);
   // At the end of a run: each first divergent collective's explanation names its consequences.
   void finish_cascades();
   // The k-th transfer on a channel from `from` to `to`, once both halves are issued.

@@ -79,8 +79,10 @@ struct World::Instance {
   struct Member {
     bool issued = false;
     int stream = 0;
-    uint64_t position = 0;    // its index in the member's stream
-    std::string fingerprint;  // compared across members (detect_collective.cpp)
+    uint64_t position = 0;  // its index in the member's stream
+    // A p2p half's fingerprint; a collective's is made from the fields below and its group
+    // when a finding needs it (World::fingerprint), and compared field by field.
+    std::string fingerprint;
     std::string tag;
     uint32_t op = 0;
     core::TensorRef input;  // for the layout check of reductions (detect_layout.cpp)
