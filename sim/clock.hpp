@@ -81,6 +81,39 @@ class VectorClock {
       for (size_t k = 0; k < kChunk; ++k) c->c[k] = c->c[k] < theirs->c[k] ? theirs->c[k] : c->c[k];
     }
   }
+  // The join of every clock in `clocks` (a collective's members), chunk by chunk: each chunk is
+  // merged from the distinct chunks the clocks hold there, so members that share a chunk (all
+  // but the few whose own components sit in it) cost a pointer comparison, not a scan.
+  static VectorClock join_all(const std::vector<const VectorClock*>& clocks) {
+    VectorClock out;
+    size_t n = 0;
+    for (const VectorClock* c : clocks) n = std::max(n, c->chunks_.size());
+    out.chunks_.assign(n, nullptr);
+    std::vector<Chunk*> distinct;
+    for (size_t i = 0; i < n; ++i) {
+      distinct.clear();
+      for (const VectorClock* c : clocks) {
+        Chunk* x = i < c->chunks_.size() ? c->chunks_[i] : nullptr;
+        if (x != nullptr && (distinct.empty() || distinct.back() != x)) distinct.push_back(x);
+      }
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      if (distinct.empty()) continue;
+      if (distinct.size() == 1) {
+        retain(distinct[0]);
+        out.chunks_[i] = distinct[0];
+        continue;
+      }
+      Chunk* m = new Chunk;
+      std::memcpy(m->c, distinct[0]->c, sizeof m->c);
+      for (size_t d = 1; d < distinct.size(); ++d) {
+        const Chunk* x = distinct[d];
+        for (size_t k = 0; k < kChunk; ++k) m->c[k] = m->c[k] < x->c[k] ? x->c[k] : m->c[k];
+      }
+      out.chunks_[i] = m;
+    }
+    return out;
+  }
   // True when everything `p` did up to `epoch` happened before this clock's point.
   bool covers(uint32_t p, uint32_t epoch) const { return epoch <= (*this)[p]; }
   // Equal components, the missing ones read as 0.

@@ -144,8 +144,9 @@ void World::execute_collective(int rank, int stream) {
     }
   }
   // A completed collective orders every member's earlier work before every member's later work.
-  VectorClock joined = ranks_[g.members[0]]->streams[inst.members[0].stream].clock;
-  for (size_t m = 1; m < n; ++m) joined.join(ranks_[g.members[m]]->streams[inst.members[m].stream].clock);
+  std::vector<const VectorClock*> clocks(n);
+  for (size_t m = 0; m < n; ++m) clocks[m] = &ranks_[g.members[m]]->streams[inst.members[m].stream].clock;
+  const VectorClock joined = VectorClock::join_all(clocks);
   for (size_t m = 0; m < n; ++m) {
     Stream& s = ranks_[g.members[m]]->streams[inst.members[m].stream];
     s.clock = joined;
