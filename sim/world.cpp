@@ -72,13 +72,13 @@ const std::string& World::stream_name(int rank, int stream) const {
 
 int World::num_streams(int rank) const { return static_cast<int>(ranks_.at(rank)->streams.size()); }
 
-uint32_t World::intern(std::string s) {
+uint32_t World::intern(std::string_view s) {
   auto it = name_ids_.find(s);
   if (it != name_ids_.end()) return it->second;
   const uint32_t id = static_cast<uint32_t>(names_.size());
   name_hashes_.push_back(core::fnv1a(s));
-  name_ids_.emplace(s, id);
-  names_.push_back(std::move(s));
+  name_ids_.emplace(std::string(s), id);
+  names_.emplace_back(s);
   return id;
 }
 

@@ -26,7 +26,8 @@ struct World::Op {
 
 struct World::Stream {
   std::string name;
-  bool comm = false;  // not the rank's default stream
+  uint32_t name_id = 0;  // interned name
+  bool comm = false;     // not the rank's default stream
   std::deque<Op> queue;
   uint64_t issued = 0;
   uint64_t executed = 0;
@@ -53,6 +54,8 @@ struct World::Rank {
   std::vector<uint32_t> buffers;       // BufferId -> lifetime index
   std::vector<uint32_t> event_latest;  // EventId -> latest record (kNone: never recorded)
   std::vector<std::string> event_names;
+  // EventId -> the interned names of its record and wait operations ("record 'e'").
+  std::vector<std::pair<uint32_t, uint32_t>> event_op_names;
   std::vector<int> groups;  // GroupId -> world group index
   // wait_event calls issued while their event had no record yet: as in CUDA, they order nothing.
   struct EarlyWait {
