@@ -104,8 +104,7 @@ class VectorClock {
         out.chunks_[i] = distinct[0];
         continue;
       }
-      Chunk* m = new Chunk;
-      std::memcpy(m->c, distinct[0]->c, sizeof m->c);
+      Chunk* m = copy_of(*distinct[0]);
       for (size_t d = 1; d < distinct.size(); ++d) {
         const Chunk* x = distinct[d];
         for (size_t k = 0; k < kChunk; ++k) m->c[k] = m->c[k] < x->c[k] ? x->c[k] : m->c[k];
@@ -140,8 +139,44 @@ class VectorClock {
     if (c) ++c->refs;
   }
   static void release(Chunk* c) {
-    if (c && --c->refs == 0) delete c;
+    if (c && --c->refs == 0) recycle(c);
   }
+  // Chunks are recycled through a per-thread free list: a tick after a copy (an event record,
+  // a collective) takes a fresh chunk for every operation, and malloc would cost more than
+  // the copy. A clock belongs to one World, which one thread runs; a chunk freed on another
+  // thread simply joins that thread's list.
+  struct ChunkPool {
+    std::vector<Chunk*> free;
+    ~ChunkPool() {
+      for (Chunk* c : free) delete c;
+    }
+  };
+  static ChunkPool& pool() {
+    thread_local ChunkPool p;
+    return p;
+  }
+  static Chunk* fresh() {  // refs 1, components unset
+    std::vector<Chunk*>& f = pool().free;
+    if (f.empty()) return new Chunk;
+    Chunk* c = f.back();
+    f.pop_back();
+    c->refs = 1;
+    return c;
+  }
+  static Chunk* copy_of(const Chunk& from) {
+    Chunk* c = fresh();
+    std::memcpy(c->c, from.c, sizeof c->c);
+    return c;
+  }
+  static void recycle(Chunk* c) {
+    std::vector<Chunk*>& f = pool().free;
+    if (f.size() >= kPooled) {
+      delete c;
+    } else {
+      f.push_back(c);
+    }
+  }
+  static constexpr size_t kPooled = 4096;  // chunks kept per thread (about 1 MiB)
   struct Order {
     bool mine_ahead;    // some component of `mine` is larger
     bool theirs_ahead;  // some component of `theirs` is larger
@@ -160,10 +195,10 @@ class VectorClock {
   Chunk* own(size_t i) {
     Chunk*& c = chunks_[i];
     if (c == nullptr) {
-      c = new Chunk;
+      c = fresh();
+      std::memset(c->c, 0, sizeof c->c);
     } else if (c->refs > 1) {
-      Chunk* copy = new Chunk;
-      std::memcpy(copy->c, c->c, sizeof copy->c);
+      Chunk* copy = copy_of(*c);
       --c->refs;
       c = copy;
     }
