@@ -264,12 +264,12 @@ void World::free(int rank, core::BufferId b) {
   Lifetime& l = live_buffer(rank, b, "free");
   const uint32_t index = r.buffers[b];
   l.live = false;
-  const std::string bname = quoted(names_[l.name]);
-  const uint32_t free_name = cached_name(NameForm::free, l.name, 0, [&] { return "free " + bname; });
+  const auto bname = [&] { return quoted(names_[l.name]); };
+  const uint32_t free_name = cached_name(NameForm::free, l.name, 0, [&] { return "free " + bname(); });
   if (options_.allocator == AllocatorModel::caching) {
     std::vector<uint64_t> pending;
     for (int s : l.recorded_streams)
-      pending.push_back(record(rank, s, "record (record_stream " + bname + ")"));
+      pending.push_back(record(rank, s, "record (record_stream " + bname() + ")"));
     l.free_op = new_op(rank, -1, OpKind::host_free, free_name);
     if (!pending.empty()) freed_lifetime_[l.free_op] = index;
     r.heap.release(l.addr, std::move(pending), l.free_op);
@@ -277,8 +277,8 @@ void World::free(int rank, core::BufferId b) {
   }
   // cudaFreeAsync on the allocating stream, after waits for the recorded streams.
   for (int s : lifetimes_[index].recorded_streams) {
-    wait(rank, l.stream, record(rank, s, "record (record_stream " + bname + ")"),
-         "wait (record_stream " + bname + ")");
+    wait(rank, l.stream, record(rank, s, "record (record_stream " + bname() + ")"),
+         "wait (record_stream " + bname() + ")");
   }
   Op op;
   op.kind = OpKind::free_async;
