@@ -174,7 +174,7 @@ void World::check_ref(int rank, const core::TensorRef& t, const char* use) {
   }
 }
 
-void World::push(int rank, int stream, Op op) {
+void World::push(int rank, int stream, Op&& op) {
   auto& r = *ranks_[rank];
   if (stream < 0 || stream >= static_cast<int>(r.streams.size())) throw InternalError("unknown stream");
   op.host_version = static_cast<uint32_t>(r.host.versions.size() - 1);

@@ -180,7 +180,7 @@ class World {
   void p2p(int rank, core::P2PCall call, bool send);
   void upload(int rank, core::TensorRef dst, int stream, std::span<const std::byte> data);
   void download(int rank, core::TensorRef src, int stream, std::span<std::byte> out);
-  void push(int rank, int stream, Op op);
+  void push(int rank, int stream, Op&& op);
   uint32_t new_op(int rank, int stream, OpKind kind, std::string name);
   uint32_t new_op(int rank, int stream, OpKind kind, uint32_t name);
   Lifetime& live_buffer(int rank, core::BufferId b, const char* use);
