@@ -63,16 +63,55 @@ class VectorClock {
       Chunk* mine = chunks_[i];
       Chunk* theirs = o.chunks_[i];
       if (mine == theirs || theirs == nullptr) continue;
-      if (mine == nullptr || dominates(*theirs, *mine)) {
+      if (mine == nullptr) {
+        retain(theirs);
+        chunks_[i] = theirs;
+        continue;
+      }
+      // One pass finds which of the two is ahead anywhere.
+      const Order o = compare(*mine, *theirs);
+      if (!o.mine_ahead) {  // theirs dominates (or they are equal): share it
         retain(theirs);
         release(mine);
         chunks_[i] = theirs;
         continue;
       }
-      if (dominates(*mine, *theirs)) continue;
+      if (!o.theirs_ahead) continue;  // mine dominates
       Chunk* c = own(i);
-      for (size_t k = 0; k < kChunk; ++k) c->c[k] = std::max(c->c[k], theirs->c[k]);
+      for (size_t k = 0; k < kChunk; ++k) c->c[k] = c->c[k] < theirs->c[k] ? theirs->c[k] : c->c[k];
     }
+  }
+  // The join of every clock in `clocks` (a collective's members), chunk by chunk: each chunk is
+  // merged from the distinct chunks the clocks hold there, so members that share a chunk (all
+  // but the few whose own components sit in it) cost a pointer comparison, not a scan.
+  static VectorClock join_all(const std::vector<const VectorClock*>& clocks) {
+    VectorClock out;
+    size_t n = 0;
+    for (const VectorClock* c : clocks) n = std::max(n, c->chunks_.size());
+    out.chunks_.assign(n, nullptr);
+    std::vector<Chunk*> distinct;
+    for (size_t i = 0; i < n; ++i) {
+      distinct.clear();
+      for (const VectorClock* c : clocks) {
+        Chunk* x = i < c->chunks_.size() ? c->chunks_[i] : nullptr;
+        if (x != nullptr && (distinct.empty() || distinct.back() != x)) distinct.push_back(x);
+      }
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      if (distinct.empty()) continue;
+      if (distinct.size() == 1) {
+        retain(distinct[0]);
+        out.chunks_[i] = distinct[0];
+        continue;
+      }
+      Chunk* m = copy_of(*distinct[0]);
+      for (size_t d = 1; d < distinct.size(); ++d) {
+        const Chunk* x = distinct[d];
+        for (size_t k = 0; k < kChunk; ++k) m->c[k] = m->c[k] < x->c[k] ? x->c[k] : m->c[k];
+      }
+      out.chunks_[i] = m;
+    }
+    return out;
   }
   // True when everything `p` did up to `epoch` happened before this clock's point.
   bool covers(uint32_t p, uint32_t epoch) const { return epoch <= (*this)[p]; }
@@ -100,22 +139,66 @@ class VectorClock {
     if (c) ++c->refs;
   }
   static void release(Chunk* c) {
-    if (c && --c->refs == 0) delete c;
+    if (c && --c->refs == 0) recycle(c);
   }
-  static bool dominates(const Chunk& a, const Chunk& b) {
-    for (size_t k = 0; k < kChunk; ++k) {
-      if (a.c[k] < b.c[k]) return false;
+  // Chunks are recycled through a per-thread free list: a tick after a copy (an event record,
+  // a collective) takes a fresh chunk for every operation, and malloc would cost more than
+  // the copy. A clock belongs to one World, which one thread runs; a chunk freed on another
+  // thread simply joins that thread's list.
+  struct ChunkPool {
+    std::vector<Chunk*> free;
+    ~ChunkPool() {
+      for (Chunk* c : free) delete c;
     }
-    return true;
+  };
+  static ChunkPool& pool() {
+    thread_local ChunkPool p;
+    return p;
+  }
+  static Chunk* fresh() {  // refs 1, components unset
+    std::vector<Chunk*>& f = pool().free;
+    if (f.empty()) return new Chunk;
+    Chunk* c = f.back();
+    f.pop_back();
+    c->refs = 1;
+    return c;
+  }
+  static Chunk* copy_of(const Chunk& from) {
+    Chunk* c = fresh();
+    std::memcpy(c->c, from.c, sizeof c->c);
+    return c;
+  }
+  static void recycle(Chunk* c) {
+    std::vector<Chunk*>& f = pool().free;
+    if (f.size() >= kPooled) {
+      delete c;
+    } else {
+      f.push_back(c);
+    }
+  }
+  static constexpr size_t kPooled = 4096;  // chunks kept per thread (about 1 MiB)
+  struct Order {
+    bool mine_ahead;    // some component of `mine` is larger
+    bool theirs_ahead;  // some component of `theirs` is larger
+  };
+  // Without an early exit, so that the compiler vectorizes it: a chunk is 64 components, and
+  // every join of clocks that took different paths compares some.
+  static Order compare(const Chunk& mine, const Chunk& theirs) {
+    uint32_t m = 0, t = 0;
+    for (size_t k = 0; k < kChunk; ++k) {
+      m |= static_cast<uint32_t>(mine.c[k] > theirs.c[k]);
+      t |= static_cast<uint32_t>(mine.c[k] < theirs.c[k]);
+    }
+    return {m != 0, t != 0};
   }
   // Chunk i, unshared and allocated, for writing.
   Chunk* own(size_t i) {
     Chunk*& c = chunks_[i];
     if (c == nullptr) {
-      c = new Chunk;
+      c = fresh();
+      std::memset(c->c, 0, sizeof c->c);
     } else if (c->refs > 1) {
-      Chunk* copy = new Chunk;
-      std::memcpy(copy->c, c->c, sizeof copy->c);
+      Chunk* copy = copy_of(*c);
       --c->refs;
       c = copy;
     }

@@ -44,7 +44,8 @@ std::string who_passes(const std::vector<std::pair<int, std::string>>& rank_valu
 // that issue different operations or different tensors there issue their collectives in
 // different orders; the same operation on the same tensor with a different dtype, count,
 // reduce op or root is a wrong argument, and the fix names it.
-std::string World::mismatch_fix(const Instance& inst, const std::vector<int>& ranks, bool p2p) {
+std::string World::mismatch_fix(const Instance& inst, const std::vector<int>& ranks, bool p2p,
+                                const std::vector<std::string>& fingerprints) {
   const auto& ms = inst.members;
   auto differs = [&](auto get) {
     return std::any_of(ms.begin(), ms.end(), [&](const auto& m) { return get(m) != get(ms[0]); });
@@ -89,26 +90,49 @@ std::string World::mismatch_fix(const Instance& inst, const std::vector<int>& ra
                     values([](const auto& m) { return "root " + std::to_string(m.root); }) + ")");
   }
   if (fixes.empty()) {  // the members part of the fingerprint
-    fixes.push_back(
-        "call it on one group with the same members on every rank (" +
-        values([](const auto& m) { return m.fingerprint.substr(m.fingerprint.rfind(" on ") + 4); }) + ")");
+    std::vector<std::pair<int, std::string>> v;
+    for (size_t i = 0; i < ms.size(); ++i) {
+      const std::string& fp = fingerprints[i];
+      v.push_back({ranks[i], fp.substr(fp.rfind(" on ") + 4)});
+    }
+    fixes.push_back("call it on one group with the same members on every rank (" + who_passes(v) + ")");
   }
   std::string out = "Every member passes the same operation on the same tensor, but not the same arguments: ";
   for (size_t i = 0; i < fixes.size(); ++i) out += (i ? "; " : "") + fixes[i];
   return out + ".";
 }
 
-std::string World::fingerprint(const core::CollectiveCall& c, const std::string& where) {
-  if (c.kind == core::CollectiveKind::barrier) return "barrier on " + where;
-  std::string f = std::string(core::to_string(c.kind)) + " " + std::string(core::to_string(c.input.dtype)) +
-                  " " + std::to_string(c.input.numel) + "->" + std::to_string(c.output.numel);
-  if (c.kind == core::CollectiveKind::all_reduce || c.kind == core::CollectiveKind::reduce_scatter) {
-    f += " " + std::string(core::to_string(c.reduce));
+std::string World::fingerprint(const Instance& inst, size_t i, int group) const {
+  const Instance::Member& m = inst.members[i];
+  if (group < 0) return m.fingerprint;  // p2p: made at comparison
+  const std::string& where = groups_[static_cast<size_t>(group)].text;
+  if (m.kind == core::CollectiveKind::barrier) return "barrier on " + where;
+  std::string f = std::string(core::to_string(m.kind)) + " " + std::string(core::to_string(m.dtype)) + " " +
+                  std::to_string(m.in_numel) + "->" + std::to_string(m.out_numel);
+  if (m.kind == core::CollectiveKind::all_reduce || m.kind == core::CollectiveKind::reduce_scatter) {
+    f += " " + std::string(core::to_string(m.reduce));
   }
-  if (c.kind == core::CollectiveKind::reduce) f += " " + std::string(core::to_string(c.reduce));
-  if (c.kind == core::CollectiveKind::broadcast || c.kind == core::CollectiveKind::reduce)
-    f += " root " + std::to_string(c.root);
+  if (m.kind == core::CollectiveKind::reduce) f += " " + std::string(core::to_string(m.reduce));
+  if (m.kind == core::CollectiveKind::broadcast || m.kind == core::CollectiveKind::reduce)
+    f += " root " + std::to_string(m.root);
   return f + " on " + where;
+}
+
+// Equal exactly when fingerprint() is: every member of an instance names the same group, and the
+// text is made of these fields alone (a reduce op only for reductions, a root only where it has one).
+bool World::same_fingerprint(const Instance& inst, size_t a, size_t b) {
+  const Instance::Member& x = inst.members[a];
+  const Instance::Member& y = inst.members[b];
+  if (!x.fingerprint.empty() || !y.fingerprint.empty()) return x.fingerprint == y.fingerprint;  // p2p
+  if (x.kind != y.kind) return false;
+  if (x.kind == core::CollectiveKind::barrier) return true;
+  if (x.dtype != y.dtype || x.in_numel != y.in_numel || x.out_numel != y.out_numel) return false;
+  const bool reduces = x.kind == core::CollectiveKind::all_reduce ||
+                       x.kind == core::CollectiveKind::reduce_scatter ||
+                       x.kind == core::CollectiveKind::reduce;
+  if (reduces && x.reduce != y.reduce) return false;
+  const bool rooted = x.kind == core::CollectiveKind::broadcast || x.kind == core::CollectiveKind::reduce;
+  return !rooted || x.root == y.root;
 }
 
 std::string World::group_text(const std::string& group, const std::vector<int>& members) {
@@ -124,11 +148,13 @@ void World::compare_instance(int group, const Instance& inst, int64_t k) {
   const bool layout_bug = group >= 0 && check_layouts(group, inst, k);
   const bool p2p = group < 0;
   bool fp_differs = false, tag_differs = false;
-  for (const auto& m : inst.members) {
-    fp_differs |= m.fingerprint != inst.members[0].fingerprint;
-    tag_differs |= m.tag != inst.members[0].tag;
+  for (size_t m = 0; m < inst.members.size(); ++m) {
+    fp_differs |= !same_fingerprint(inst, m, 0);
+    tag_differs |= inst.members[m].tag != inst.members[0].tag;
   }
   if (!fp_differs && !tag_differs) return;
+  std::vector<std::string> fingerprints;
+  for (size_t m = 0; m < inst.members.size(); ++m) fingerprints.push_back(fingerprint(inst, m, group));
   if (fp_differs && !p2p) {
     groups_[group].at(k).mismatch = true;
     mismatch_seen_ = true;
@@ -138,7 +164,7 @@ void World::compare_instance(int group, const Instance& inst, int64_t k) {
   // consequence of the first: it is counted and listed there.
   if (!p2p) {
     if (const auto root = cascade_roots_.find(group); root != cascade_roots_.end()) {
-      add_consequence(root->second, inst, k, fp_differs);
+      add_consequence(root->second, inst, k, fp_differs, fingerprints);
       return;
     }
   }
@@ -149,11 +175,11 @@ void World::compare_instance(int group, const Instance& inst, int64_t k) {
   std::vector<std::string> key_parts;  // sorted: a swap of A and B is one bug, whichever comes first
   for (size_t m = 0; m < inst.members.size(); ++m) {
     const OpInfo& info = op_info_[inst.members[m].op];
-    d.ranks.push_back({info.rank, ranks_[info.rank]->streams[info.stream].name, inst.members[m].fingerprint,
-                       inst.members[m].tag});
+    d.ranks.push_back(
+        {info.rank, ranks_[info.rank]->streams[info.stream].name, fingerprints[m], inst.members[m].tag});
     per_rank += "\n  rank " + std::to_string(info.rank) + ": " + op_text(inst.members[m].op) + "  [" +
-                inst.members[m].fingerprint + "]";
-    key_parts.push_back(inst.members[m].tag + "/" + inst.members[m].fingerprint);
+                fingerprints[m] + "]";
+    key_parts.push_back(inst.members[m].tag + "/" + fingerprints[m]);
   }
   core::Finding f;
   f.kind = fp_differs ? core::FindingKind::collective_mismatch : core::FindingKind::collective_swap;
@@ -163,7 +189,7 @@ void World::compare_instance(int group, const Instance& inst, int64_t k) {
     std::vector<int> member_ranks;
     for (const auto& m : inst.members) member_ranks.push_back(op_info_[m.op].rank);
     f.summary = which + " differs across ranks (a hang or corrupted data on real hardware)";
-    f.explanation = f.summary + ":" + per_rank + "\n" + mismatch_fix(inst, member_ranks, p2p);
+    f.explanation = f.summary + ":" + per_rank + "\n" + mismatch_fix(inst, member_ranks, p2p, fingerprints);
   } else {
     f.summary = which + " matches in shape but not in meaning: the ranks exchange different tensors (" +
                 inst.members[0].tag + " vs " + inst.members[1 % inst.members.size()].tag + ")";
@@ -193,7 +219,8 @@ void World::compare_instance(int group, const Instance& inst, int64_t k) {
   }
 }
 
-void World::add_consequence(size_t root, const Instance& inst, int64_t k, bool fp_differs) {
+void World::add_consequence(size_t root, const Instance& inst, int64_t k, bool fp_differs,
+                            const std::vector<std::string>& fingerprints) {
   auto& d = std::get<core::CollectiveDetail>(findings_[root].detail);
   ++d.consequences;
   if (d.later.size() >= core::CollectiveDetail::kMaxListed) return;
@@ -212,9 +239,9 @@ void World::add_consequence(size_t root, const Instance& inst, int64_t k, bool f
   }
   if (ops.size() == 1) {  // one operation everywhere: the arguments differ
     ops.clear();
-    for (const auto& m : inst.members) {
-      const OpInfo& info = op_info_[m.op];
-      const std::string what = names_[info.name] + " [" + m.fingerprint + "]";
+    for (size_t i = 0; i < inst.members.size(); ++i) {
+      const OpInfo& info = op_info_[inst.members[i].op];
+      const std::string what = names_[info.name] + " [" + fingerprints[i] + "]";
       auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& e) { return e.first == what; });
       if (it == ops.end()) {
         ops.push_back({what, {info.rank}});

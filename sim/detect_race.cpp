@@ -191,6 +191,7 @@ void World::note_lifetime_access(uint32_t lifetime, const AccessRec& cur, Access
     return e.first.participant == cur.participant && (e.second != Access::read) == write;
   });
   if (same == mine.end()) {
+    if (mine.empty()) mine.reserve(4);  // a read and a write of two streams, in one allocation
     mine.emplace_back(cur, kind);
   } else {
     *same = {cur, kind};  // the latest: it is ordered after the participant's earlier ones

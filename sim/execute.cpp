@@ -136,12 +136,17 @@ void World::execute_collective(int rank, int stream) {
     touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll.output, Access::write);
   }
   if (data) core::execute_collective_cpu(c, in, out);
-  for (size_t m = 0; m < n; ++m) {
-    set_undefined_rel(g.members[m], ops[m]->coll.output, collective_undefined_rel(c, undef, m));
+  // Usually every input is fully defined: then no output has undefined bytes, and the
+  // per-member propagation (a pass over every member's ranges) is skipped.
+  if (std::any_of(undef.begin(), undef.end(), [](const Shadow::Ranges& u) { return !u.empty(); })) {
+    for (size_t m = 0; m < n; ++m) {
+      set_undefined_rel(g.members[m], ops[m]->coll.output, collective_undefined_rel(c, undef, m));
+    }
   }
   // A completed collective orders every member's earlier work before every member's later work.
-  VectorClock joined = ranks_[g.members[0]]->streams[inst.members[0].stream].clock;
-  for (size_t m = 1; m < n; ++m) joined.join(ranks_[g.members[m]]->streams[inst.members[m].stream].clock);
+  std::vector<const VectorClock*> clocks(n);
+  for (size_t m = 0; m < n; ++m) clocks[m] = &ranks_[g.members[m]]->streams[inst.members[m].stream].clock;
+  const VectorClock joined = VectorClock::join_all(clocks);
   for (size_t m = 0; m < n; ++m) {
     Stream& s = ranks_[g.members[m]]->streams[inst.members[m].stream];
     s.clock = joined;

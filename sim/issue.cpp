@@ -23,6 +23,8 @@ core::EventId SimRuntime::create_event(std::string_view name) {
   auto& r = *world_.ranks_[rank_];
   r.event_latest.push_back(kNone);
   r.event_names.emplace_back(name);
+  r.event_op_names.emplace_back(world_.intern("record " + quoted(name)),
+                                world_.intern("wait_event " + quoted(name)));
   return static_cast<core::EventId>(r.event_latest.size() - 1);
 }
 
@@ -67,7 +69,7 @@ void SimRuntime::do_record(core::EventId e, core::StreamId s) {
   auto& r = *world_.ranks_[rank_];
   if (e < 0 || e >= static_cast<int>(r.event_latest.size()))
     throw InternalError("record of an unknown event");
-  r.event_latest[e] = world_.record(rank_, s, "record " + quoted(r.event_names[e]));
+  r.event_latest[e] = world_.record(rank_, s, r.event_op_names[e].first);
 }
 
 void SimRuntime::do_wait_event(core::StreamId s, core::EventId e) {
@@ -75,7 +77,7 @@ void SimRuntime::do_wait_event(core::StreamId s, core::EventId e) {
   if (e < 0 || e >= static_cast<int>(r.event_latest.size())) throw InternalError("wait on an unknown event");
   // As in CUDA, the wait is for the event's most recent record at the time of the call; an
   // event never recorded is already complete.
-  world_.wait(rank_, s, r.event_latest[e], "wait_event " + quoted(r.event_names[e]));
+  world_.wait(rank_, s, r.event_latest[e], r.event_op_names[e].second);
   if (r.event_latest[e] == kNone) {
     r.early_waits.push_back(
         {s, "record " + quoted(r.event_names[e]), static_cast<uint32_t>(world_.op_info_.size() - 1)});
@@ -83,8 +85,13 @@ void SimRuntime::do_wait_event(core::StreamId s, core::EventId e) {
 }
 
 void SimRuntime::do_wait_stream(core::StreamId waiter, core::StreamId waited) {
-  const uint32_t rec = world_.record(rank_, waited, "record (for wait_stream)");
-  world_.wait(rank_, waiter, rec, "wait_stream for " + quoted(world_.stream_name(rank_, waited)));
+  using Form = World::NameForm;
+  const uint32_t rec = world_.record(
+      rank_, waited, world_.cached_name(Form::constant, 0, 0, [] { return "record (for wait_stream)"; }));
+  const auto& s = world_.ranks_[rank_]->streams.at(static_cast<size_t>(waited));
+  world_.wait(rank_, waiter, rec, world_.cached_name(Form::wait_stream, s.name_id, 0, [&] {
+    return "wait_stream for " + quoted(s.name);
+  }));
 }
 
 void SimRuntime::do_sync(core::StreamId s) {
@@ -107,11 +114,15 @@ void SimRuntime::do_sync_device() {
 // ---------------------------------------------------------------- World: issue side
 
 uint32_t World::new_op(int rank, int stream, OpKind kind, std::string name) {
+  return new_op(rank, stream, kind, intern(name));
+}
+
+uint32_t World::new_op(int rank, int stream, OpKind kind, uint32_t name) {
   OpInfo info;
   info.rank = rank;
   info.stream = stream;
   info.kind = kind;
-  info.name = intern(std::move(name));
+  info.name = name;
   info.issue_step = step_;
   info.source = ranks_[rank]->source;
   op_info_.push_back(info);
@@ -133,6 +144,7 @@ int World::stream_of(int rank, std::string_view name) {
   }
   Stream s;
   s.name = std::string(name);
+  s.name_id = intern(name);
   s.comm = !streams.empty();
   s.clock = VectorClock(dense_participants());
   streams.push_back(std::move(s));
@@ -162,7 +174,7 @@ void World::check_ref(int rank, const core::TensorRef& t, const char* use) {
   }
 }
 
-void World::push(int rank, int stream, Op op) {
+void World::push(int rank, int stream, Op&& op) {
   auto& r = *ranks_[rank];
   if (stream < 0 || stream >= static_cast<int>(r.streams.size())) throw InternalError("unknown stream");
   op.host_version = static_cast<uint32_t>(r.host.versions.size() - 1);
@@ -224,13 +236,15 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
   }
   Lifetime l;
   l.rank = rank;
-  l.name = intern(std::string(name));
+  l.name = intern(name);
   l.addr = a.addr;
   l.bytes = static_cast<uint64_t>(bytes);
   l.stream = stream;
   l.generation = ++generations_[{rank, a.addr}];
-  l.alloc_op =
-      new_op(rank, -1, OpKind::host_alloc, "alloc " + quoted(name) + " on " + quoted(r.streams[stream].name));
+  l.alloc_op = new_op(rank, -1, OpKind::host_alloc,
+                      cached_name(NameForm::alloc, l.name, r.streams[stream].name_id, [&] {
+                        return "alloc " + quoted(name) + " on " + quoted(r.streams[stream].name);
+                      }));
   lifetimes_.push_back(l);
   lifetime_maps_.emplace_back();
   lifetime_accesses_.emplace_back();
@@ -250,24 +264,25 @@ void World::free(int rank, core::BufferId b) {
   Lifetime& l = live_buffer(rank, b, "free");
   const uint32_t index = r.buffers[b];
   l.live = false;
-  const std::string bname = quoted(names_[l.name]);
+  const auto bname = [&] { return quoted(names_[l.name]); };
+  const uint32_t free_name = cached_name(NameForm::free, l.name, 0, [&] { return "free " + bname(); });
   if (options_.allocator == AllocatorModel::caching) {
     std::vector<uint64_t> pending;
     for (int s : l.recorded_streams)
-      pending.push_back(record(rank, s, "record (record_stream " + bname + ")"));
-    l.free_op = new_op(rank, -1, OpKind::host_free, "free " + bname);
+      pending.push_back(record(rank, s, "record (record_stream " + bname() + ")"));
+    l.free_op = new_op(rank, -1, OpKind::host_free, free_name);
     if (!pending.empty()) freed_lifetime_[l.free_op] = index;
     r.heap.release(l.addr, std::move(pending), l.free_op);
     return;
   }
   // cudaFreeAsync on the allocating stream, after waits for the recorded streams.
   for (int s : lifetimes_[index].recorded_streams) {
-    wait(rank, l.stream, record(rank, s, "record (record_stream " + bname + ")"),
-         "wait (record_stream " + bname + ")");
+    wait(rank, l.stream, record(rank, s, "record (record_stream " + bname() + ")"),
+         "wait (record_stream " + bname() + ")");
   }
   Op op;
   op.kind = OpKind::free_async;
-  op.id = new_op(rank, l.stream, OpKind::free_async, "free " + bname);
+  op.id = new_op(rank, l.stream, OpKind::free_async, free_name);
   op.lifetime = index;
   lifetimes_[index].free_op = op.id;
   r.heap.release(lifetimes_[index].addr, {}, op.id);
@@ -285,9 +300,14 @@ void World::record_stream(int rank, core::BufferId b, int stream) {
 
 uint32_t World::record(int rank, int stream, std::string_view what) {
   if (stream < 0 || stream >= num_streams(rank)) throw InternalError("record on an unknown stream");
+  return record(rank, stream, intern(what));
+}
+
+uint32_t World::record(int rank, int stream, uint32_t name) {
+  if (stream < 0 || stream >= num_streams(rank)) throw InternalError("record on an unknown stream");
   Op op;
   op.kind = OpKind::record;
-  op.id = new_op(rank, stream, OpKind::record, std::string(what));
+  op.id = new_op(rank, stream, OpKind::record, name);
   op.record = static_cast<uint32_t>(records_.size());
   records_.push_back({rank, stream, false, VectorClock(), op.id});
   const uint32_t rec = op.record;
@@ -296,9 +316,13 @@ uint32_t World::record(int rank, int stream, std::string_view what) {
 }
 
 void World::wait(int rank, int stream, uint32_t rec, std::string_view what) {
+  wait(rank, stream, rec, intern(what));
+}
+
+void World::wait(int rank, int stream, uint32_t rec, uint32_t name) {
   Op op;
   op.kind = OpKind::wait;
-  op.id = new_op(rank, stream, OpKind::wait, std::string(what));
+  op.id = new_op(rank, stream, OpKind::wait, name);
   op.record = rec;
   push(rank, stream, std::move(op));
 }
@@ -306,7 +330,7 @@ void World::wait(int rank, int stream, uint32_t rec, std::string_view what) {
 void World::host_wait(int rank, std::vector<uint32_t> recs) {
   auto& host = ranks_[rank]->host;
   host.wait_records = std::move(recs);
-  new_op(rank, -1, OpKind::host_sync, "host sync");
+  new_op(rank, -1, OpKind::host_sync, cached_name(NameForm::constant, 1, 0, [] { return "host sync"; }));
 }
 
 void World::launch(int rank, core::KernelCall call) {
@@ -315,7 +339,8 @@ void World::launch(int rank, core::KernelCall call) {
   for (const auto& t : call.writes) check_ref(rank, t, "kernel write");
   Op op;
   op.kind = OpKind::kernel;
-  op.id = new_op(rank, call.stream, OpKind::kernel, core::op_name(call));
+  op.id = new_op(rank, call.stream, OpKind::kernel,
+                 cached_name(NameForm::kernel, intern(call.name), 0, [&] { return core::op_name(call); }));
   const int stream = call.stream;
   op.kernel = std::move(call);
   push(rank, stream, std::move(op));
@@ -341,7 +366,6 @@ void World::collective(int rank, core::CollectiveCall call) {
   m.issued = true;
   m.stream = call.stream;
   m.position = ranks_[rank]->streams[call.stream].issued;
-  m.fingerprint = fingerprint(call, group.text);
   m.tag = call.tag;
   m.input = call.input;
   m.kind = call.kind;
@@ -353,7 +377,9 @@ void World::collective(int rank, core::CollectiveCall call) {
   inst.kind = call.kind;
   Op op;
   op.kind = OpKind::collective;
-  op.id = new_op(rank, call.stream, OpKind::collective, core::op_name(call));
+  op.id = new_op(rank, call.stream, OpKind::collective,
+                 cached_name(NameForm::collective, intern(call.tag), static_cast<uint32_t>(call.kind),
+                             [&] { return core::op_name(call); }));
   m.op = op.id;
   op.group = g;
   op.instance = k;

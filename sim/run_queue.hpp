@@ -2,11 +2,12 @@
 // step by step instead of rescanned: a segment tree over slots in the order a full scan of
 // the world would list them, so every policy picks exactly what it would pick from that list
 // (the k-th entity, the k-th eager one, the first stream, the leftmost highest priority), in
-// O(log slots) whatever the rank count.
+// O(log ranks) and a scan of one rank's slots in use, whatever the rank count.
 //   RunQueue q(slots);  q.set(slot, {.present = true, .eager = true, .priority = 7});
 //   if (q.count() > 0) slot = q.kth(rng.uniform(q.count()));
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -23,45 +24,96 @@ class RunQueue {
   };
   static constexpr int kNone = -1;
 
-  explicit RunQueue(int slots) {
+  // Slots come in groups of `group` consecutive ones (a rank's host and streams): the tree
+  // has a leaf per group, which sums the group's slots up to the last one ever present, so a
+  // rank that uses 3 of its 65 slots costs a scan of 3 and a tree a 65th the size.
+  explicit RunQueue(int slots, int group = 1) : group_(group) {
+    const int groups = (slots + group - 1) / group;
     size_ = 1;
-    while (size_ < slots) size_ *= 2;
+    while (size_ < groups) size_ *= 2;
     nodes_.assign(static_cast<size_t>(2 * size_), Node{});
     entries_.assign(static_cast<size_t>(slots), Entry{});
+    used_.assign(static_cast<size_t>(groups), 0);
   }
 
   void set(int slot, const Entry& e) {
-    Entry& old = entries_[static_cast<size_t>(slot)];
-    if (old.present == e.present && old.eager == e.eager && old.stream == e.stream &&
-        old.priority == e.priority)
-      return;
-    old = e;
-    int i = size_ + slot;
-    nodes_[static_cast<size_t>(i)] = leaf(slot, e);
-    for (i /= 2; i >= 1; i /= 2) nodes_[static_cast<size_t>(i)] = combine(child(2 * i), child(2 * i + 1));
+    if (put(slot, e)) resum(slot / group_);
+  }
+  // Sets slots first, first + 1, ... first + n - 1 of one group to entry(0), entry(1), ...,
+  // and sums the group once.
+  template <class F>
+  void set_group(int first, int n, F entry) {
+    bool changed = false;
+    for (int j = 0; j < n; ++j) changed |= put(first + j, entry(j));
+    if (changed) resum(first / group_);
   }
   const Entry& get(int slot) const { return entries_[static_cast<size_t>(slot)]; }
 
   int count() const { return nodes_[1].count; }
   int eager_count() const { return nodes_[1].eager; }
   // The k-th present slot (0-based) in slot order; kth_eager counts eager slots only.
-  int kth(int k) const { return descend(k, &Node::count); }
-  int kth_eager(int k) const { return descend(k, &Node::eager); }
+  int kth(int k) const {
+    return descend(k, &Node::count, [](const Entry& e) { return e.present; });
+  }
+  int kth_eager(int k) const {
+    return descend(k, &Node::eager, [](const Entry& e) { return e.present && e.eager; });
+  }
   // The first present stream slot, or kNone.
-  int first_stream() const { return nodes_[1].streams == 0 ? kNone : descend(0, &Node::streams); }
+  int first_stream() const {
+    return nodes_[1].streams == 0
+               ? kNone
+               : descend(0, &Node::streams, [](const Entry& e) { return e.present && e.stream; });
+  }
   // The present slot of highest priority, the first in slot order among equals; kNone if none.
   int best() const { return nodes_[1].best; }
 
  private:
+  // Stores the entry; true when it changed.
+  bool put(int slot, const Entry& e) {
+    Entry& old = entries_[static_cast<size_t>(slot)];
+    if (old.present == e.present && old.eager == e.eager && old.stream == e.stream &&
+        old.priority == e.priority)
+      return false;
+    old = e;
+    const int g = slot / group_;
+    int& used = used_[static_cast<size_t>(g)];
+    if (e.present) used = std::max(used, slot - g * group_ + 1);
+    return true;
+  }
+  // Sums group g again, and the tree above it where the sum changed.
+  void resum(int g) {
+    int i = size_ + g;
+    const Node leaf = summary(g);
+    Node& n = nodes_[static_cast<size_t>(i)];
+    if (n == leaf) return;
+    n = leaf;
+    for (i /= 2; i >= 1; i /= 2) nodes_[static_cast<size_t>(i)] = combine(child(2 * i), child(2 * i + 1));
+  }
+
   struct Node {
     int count = 0, eager = 0, streams = 0;
     int best = kNone;
     int64_t best_priority = std::numeric_limits<int64_t>::min();
+    friend bool operator==(const Node&, const Node&) = default;
   };
   const Node& child(int i) const { return nodes_[static_cast<size_t>(i)]; }
-  static Node leaf(int slot, const Entry& e) {
-    if (!e.present) return Node{};
-    return {1, e.eager ? 1 : 0, e.stream ? 1 : 0, slot, e.priority};
+  // Group g's slots, summed in slot order.
+  Node summary(int g) const {
+    Node n;
+    const int first = g * group_;
+    for (int slot = first; slot < first + used_[static_cast<size_t>(g)]; ++slot) {
+      const Entry& e = entries_[static_cast<size_t>(slot)];
+      if (!e.present) continue;
+      ++n.count;
+      n.eager += e.eager ? 1 : 0;
+      n.streams += e.stream ? 1 : 0;
+      // Strictly greater: the earlier slot wins a tie, as a scan would.
+      if (n.best == kNone || e.priority > n.best_priority) {
+        n.best = slot;
+        n.best_priority = e.priority;
+      }
+    }
+    return n;
   }
   static Node combine(const Node& a, const Node& b) {
     Node n{a.count + b.count, a.eager + b.eager, a.streams + b.streams, a.best, a.best_priority};
@@ -72,7 +124,8 @@ class RunQueue {
     }
     return n;
   }
-  int descend(int k, int Node::*field) const {
+  template <class Counts>
+  int descend(int k, int Node::*field, Counts counts) const {
     int i = 1;
     while (i < size_) {
       const int left = child(2 * i).*field;
@@ -83,12 +136,17 @@ class RunQueue {
         i = 2 * i + 1;
       }
     }
-    return i - size_;
+    const int first = (i - size_) * group_;
+    for (int slot = first;; ++slot) {
+      if (counts(entries_[static_cast<size_t>(slot)]) && k-- == 0) return slot;
+    }
   }
 
+  int group_ = 1;
   int size_ = 1;
   std::vector<Node> nodes_;
   std::vector<Entry> entries_;
+  std::vector<int> used_;  // per group: one past its last slot ever present
 };
 
 }  // namespace shardcheck::sim

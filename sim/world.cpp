@@ -46,7 +46,7 @@ std::string_view to_string(OpKind k) {
 World::World(Options options)
     : options_(options),
       rng_(core::Rng(options.seed).split("scheduler")),
-      run_queue_(std::clamp(options.ranks, 1, Options::kMaxRanks) * kSlotsPerRank) {
+      run_queue_(std::clamp(options.ranks, 1, Options::kMaxRanks) * kSlotsPerRank, kSlotsPerRank) {
   if (options_.ranks < 1 || options_.ranks > Options::kMaxRanks) {
     throw InternalError("a simulated world has 1 to " + std::to_string(Options::kMaxRanks) + " ranks");
   }
@@ -72,13 +72,13 @@ const std::string& World::stream_name(int rank, int stream) const {
 
 int World::num_streams(int rank) const { return static_cast<int>(ranks_.at(rank)->streams.size()); }
 
-uint32_t World::intern(std::string s) {
+uint32_t World::intern(std::string_view s) {
   auto it = name_ids_.find(s);
   if (it != name_ids_.end()) return it->second;
   const uint32_t id = static_cast<uint32_t>(names_.size());
   name_hashes_.push_back(core::fnv1a(s));
-  name_ids_.emplace(s, id);
-  names_.push_back(std::move(s));
+  name_ids_.emplace(std::string(s), id);
+  names_.emplace_back(s);
   return id;
 }
 
@@ -221,14 +221,15 @@ void World::refresh(int rank) {
   dirty_flag_[rank] = 0;
   const bool pct = options_.policy == Policy::pct;
   const int host = host_participant(rank);
-  run_queue_.set(slot(rank, -1), {host_ready(rank), true, false, pct ? pct_priority_[host] : 0});
   const std::vector<Stream>& streams = ranks_[rank]->streams;
-  for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
+  // The rank's host and streams are consecutive slots, summed once.
+  run_queue_.set_group(slot(rank, -1), 1 + static_cast<int>(streams.size()), [&](int j) -> RunQueue::Entry {
+    if (j == 0) return {host_ready(rank), true, false, pct ? pct_priority_[host] : 0};
+    const int s = j - 1;
     // An empty stream is never ready (stream_ready says so too): checked before the call.
     const bool ready = !streams[s].queue.empty() && stream_ready(rank, s);
-    run_queue_.set(slot(rank, s),
-                   {ready, !streams[s].comm, true, pct ? pct_priority_[participant(rank, s)] : 0});
-  }
+    return {ready, !streams[s].comm, true, pct ? pct_priority_[participant(rank, s)] : 0};
+  });
 }
 
 void World::arrived(int rank, int stream) {

@@ -171,15 +171,18 @@ class World {
   void record_stream(int rank, core::BufferId b, int stream);
   void annotate(int rank, core::BufferId b, std::shared_ptr<const core::LogicalMap> map);
   uint32_t record(int rank, int stream, std::string_view what);
+  uint32_t record(int rank, int stream, uint32_t name);  // `name`: an interned name
   void wait(int rank, int stream, uint32_t record, std::string_view what);
+  void wait(int rank, int stream, uint32_t record, uint32_t name);
   void host_wait(int rank, std::vector<uint32_t> records);
   void launch(int rank, core::KernelCall call);
   void collective(int rank, core::CollectiveCall call);
   void p2p(int rank, core::P2PCall call, bool send);
   void upload(int rank, core::TensorRef dst, int stream, std::span<const std::byte> data);
   void download(int rank, core::TensorRef src, int stream, std::span<std::byte> out);
-  void push(int rank, int stream, Op op);
+  void push(int rank, int stream, Op&& op);
   uint32_t new_op(int rank, int stream, OpKind kind, std::string name);
+  uint32_t new_op(int rank, int stream, OpKind kind, uint32_t name);
   Lifetime& live_buffer(int rank, core::BufferId b, const char* use);
   void check_ref(int rank, const core::TensorRef& t, const char* use);
   int group_index(int rank, core::GroupId g);
@@ -245,13 +248,20 @@ class World {
   // The k-th call's identity on its group, as compared across members.
   // `where` is the group's group_text, made once per group: with a thousand members it is
   // kilobytes, and every member of every collective names it.
-  static std::string fingerprint(const core::CollectiveCall& c, const std::string& where);
+  // The text is made only for a finding: at issue, members are compared by the parts it is
+  // made of (same_fingerprint), so a collective costs no string of the group's members.
+  std::string fingerprint(const Instance& inst, size_t m, int group) const;
+  // Whether members a and b have equal fingerprints, without making them.
+  static bool same_fingerprint(const Instance& inst, size_t a, size_t b);
   static std::string group_text(const std::string& group, const std::vector<int>& members);
   void compare_instance(int group, const Instance& inst, int64_t k);
   // The suggested fix of a collective_mismatch: what differs across the members.
-  static std::string mismatch_fix(const Instance& inst, const std::vector<int>& ranks, bool p2p);
+  // `fingerprints`: each member's fingerprint.
+  static std::string mismatch_fix(const Instance& inst, const std::vector<int>& ranks, bool p2p,
+                                  const std::vector<std::string>& fingerprints);
   // A later divergent collective of a group whose first divergent one is findings_[root].
-  void add_consequence(size_t root, const Instance& inst, int64_t k, bool fp_differs);
+  void add_consequence(size_t root, const Instance& inst, int64_t k, bool fp_differs,
+                       const std::vector<std::string>& fingerprints);
   // At the end of a run: each first divergent collective's explanation names its consequences.
   void finish_cascades();
   // The k-th transfer on a channel from `from` to `to`, once both halves are issued.
@@ -263,7 +273,21 @@ class World {
   std::string describe_head(int rank, int stream);
 
   // --- shared (world.cpp) ---
-  uint32_t intern(std::string s);
+  uint32_t intern(std::string_view s);
+  // The names the issue side gives every operation ("alloc 'act' on 'compute'"), interned once
+  // per form and parts: `key` packs the form and the parts' ids (name_key), `make` builds the
+  // text the first time. A repeated operation then costs a lookup, not a string and its hash.
+  enum class NameForm : uint8_t { alloc, free, kernel, collective, wait_stream, constant };
+  static uint64_t name_key(NameForm form, uint32_t a, uint32_t b = 0) {
+    return static_cast<uint64_t>(form) << 56 | static_cast<uint64_t>(a) << 28 | b;
+  }
+  template <class F>
+  uint32_t cached_name(NameForm form, uint32_t a, uint32_t b, F make) {
+    if (a >= (1u << 28) || b >= (1u << 28)) return intern(make());  // beyond the key's room
+    const auto [it, fresh] = name_cache_.try_emplace(name_key(form, a, b), 0);
+    if (fresh) it->second = intern(make());
+    return it->second;
+  }
   // Participants number each rank's host and streams for vector clocks, PCT priorities and
   // the trace digest. A rank's host and its first kDenseStreams streams keep the numbers
   // rank * (1 + kDenseStreams) + {0, 1 + stream}, the layout every pinned digest was made
@@ -313,7 +337,12 @@ class World {
   std::vector<OpArgs> op_args_;
   std::vector<HostMark> marks_;
   std::vector<std::string> names_;
-  std::unordered_map<std::string, uint32_t> name_ids_;
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_ids_;
+  std::unordered_map<uint64_t, uint32_t> name_cache_;  // cached_name
   std::vector<uint64_t> name_hashes_;
   std::map<std::pair<int, uint64_t>, int> generations_;  // (rank, addr) -> lifetimes begun there
   std::vector<core::Finding> findings_;

@@ -3,6 +3,9 @@
 // scheduler, the issue side, the executors and the detectors (detect_*.cpp) share it.
 #pragma once
 
+#include <memory>
+#include <utility>
+
 #include "sim/world.hpp"
 
 namespace shardcheck::sim {
@@ -24,10 +27,69 @@ struct World::Op {
   uint32_t lifetime = kNone;  // free_async
 };
 
+// A stream's queued operations, first in first out, in a ring that keeps its capacity: an Op
+// is large enough that std::deque allocated a block for almost every push. References to the
+// front stay valid until it is popped or something is pushed.
+template <class Op>
+class OpQueue {
+ public:
+  OpQueue() = default;
+  OpQueue(OpQueue&& o) noexcept
+      : buf_(std::exchange(o.buf_, nullptr)),
+        cap_(std::exchange(o.cap_, 0)),
+        head_(std::exchange(o.head_, 0)),
+        size_(std::exchange(o.size_, 0)) {}
+  OpQueue& operator=(OpQueue&& o) noexcept {
+    if (this != &o) {
+      this->~OpQueue();
+      new (this) OpQueue(std::move(o));
+    }
+    return *this;
+  }
+  ~OpQueue() {
+    while (size_ > 0) pop_front();
+    std::allocator<Op>().deallocate(buf_, cap_);
+  }
+
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+  Op& front() { return buf_[head_]; }
+  const Op& front() const { return buf_[head_]; }
+  void push_back(Op&& op) {
+    if (size_ == cap_) grow();
+    std::construct_at(buf_ + ((head_ + size_) & (cap_ - 1)), std::move(op));
+    ++size_;
+  }
+  void pop_front() {
+    std::destroy_at(buf_ + head_);
+    head_ = (head_ + 1) & (cap_ - 1);
+    --size_;
+  }
+
+ private:
+  void grow() {
+    const size_t cap = cap_ == 0 ? 4 : 2 * cap_;  // a power of two
+    Op* buf = std::allocator<Op>().allocate(cap);
+    for (size_t i = 0; i < size_; ++i) {
+      Op* from = buf_ + ((head_ + i) & (cap_ - 1));
+      std::construct_at(buf + i, std::move(*from));
+      std::destroy_at(from);
+    }
+    std::allocator<Op>().deallocate(buf_, cap_);
+    buf_ = buf;
+    cap_ = cap;
+    head_ = 0;
+  }
+
+  Op* buf_ = nullptr;
+  size_t cap_ = 0, head_ = 0, size_ = 0;
+};
+
 struct World::Stream {
   std::string name;
-  bool comm = false;  // not the rank's default stream
-  std::deque<Op> queue;
+  uint32_t name_id = 0;  // interned name
+  bool comm = false;     // not the rank's default stream
+  OpQueue<Op> queue;
   uint64_t issued = 0;
   uint64_t executed = 0;
   VectorClock clock;
@@ -53,6 +115,8 @@ struct World::Rank {
   std::vector<uint32_t> buffers;       // BufferId -> lifetime index
   std::vector<uint32_t> event_latest;  // EventId -> latest record (kNone: never recorded)
   std::vector<std::string> event_names;
+  // EventId -> the interned names of its record and wait operations ("record 'e'").
+  std::vector<std::pair<uint32_t, uint32_t>> event_op_names;
   std::vector<int> groups;  // GroupId -> world group index
   // wait_event calls issued while their event had no record yet: as in CUDA, they order nothing.
   struct EarlyWait {
@@ -79,8 +143,10 @@ struct World::Instance {
   struct Member {
     bool issued = false;
     int stream = 0;
-    uint64_t position = 0;    // its index in the member's stream
-    std::string fingerprint;  // compared across members (detect_collective.cpp)
+    uint64_t position = 0;  // its index in the member's stream
+    // A p2p half's fingerprint; a collective's is made from the fields below and its group
+    // when a finding needs it (World::fingerprint), and compared field by field.
+    std::string fingerprint;
     std::string tag;
     uint32_t op = 0;
     core::TensorRef input;  // for the layout check of reductions (detect_layout.cpp)

@@ -66,7 +66,9 @@ TEST_CASE("the runnable set equals a scan in training runs with collectives on s
 TEST_CASE("the run queue picks what a scan of its slots would pick", "[sim][scheduler]") {
   core::Rng rng(5);
   constexpr int kSlots = 300;
-  sim::RunQueue q(kSlots);
+  const int group = GENERATE(1, 7, 65);  // slots per leaf: 65 is a rank's host and streams
+  INFO("groups of " << group);
+  sim::RunQueue q(kSlots, group);
   std::vector<sim::RunQueue::Entry> plain(kSlots);
   for (int step = 0; step < 5000; ++step) {
     const int slot = static_cast<int>(rng.uniform(kSlots));
