@@ -63,12 +63,16 @@ void launch(const core::KernelCall& call, DeviceMemory& mem, cudaStream_t stream
                                             static_cast<float>(k.eps), s);
                  },
                  [&](const kernel::LayerNormBackward& k) {
+                   void* scratch = blas.scratch(layernorm_backward_scratch_bytes(k.rows, k.hidden), s);
                    launch_layernorm_backward(in(0), in(1), in(2), in(3), in(4), out(0), out(1), out(2),
-                                             k.rows, k.hidden, s);
+                                             k.rows, k.hidden, scratch, s);
                  },
                  [&](const kernel::Gemm& k) { blas.gemm(in(0), in(1), out(0), k, s); },
                  [&](const kernel::BiasAdd& k) { launch_bias_add(in(0), in(1), out(0), k.rows, k.cols, s); },
-                 [&](const kernel::BiasGrad& k) { launch_bias_grad(in(0), out(0), k.rows, k.cols, s); },
+                 [&](const kernel::BiasGrad& k) {
+                   launch_bias_grad(in(0), out(0), k.rows, k.cols,
+                                    blas.scratch(bias_grad_scratch_bytes(k.rows, k.cols), s), s);
+                 },
                  [&](const kernel::GeluForward&) { launch_gelu_forward(in(0), out(0), s); },
                  [&](const kernel::GeluBackward&) { launch_gelu_backward(in(0), in(1), out(0), s); },
                  [&](const kernel::SoftmaxCrossEntropy& k) {

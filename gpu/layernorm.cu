@@ -4,8 +4,8 @@
 // kStagedRowMax elements are first staged in shared memory by the whole block (the loads, and
 // the elementwise products the sums add, in parallel), so the one thread's additions wait on
 // shared memory rather than on a global load per batch; wider rows read global memory. The backward's
-// dgamma/dbeta are column sums in core's chunked order (gpu/column_sum.cuh): one thread per
-// (column, 64-row chunk), then the chunk sums in order.
+// dgamma/dbeta are column sums in core's chunked order (gpu/column_sum.cuh): one block per
+// (32 columns, 64-row chunk), then one thread per column adds the chunk sums in order.
 // Chosen over a parallel tree reduction (faster for very wide rows, but only close to the CPU,
 // not equal) because bitwise agreement is what the checker compares; TinyLM rows are short.
 #include "gpu/column_sum.cuh"
@@ -120,23 +120,17 @@ __global__ void layernorm_forward_kernel(Operand x, Operand gamma, Operand beta,
 
 // dgamma[j] = sum_n dy*xhat, dbeta[j] = sum_n dy, in the chunked order; xhat from the stored
 // mean/rstd.
-__global__ void __launch_bounds__(dev::kColumnSumThreads)
-    layernorm_columns_kernel(Operand dy, Operand x, Operand mean, Operand rstd, Operand dgamma, Operand dbeta,
-                             int64_t rows, int64_t hidden) {
-  float total[2];
-  const auto term = [&](int64_t n, int64_t j, float(&v)[2]) {
+struct LayerNormColumnTerm {
+  Operand dy, x, mean, rstd;
+  int64_t hidden;
+  __device__ void operator()(int64_t n, int64_t j, float (&v)[2]) const {
     const float d = dev::loadf(dy, n * hidden + j);
     const float xhat =
         __fmul_rn(__fsub_rn(dev::loadf(x, n * hidden + j), dev::loadf(mean, n)), dev::loadf(rstd, n));
     v[0] = __fmul_rn(d, xhat);
     v[1] = d;
-  };
-  if (dev::column_sums<2>(rows, hidden, term, total)) {
-    const int64_t j = int64_t{blockIdx.x} * dev::kTileCols + threadIdx.x;
-    dev::storef(dgamma, j, total[0]);
-    dev::storef(dbeta, j, total[1]);
   }
-}
+};
 
 // Block n handles row n, staged (hidden <= kStagedRowMax): the block computes g = dy*gamma and
 // g*xhat into shared memory, thread 0 adds each in order, then dx as in layernorm_rows_kernel.
@@ -232,14 +226,17 @@ void launch_layernorm_forward(Operand x, Operand gamma, Operand beta, Operand y,
   SC_CUDA_CHECK_LAST();
 }
 
+size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t hidden) {
+  return dev::column_sum_scratch_bytes(2, rows, hidden);
+}
+
 void launch_layernorm_backward(Operand dy, Operand x, Operand gamma, Operand mean, Operand rstd, Operand dx,
-                               Operand dgamma, Operand dbeta, int64_t rows, int64_t hidden,
+                               Operand dgamma, Operand dbeta, int64_t rows, int64_t hidden, void* scratch,
                                cudaStream_t stream) {
   check_rows(rows);
   // Columns first: they read dy and x of every row, which the row kernel may overwrite.
-  layernorm_columns_kernel<<<dev::column_sum_blocks(hidden), dim3(dev::kTileCols, dev::kChunkSlots), 0,
-                             stream>>>(dy, x, mean, rstd, dgamma, dbeta, rows, hidden);
-  SC_CUDA_CHECK_LAST();
+  dev::launch_column_sums<2>(rows, hidden, LayerNormColumnTerm{dy, x, mean, rstd, hidden},
+                             dev::ColumnOutputs<2>{{dgamma, dbeta}}, scratch, stream);
   if (rows == 0) return;
   if (hidden <= kStagedRowMax) {
     layernorm_rows_staged_kernel<<<static_cast<unsigned>(rows), row_block(hidden), staged_bytes(hidden),

@@ -15,14 +15,13 @@ constexpr int kReduceBlock = static_cast<int>(core::kTreeBlock);
 static_assert(kSumSquaresPartials == core::kTreeBlocksMax, "scratch for every first-level block");
 
 // dbias[c] = sum_n dy[n][c] in core's chunked order (gpu/column_sum.cuh).
-__global__ void __launch_bounds__(dev::kColumnSumThreads)
-    bias_grad_kernel(Operand dy, Operand dbias, int64_t rows, int64_t cols) {
-  float total[1];
-  const auto term = [&](int64_t n, int64_t c, float(&v)[1]) { v[0] = dev::loadf(dy, n * cols + c); };
-  if (dev::column_sums<1>(rows, cols, term, total)) {
-    dev::storef(dbias, int64_t{blockIdx.x} * dev::kTileCols + threadIdx.x, total[0]);
+struct BiasColumnTerm {
+  Operand dy;
+  int64_t cols;
+  __device__ void operator()(int64_t n, int64_t c, float (&v)[1]) const {
+    v[0] = dev::loadf(dy, n * cols + c);
   }
-}
+};
 
 // The halving tree over one value per thread; thread 0 gets the sum.
 __device__ double block_sum(double v, double* shared) {
@@ -71,11 +70,14 @@ __global__ void clip_coef_kernel(const double* sumsq, double* coef, double* norm
 
 }  // namespace
 
-void launch_bias_grad(Operand dy, Operand dbias, int64_t rows, int64_t cols, cudaStream_t stream) {
-  if (cols == 0) return;
-  bias_grad_kernel<<<dev::column_sum_blocks(cols), dim3(dev::kTileCols, dev::kChunkSlots), 0, stream>>>(
-      dy, dbias, rows, cols);
-  SC_CUDA_CHECK_LAST();
+size_t bias_grad_scratch_bytes(int64_t rows, int64_t cols) {
+  return dev::column_sum_scratch_bytes(1, rows, cols);
+}
+
+void launch_bias_grad(Operand dy, Operand dbias, int64_t rows, int64_t cols, void* scratch,
+                      cudaStream_t stream) {
+  dev::launch_column_sums<1>(rows, cols, BiasColumnTerm{dy, cols}, dev::ColumnOutputs<1>{{dbias}}, scratch,
+                             stream);
 }
 
 void launch_sum_squares(Operand x, const double* acc_in, double* acc_out, double* partials,

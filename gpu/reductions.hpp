@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "gpu/operand.hpp"
@@ -13,7 +14,10 @@
 namespace shardcheck::gpu {
 
 // dbias[c] = sum over r of dy[r][c] in fp32, in core's chunked order (summation_order.hpp).
-void launch_bias_grad(Operand dy, Operand dbias, int64_t rows, int64_t cols, cudaStream_t stream);
+// scratch: bias_grad_scratch_bytes(rows, cols) bytes of device memory used in `stream`'s order.
+size_t bias_grad_scratch_bytes(int64_t rows, int64_t cols);
+void launch_bias_grad(Operand dy, Operand dbias, int64_t rows, int64_t cols, void* scratch,
+                      cudaStream_t stream);
 
 // Device scratch that launch_sum_squares needs: one double per first-level block.
 constexpr int64_t kSumSquaresPartials = 1024;
