@@ -75,11 +75,18 @@ fuzz:
 	    echo "$$t failed; reproduce: build-fuzz/tests/fuzz/$$t build-fuzz/artifacts/$$c/<file>" >&2; exit 1; }; \
 	done
 
+# Builds build-bench/, runs every benchmark into bench/results/ (replacing the last run's files)
+# and rewrites the figures between <!-- bench:NAME --> markers in bench/README.md and README.md
+# from them (bench/summarize.py render --write): commit the three together. BENCH_RESULTS
+# elsewhere leaves the committed results and the READMEs as they are.
+BENCH_RESULTS ?= bench/results
 bench:
 	@scripts/install-deps bench
 	@cmake --preset bench >/dev/null
 	@cmake --build --preset bench -j $(JOBS)
-	./build-bench/bench/run-benchmarks
+	rm -rf $(BENCH_RESULTS)
+	BENCH_OUT=$(abspath $(BENCH_RESULTS)) ./build-bench/bench/run-benchmarks
+	@if [ "$(abspath $(BENCH_RESULTS))" = "$(abspath bench/results)" ]; then python3 bench/summarize.py render --write; fi
 
 # Builds the GPU tests and measurement programs (needs nvcc, no GPU) and says how to run them
 # on a GPU machine; runs the tests here too when this machine has a GPU.

@@ -1,9 +1,12 @@
 // Simulator throughput: stream operations executed per second of host time, with all
 // detectors on and off, on a program shaped like a training step (allocation churn, kernels
 // on two streams with event ordering, reduce-scatters and all-gathers every few kernels).
-// Each rank's tensors hold 256 elements per rank of the world, so the arithmetic behind an
-// operation grows with the rank count; the shadow-only runs (no values, every detector on)
-// measure what the simulator itself spends per operation.
+// In the main runs each rank's tensors hold 256 elements per rank of the world (a model that
+// grows with the mesh), so the arithmetic behind an operation grows with the rank count; the
+// shadow-only runs (no values, every detector on) measure what the simulator itself spends per
+// operation; the fixed-model runs keep the 2-rank program's tensors (512 elements, a shard of
+// 512 / R) at every rank count, as a fixed model sharded over more ranks does, so the data
+// behind an operation stays the same and what is left to grow is the simulator's own cost.
 #include <benchmark/benchmark.h>
 
 #include "sim/world.hpp"
@@ -12,12 +15,13 @@ using namespace shardcheck;
 
 namespace {
 
-core::Task<> step_program(core::Runtime& rt, int iterations) {
+// `full` elements in every rank's weights, activations and gradients, a shard of full / R.
+core::Task<> step_program(core::Runtime& rt, int iterations, int64_t full) {
   const core::StreamId compute = rt.stream("compute"), comm = rt.stream("comm");
   std::vector<int> members(rt.world_size());
   for (int r = 0; r < rt.world_size(); ++r) members[r] = r;
   const core::GroupId dp = rt.group("dp", members);
-  const int64_t n = 256 * rt.world_size();
+  const int64_t n = full, s = full / rt.world_size();
   const core::BufferId weights = co_await rt.alloc(n * 4, compute, "weights");
   co_await rt.launch(core::kernels::fill(compute, core::TensorRef::f32(weights, 0, n), 0.5, "init"));
   const core::EventId done = rt.create_event("grad_ready");
@@ -31,10 +35,10 @@ core::Task<> step_program(core::Runtime& rt, int iterations) {
                                           core::TensorRef::f32(grad, 0, n), "backward"));
     co_await rt.record(done, compute);
     co_await rt.wait_event(comm, done);
-    const core::BufferId shard = co_await rt.alloc(256 * 4, comm, "shard");
+    const core::BufferId shard = co_await rt.alloc(s * 4, comm, "shard");
     co_await rt.collective({core::CollectiveKind::reduce_scatter, dp, comm, core::TensorRef::f32(grad, 0, n),
-                            core::TensorRef::f32(shard, 0, 256), core::ReduceOp::avg, 0, "grad"});
-    co_await rt.collective({core::CollectiveKind::all_gather, dp, comm, core::TensorRef::f32(shard, 0, 256),
+                            core::TensorRef::f32(shard, 0, s), core::ReduceOp::avg, 0, "grad"});
+    co_await rt.collective({core::CollectiveKind::all_gather, dp, comm, core::TensorRef::f32(shard, 0, s),
                             core::TensorRef::f32(grad, 0, n), core::ReduceOp::sum, 0, "params"});
     co_await rt.wait_stream(compute, comm);
     co_await rt.free(shard);
@@ -44,8 +48,16 @@ core::Task<> step_program(core::Runtime& rt, int iterations) {
   co_await rt.sync_device();
 }
 
-void run(benchmark::State& state, bool detectors, bool values = true) {
+constexpr int64_t kShardElements = 256;  // the growing model: 256 elements per rank
+constexpr int64_t kFixedElements = 512;  // the fixed model: the 2-rank program's size
+
+void run(benchmark::State& state, bool detectors, bool values = true, bool fixed_model = false) {
   const int ranks = static_cast<int>(state.range(0));
+  const int64_t full = fixed_model ? kFixedElements : kShardElements * ranks;
+  if (full % ranks != 0) {
+    state.SkipWithError("the fixed model's tensors must divide among the ranks");
+    return;
+  }
   int64_t ops = 0;
   for (auto _ : state) {
     sim::Options o;
@@ -54,7 +66,7 @@ void run(benchmark::State& state, bool detectors, bool values = true) {
     o.values = values;
     o.seed = 7;
     sim::World w(o);
-    const sim::RunResult r = w.run([](core::Runtime& rt) { return step_program(rt, 200); });
+    const sim::RunResult r = w.run([full](core::Runtime& rt) { return step_program(rt, 200, full); });
     if (!r.completed || !r.findings.empty()) state.SkipWithError("the benchmark program must run clean");
     ops += r.ops_executed;
   }
@@ -65,6 +77,8 @@ void run(benchmark::State& state, bool detectors, bool values = true) {
 void BM_SimOps_DetectorsOn(benchmark::State& s) { run(s, true); }
 void BM_SimOps_DetectorsOff(benchmark::State& s) { run(s, false); }
 void BM_SimOps_DetectorsOn_ShadowOnly(benchmark::State& s) { run(s, true, false); }
+void BM_SimOps_DetectorsOn_FixedModel(benchmark::State& s) { run(s, true, true, true); }
+void BM_SimOps_DetectorsOff_FixedModel(benchmark::State& s) { run(s, false, true, true); }
 
 }  // namespace
 
@@ -77,4 +91,12 @@ BENCHMARK(BM_SimOps_DetectorsOn_ShadowOnly)
     ->Arg(256)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK(BM_SimOps_DetectorsOn_FixedModel)
+    ->Arg(2)
+    ->Arg(8)
+    ->Arg(64)
+    ->Arg(256)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_SimOps_DetectorsOff_FixedModel)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

@@ -3,7 +3,11 @@
 // with the number of ranks (1 to 64, 12 layers) and of layers (1 to 96, 8 ranks). The summary
 // fits the growth exponent b of time ~ n^b to each sweep.
 #include <benchmark/benchmark.h>
+#include <malloc.h>
 #include <sys/resource.h>
+
+#include <fstream>
+#include <string>
 
 #include "bench/bench_support.hpp"
 
@@ -73,8 +77,27 @@ void BM_Reference_Zero3(benchmark::State& state) {
 // One training step on 1024 simulated ranks, every detector and the oracle on: a file of
 // scenarios/scale (ZeRO-3 on dp = 1024, or HSDP on 32 x 32), TinyLM of 12 layers, one
 // microbatch of one sequence, exact mode. Its reference is computed before the timing.
-// peak_rss_gib is the process's peak resident memory so far (getrusage), which these runs set.
+// peak_rss_gib is the process's peak resident memory during this benchmark: the peak is reset
+// first (Linux's /proc/self/clear_refs, after returning freed memory), so the step that runs
+// second does not report the first one's; where the reset is refused, the peak since the process started
+// (getrusage).
+double peak_rss_gib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / (1024.0 * 1024.0);  // kB
+  }
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / (1024.0 * 1024.0);
+}
+
+void reset_peak_rss() {
+  malloc_trim(0);  // what an earlier benchmark freed goes back to the system first
+  std::ofstream("/proc/self/clear_refs") << "5";
+}
+
 void run_scale_file(benchmark::State& state, const char* file) {
+  reset_peak_rss();
   run::LoadedScenario s = bench::load_or_exit(bench::source_dir() + "/scenarios/scale/" + file);
   s.training->ensure_reference();
   sim::Options options = s.options;
@@ -87,11 +110,9 @@ void run_scale_file(benchmark::State& state, const char* file) {
     }
     ops += r.result.ops_executed;
   }
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
   state.counters["ranks"] = options.ranks;
   state.counters["ops_per_s"] = benchmark::Counter(static_cast<double>(ops), benchmark::Counter::kIsRate);
-  state.counters["peak_rss_gib"] = static_cast<double>(u.ru_maxrss) / (1024.0 * 1024.0);
+  state.counters["peak_rss_gib"] = peak_rss_gib();
 }
 
 void BM_ScaleStep_Zero3_1024(benchmark::State& state) { run_scale_file(state, "zero3-1024.yaml"); }
