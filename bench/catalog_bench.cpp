@@ -8,6 +8,7 @@
 
 #include <thread>
 
+#include "bench/bench_main.hpp"
 #include "bench/bench_support.hpp"
 
 using namespace shardcheck;
@@ -86,6 +87,7 @@ void thread_scaling(benchmark::State& state) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::keep_freed_memory();
   {
     benchmark::internal::Benchmark* b = benchmark::RegisterBenchmark("BM_ThreadScaling", thread_scaling)
                                             ->Unit(benchmark::kMillisecond)

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_main.hpp"
 #include "bench/bench_support.hpp"
 #include "run/compare.hpp"
 
@@ -85,4 +86,4 @@ void BM_Peer_GlooEquivalence(benchmark::State& state) {
 BENCHMARK(BM_Compare_Shardcheck)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Compare_ShardcheckProcess)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
 BENCHMARK(BM_Peer_GlooEquivalence)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
-BENCHMARK_MAIN();
+SHARDCHECK_BENCHMARK_MAIN()

@@ -9,6 +9,7 @@
 // behind an operation stays the same and what is left to grow is the simulator's own cost.
 #include <benchmark/benchmark.h>
 
+#include "bench/bench_main.hpp"
 #include "sim/world.hpp"
 
 using namespace shardcheck;
@@ -99,4 +100,4 @@ BENCHMARK(BM_SimOps_DetectorsOn_FixedModel)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_SimOps_DetectorsOff_FixedModel)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_MAIN();
+SHARDCHECK_BENCHMARK_MAIN()

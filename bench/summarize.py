@@ -45,8 +45,9 @@ def load(results, program):
     with open(path) as f:
         runs = json.load(f)["benchmarks"]
 
-    def plain(name):  # "BM_X/8/iterations:3/real_time" -> "BM_X/8"
-        return "/".join(p for p in name.split("/") if p != "real_time" and not p.startswith("iterations:"))
+    def plain(name):  # "BM_X/8/iterations:3/repeats:1/real_time" -> "BM_X/8"
+        return "/".join(p for p in name.split("/")
+                        if p != "real_time" and not p.startswith(("iterations:", "repeats:")))
 
     # With --benchmark_repetitions, the median of the repetitions; otherwise the one run.
     chosen = {}

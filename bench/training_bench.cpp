@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "bench/bench_main.hpp"
 #include "bench/bench_support.hpp"
 
 using namespace shardcheck;
@@ -138,4 +139,4 @@ BENCHMARK(BM_Scaling_Layers)
     ->Arg(96)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK_MAIN();
+SHARDCHECK_BENCHMARK_MAIN()
