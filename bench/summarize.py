@@ -10,6 +10,10 @@
         (default: README.md and bench/README.md) from DIR (default: the committed
         bench/results/, which `make bench` refreshes). Prints the differences, or with --write
         rewrites the files.
+    summarize.py merge OUT.json PASS.json...
+        One Google Benchmark file from several passes of one program (bench/run-benchmarks):
+        every pass's run of a benchmark, and where it ran in more than one pass their median,
+        field by field, as Google Benchmark's own median aggregate.
     summarize.py check [--results DIR] [FILES...]
         Exit 1 when a block differs from what render makes of DIR: a figure typed by hand or
         left from another run.
@@ -399,6 +403,51 @@ def cmd_render(a):
     return 0
 
 
+def merge_passes(passes):
+    """Google Benchmark's JSON for the runs of several passes: runs by benchmark, in first-seen
+    order, numbered as repetitions, then a median aggregate of each benchmark run more than once."""
+    order, runs = [], {}
+    for doc in passes:
+        for r in doc["benchmarks"]:
+            if r.get("run_type", "iteration") != "iteration":
+                continue
+            key = r.get("run_name", r["name"])
+            if key not in runs:
+                order.append(key)
+                runs[key] = []
+            runs[key].append(r)
+    out = []
+    for key in order:
+        rs = runs[key]
+        for i, r in enumerate(rs):
+            out.append(dict(r, repetitions=len(rs), repetition_index=i))
+        if len(rs) < 2 or any(r.get("error_occurred") for r in rs):
+            continue
+        median = dict(rs[0], name=key + "_median", run_type="aggregate", aggregate_name="median",
+                      repetitions=len(rs))
+        median.pop("repetition_index", None)
+        for field, value in rs[0].items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                    all(isinstance(r.get(field), (int, float)) for r in rs):
+                values = sorted(r[field] for r in rs)
+                n = len(values)
+                median[field] = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+        median["iterations"] = len(rs)
+        out.append(median)
+    return {"context": dict(passes[0].get("context", {}), passes=len(passes)), "benchmarks": out}
+
+
+def cmd_merge(a):
+    passes = []
+    for path in a.passes:
+        with open(path) as f:
+            passes.append(json.load(f))
+    with open(a.output, "w") as f:
+        json.dump(merge_passes(passes), f, indent=2)
+        f.write("\n")
+    return 0
+
+
 def cmd_check(a):
     res = Results(a.results)
     problems = []
@@ -416,7 +465,7 @@ def cmd_check(a):
 
 
 def main(argv):
-    if argv and argv[0] not in ("render", "check", "-h", "--help"):
+    if argv and argv[0] not in ("render", "check", "merge", "-h", "--help"):
         res = Results(argv[0])  # summarize.py RESULTS_DIR: the table run-benchmarks prints
         print()
         if res.machine:
@@ -432,8 +481,11 @@ def main(argv):
         x.add_argument("files", nargs="*")
         if name == "render":
             x.add_argument("--write", action="store_true")
+    m = sub.add_parser("merge")
+    m.add_argument("output")
+    m.add_argument("passes", nargs="+")
     a = p.parse_args(argv)
-    return {"render": cmd_render, "check": cmd_check}[a.cmd](a)
+    return {"render": cmd_render, "check": cmd_check, "merge": cmd_merge}[a.cmd](a)
 
 
 if __name__ == "__main__":

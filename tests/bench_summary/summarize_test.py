@@ -87,6 +87,29 @@ class SummarizeTest(unittest.TestCase):
         self.assertIn("2026-01-01 00:00 UTC", targets)
         self.assertIn("commit 0123456789ab", targets)
 
+    def test_passes_merge_into_one_median_per_benchmark(self):
+        def run(name, ms, ops):
+            return dict(sim_run(name, ops), real_time=ms, cpu_time=ms)
+        passes = [{"context": {"host_name": "made-up"}, "benchmarks": [run("BM_A/2/real_time", 3.0, 1e6),
+                                                                        run("BM_Once/real_time", 9.0, 5.0)]},
+                  {"context": {}, "benchmarks": [run("BM_A/2/real_time", 1.0, 3e6)]},
+                  {"context": {}, "benchmarks": [run("BM_A/2/real_time", 2.0, 2e6)]}]
+        paths = []
+        for i, doc in enumerate(passes):
+            paths.append(os.path.join(self.tmp, f"pass-{i}.json"))
+            bench_json(paths[-1], doc["benchmarks"])
+        merged = os.path.join(self.tmp, "sim_bench.json")
+        self.assertEqual(summarize.main(["merge", merged] + paths), 0)
+        chosen = summarize.load(self.tmp, "sim_bench")
+        self.assertEqual(chosen["BM_A/2"]["aggregate_name"], "median")
+        self.assertEqual(chosen["BM_A/2"]["real_time"], 2.0)
+        self.assertEqual(chosen["BM_A/2"]["ops_per_s"], 2e6)
+        self.assertEqual(chosen["BM_Once"]["real_time"], 9.0)  # run in one pass: that run
+        with open(merged) as f:
+            runs = json.load(f)["benchmarks"]
+        self.assertEqual([r["repetition_index"] for r in runs if r["run_type"] == "iteration"
+                          and r["run_name"] == "BM_A/2/real_time"], [0, 1, 2])
+
 
 if __name__ == "__main__":
     unittest.main()
