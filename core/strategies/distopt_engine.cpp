@@ -249,21 +249,37 @@ Task<> DistOptEngine::reduce_bucket(size_t b) {
       TensorRef::f32(grads_, shard_start(static_cast<int>(b)), shard_size(static_cast<int>(b)));
   co_await rt().collective({CollectiveKind::reduce_scatter, dp_all_, comm_, bucket, mine, ReduceOp::sum, 0,
                             "distopt:grads" + std::to_string(b)});
-  const ParamRole r = env_.model->params()[bk.params[0]].role;
-  if (embedding_ >= 0 && bk.params.size() == 1 && (r == ParamRole::embedding || r == ParamRole::output)) {
-    co_await rt().collective(
-        {CollectiveKind::all_reduce, embedding_, comm_, mine, mine, ReduceOp::sum, 0, "embedding:grad"});
-  }
   reduced_[b] = true;
+}
+
+bool DistOptEngine::tied_embedding_bucket(size_t b) const {
+  const auto& bk = layout_.buckets[b];
+  const ParamRole r = env_.model->params()[bk.params[0]].role;
+  return embedding_ >= 0 && bk.params.size() == 1 && (r == ParamRole::embedding || r == ParamRole::output);
+}
+
+Task<> DistOptEngine::reduce_tied_embedding(size_t b) {
+  if (!tied_embedding_bucket(b)) co_return;
+  const TensorRef mine =
+      TensorRef::f32(grads_, shard_start(static_cast<int>(b)), shard_size(static_cast<int>(b)));
+  co_await rt().collective(
+      {CollectiveKind::all_reduce, embedding_, comm_, mine, mine, ReduceOp::sum, 0, "embedding:grad"});
 }
 
 Task<> DistOptEngine::reduce_gradients() {
   const StreamId compute = env_.streams.compute;
   if (env_.config->overlap) {
-    // Buckets not yet reduced (none in a complete backward), then compute waits for every
-    // reduction and for any parameter gather no forward waited for: the optimizer writes both.
+    // Buckets not yet reduced (none in a complete backward), the tied embedding's all-reduce
+    // between the first and last pipeline stages, then compute waits for every reduction and
+    // for any parameter gather no forward waited for: the optimizer writes both. The
+    // all-reduce waits for the backward's end, as Megatron's finalize_model_grads does: the
+    // last stage's embedding gradient lands first in its backward and the first stage's last,
+    // after every gradient it receives from the stages behind it, so issued when its bucket
+    // is reduced it would hold the last stage's communication stream while the first stage
+    // waits for that stage's sends (a deadlock once launches block, as under in_order).
     for (size_t b = 0; b < layout_.buckets.size(); ++b) {
       if (!reduced_[b]) co_await reduce_bucket(b);
+      co_await reduce_tied_embedding(b);
       reduced_[b] = false;
       landed_[b] = 0;
       if (gather_pending_[b]) co_await rt().wait_event(compute, gathered_[b]);
@@ -284,11 +300,7 @@ Task<> DistOptEngine::reduce_gradients() {
         TensorRef::f32(grads_, shard_start(static_cast<int>(b)), shard_size(static_cast<int>(b)));
     co_await rt().collective({CollectiveKind::reduce_scatter, dp_all_, comm_, bucket, mine, ReduceOp::sum, 0,
                               "distopt:grads" + std::to_string(b)});
-    const ParamRole r = env_.model->params()[bk.params[0]].role;
-    if (embedding_ >= 0 && bk.params.size() == 1 && (r == ParamRole::embedding || r == ParamRole::output)) {
-      co_await rt().collective(
-          {CollectiveKind::all_reduce, embedding_, comm_, mine, mine, ReduceOp::sum, 0, "embedding:grad"});
-    }
+    co_await reduce_tied_embedding(b);
   }
   co_await rt().wait_stream(compute, comm_);
 }

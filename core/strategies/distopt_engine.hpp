@@ -69,6 +69,9 @@ class DistOptEngine final : public Engine {
   std::shared_ptr<const LogicalMap> buffer_map() const;
   Task<> reduce_gradients();
   Task<> reduce_bucket(size_t b);  // comm waits for compute's gradients, scales, reduce-scatters
+  // A bucket holding the tied embedding or output weight alone, with a group across stages.
+  bool tied_embedding_bucket(size_t b) const;
+  Task<> reduce_tied_embedding(size_t b);  // its reduced shard all-reduced over the stages
   // The shared optimizer step's inputs: the norm's terms (recorded in plan_ as well) and the
   // owned ranges to update and cast back.
   GradNorm norm_spec();

@@ -310,7 +310,9 @@ std::vector<double> run_and_inspect(const core::TrainingConfig& c, std::vector<c
 // With streams.overlap every strategy and DistOpt still trains bit for bit like the reference
 // (the oracle's numerics check) and like its own run without overlap, under several schedules,
 // on 2-D meshes and pipelines too. Would fail if a deferred wait left a gradient or weight
-// unordered (a race, or a value read early) or if overlap changed any arithmetic.
+// unordered (a race, or a value read early) or if overlap changed any arithmetic. in_order, where
+// every launch blocks its host, deadlocked DistOpt on a pipeline with tied embeddings while it
+// all-reduced the embedding between the stages as soon as the last stage's bucket was reduced.
 TEST_CASE("overlapped communication trains bit for bit like the reference and the run without it",
           "[sim][training][overlap]") {
   for (Strategy s : {Strategy::no_shard, Strategy::optim, Strategy::optim_grads, Strategy::optim_grads_params,
@@ -327,7 +329,8 @@ TEST_CASE("overlapped communication trains bit for bit like the reference and th
       c.overlap = true;
       for (auto [seed, policy] : {std::pair{uint64_t{1}, sim::Policy::random},
                                   {uint64_t{2}, sim::Policy::pct},
-                                  {uint64_t{3}, sim::Policy::delay_comm}}) {
+                                  {uint64_t{3}, sim::Policy::delay_comm},
+                                  {uint64_t{4}, sim::Policy::in_order}}) {
         const Outcome o = train(c, axes, seed, policy);
         INFO(core::to_string(s) << " " << core::Mesh::create(axes).value().describe() << " seed " << seed
                                 << "\n"
