@@ -105,7 +105,7 @@ void World::report_deadlock() {
         }
       } else if (op.kind == OpKind::send || op.kind == OpKind::recv) {
         const bool send = op.kind == OpKind::send;
-        const int peer = op.p2p.peer;
+        const int peer = op.p2p().peer;
         Channel& ch = channel_of(r, op);
         const auto& pair = ch.at(op.instance);
         const auto& other = send ? pair.second : pair.first;

@@ -90,7 +90,7 @@ void World::touch(int rank, int stream, uint32_t op, const core::TensorRef& t, A
 }
 
 void World::execute_kernel(int rank, int stream, Op& op) {
-  const core::KernelCall& k = op.kernel;
+  const core::KernelCall& k = op.kernel();
   // The inputs' definedness is looked at before the outputs overwrite them (in-place kernels).
   const auto elems = check_kernel_inputs(rank, op.id, k);
   for (const auto& in : k.reads) touch(rank, stream, op.id, in, Access::read);
@@ -119,28 +119,28 @@ void World::execute_collective(int rank, int stream) {
   }
   // Definedness of the inputs, before in-place outputs overwrite them.
   std::vector<Shadow::Ranges> undef(n);
-  for (size_t m = 0; m < n; ++m) undef[m] = undefined_rel(g.members[m], ops[m]->coll.input);
-  const auto& c = ops[0]->coll;
+  for (size_t m = 0; m < n; ++m) undef[m] = undefined_rel(g.members[m], ops[m]->coll().input);
+  const auto& c = ops[0]->coll();
   const bool data = options_.values && c.kind != core::CollectiveKind::barrier;
   std::vector<std::byte*> in(n), out(n);
   for (size_t m = 0; m < n; ++m) {
-    touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll.input, Access::read);
+    touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll().input, Access::read);
     if (!data) continue;
-    in[m] = host_pointer(g.members[m], ops[m]->coll.input);
-    out[m] = host_pointer(g.members[m], ops[m]->coll.output);
+    in[m] = host_pointer(g.members[m], ops[m]->coll().input);
+    out[m] = host_pointer(g.members[m], ops[m]->coll().output);
   }
   // Outputs are touched before the data moves: a lifetime they begin is poisoned first. A
   // reduce writes only the root's output.
   for (size_t m = 0; m < n; ++m) {
     if (c.kind == core::CollectiveKind::reduce && static_cast<int>(m) != c.root) continue;
-    touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll.output, Access::write);
+    touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll().output, Access::write);
   }
   if (data) core::execute_collective_cpu(c, in, out);
   // Usually every input is fully defined: then no output has undefined bytes, and the
   // per-member propagation (a pass over every member's ranges) is skipped.
   if (std::any_of(undef.begin(), undef.end(), [](const Shadow::Ranges& u) { return !u.empty(); })) {
     for (size_t m = 0; m < n; ++m) {
-      set_undefined_rel(g.members[m], ops[m]->coll.output, collective_undefined_rel(c, undef, m));
+      set_undefined_rel(g.members[m], ops[m]->coll().output, collective_undefined_rel(c, undef, m));
     }
   }
   // A completed collective orders every member's earlier work before every member's later work.
@@ -161,8 +161,9 @@ void World::execute_collective(int rank, int stream) {
 void World::execute_p2p(int rank, int stream) {
   const Op& head = ranks_[rank]->streams[stream].queue.front();
   const bool send = head.kind == OpKind::send;
-  const int from = send ? rank : head.p2p.peer, to = send ? head.p2p.peer : rank;
-  Channel& ch = channel(from, to, head.p2p.channel);
+  const core::P2PCall& call = head.p2p();
+  const int from = send ? rank : call.peer, to = send ? call.peer : rank;
+  Channel& ch = channel(from, to, call.channel);
   const int64_t k = head.instance;
   const auto pair = ch.at(k);
   ++collectives_;
@@ -172,14 +173,13 @@ void World::execute_p2p(int rank, int stream) {
   mark(to);
   begin(from, pair.first.stream, s_op);
   begin(to, pair.second.stream, r_op);
-  const Shadow::Ranges undef = undefined_rel(from, s_op.p2p.buffer);
-  touch(from, pair.first.stream, s_op.id, s_op.p2p.buffer, Access::read);
-  touch(to, pair.second.stream, r_op.id, r_op.p2p.buffer, Access::write);
-  if (options_.values) {
-    std::memmove(host_pointer(to, r_op.p2p.buffer), host_pointer(from, s_op.p2p.buffer),
-                 s_op.p2p.buffer.bytes());
-  }
-  set_undefined_rel(to, r_op.p2p.buffer, undef);
+  const core::TensorRef& sent = s_op.p2p().buffer;
+  const core::TensorRef& received = r_op.p2p().buffer;
+  const Shadow::Ranges undef = undefined_rel(from, sent);
+  touch(from, pair.first.stream, s_op.id, sent, Access::read);
+  touch(to, pair.second.stream, r_op.id, received, Access::write);
+  if (options_.values) std::memmove(host_pointer(to, received), host_pointer(from, sent), sent.bytes());
+  set_undefined_rel(to, received, undef);
   VectorClock joined = ranks_[from]->streams[pair.first.stream].clock;
   joined.join(ranks_[to]->streams[pair.second.stream].clock);
   ranks_[from]->streams[pair.first.stream].clock = joined;
@@ -193,14 +193,15 @@ void World::execute_p2p(int rank, int stream) {
 }
 
 void World::execute_transfer(int rank, int stream, Op& op) {
+  const Transfer& t = op.transfer();
   if (op.kind == OpKind::upload) {
-    touch(rank, stream, op.id, op.ref, Access::write);
-    if (options_.values) std::memcpy(host_pointer(rank, op.ref), op.data.data(), op.data.size());
+    touch(rank, stream, op.id, t.ref, Access::write);
+    if (options_.values) std::memcpy(host_pointer(rank, t.ref), t.data.data(), t.data.size());
     return;
   }
-  if (options_.detectors) check_defined(rank, op.id, op.ref);
-  touch(rank, stream, op.id, op.ref, Access::read);
-  if (options_.values) std::memcpy(op.out.data(), host_pointer(rank, op.ref), op.out.size());
+  if (options_.detectors) check_defined(rank, op.id, t.ref);
+  touch(rank, stream, op.id, t.ref, Access::read);
+  if (options_.values) std::memcpy(t.out.data(), host_pointer(rank, t.ref), t.out.size());
 }
 
 void World::execute_free(int rank, int stream, Op& op) {

@@ -342,7 +342,7 @@ void World::launch(int rank, core::KernelCall call) {
   op.id = new_op(rank, call.stream, OpKind::kernel,
                  cached_name(NameForm::kernel, intern(call.name), 0, [&] { return core::op_name(call); }));
   const int stream = call.stream;
-  op.kernel = std::move(call);
+  op.call = std::move(call);
   push(rank, stream, std::move(op));
 }
 
@@ -389,7 +389,7 @@ void World::collective(int rank, core::CollectiveCall call) {
     args.seq = k;
   }
   const int stream = call.stream;
-  op.coll = std::move(call);
+  op.call = std::move(call);
   if (++inst.issued == static_cast<int>(group.members.size())) compare_instance(g, inst, k);
   push(rank, stream, std::move(op));
 }
@@ -415,7 +415,7 @@ void World::p2p(int rank, core::P2PCall call, bool send) {
   op.instance = k;
   const int stream = call.stream;
   const int from = send ? rank : call.peer, to = send ? call.peer : rank;
-  op.p2p = std::move(call);
+  op.call = std::move(call);
   if (pair.first.issued && pair.second.issued) compare_p2p(from, to, ch, k);
   push(rank, stream, std::move(op));
 }
@@ -428,8 +428,7 @@ void World::upload(int rank, core::TensorRef dst, int stream, std::span<const st
   op.kind = OpKind::upload;
   op.id = new_op(rank, stream, OpKind::upload,
                  "upload to " + quoted(names_[lifetimes_[ranks_[rank]->buffers[dst.buffer]].name]));
-  op.ref = dst;
-  op.data.assign(data.begin(), data.end());
+  op.call = Transfer{dst, {data.begin(), data.end()}, {}};
   push(rank, stream, std::move(op));
 }
 
@@ -441,8 +440,7 @@ void World::download(int rank, core::TensorRef src, int stream, std::span<std::b
   op.kind = OpKind::download;
   op.id = new_op(rank, stream, OpKind::download,
                  "download of " + quoted(names_[lifetimes_[ranks_[rank]->buffers[src.buffer]].name]));
-  op.ref = src;
-  op.out = out;
+  op.call = Transfer{src, {}, out};
   push(rank, stream, std::move(op));
   host_wait(rank, {record(rank, stream, "record (for download)")});
 }

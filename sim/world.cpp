@@ -132,8 +132,8 @@ World::Channel& World::channel(int from, int to, const std::string& name) {
 }
 
 World::Channel& World::channel_of(int rank, const Op& op) {
-  return op.kind == OpKind::send ? channel(rank, op.p2p.peer, op.p2p.channel)
-                                 : channel(op.p2p.peer, rank, op.p2p.channel);
+  return op.kind == OpKind::send ? channel(rank, op.p2p().peer, op.p2p().channel)
+                                 : channel(op.p2p().peer, rank, op.p2p().channel);
 }
 
 bool World::host_ready(int rank) {
@@ -179,7 +179,7 @@ bool World::stream_ready(int rank, int stream) {
       const auto& pair = ch.at(op.instance);
       const auto& other = send ? pair.second : pair.first;
       if (!other.issued || pair.first.bytes != pair.second.bytes) return false;
-      return ranks_[op.p2p.peer]->streams[other.stream].executed == other.position;
+      return ranks_[op.p2p().peer]->streams[other.stream].executed == other.position;
     }
     default:
       return true;
@@ -243,7 +243,7 @@ void World::arrived(int rank, int stream) {
       for (int m : g.members) mark(m);
     }
   } else if (op.kind == OpKind::send || op.kind == OpKind::recv) {
-    mark(op.p2p.peer);
+    mark(op.p2p().peer);
   }
 }
 

@@ -156,6 +156,7 @@ class World {
  private:
   friend class SimRuntime;
   struct Op;
+  struct Transfer;
   struct Stream;
   struct Host;
   struct Rank;

@@ -5,26 +5,37 @@
 
 #include <memory>
 #include <utility>
+#include <variant>
 
 #include "sim/world.hpp"
 
 namespace shardcheck::sim {
 
-// A stream operation, queued at issue and executed when the scheduler picks its stream.
+// A stream operation, queued at issue and executed when the scheduler picks its stream: a
+// small header and the one call its kind carries. The calls sit in one variant rather than
+// side by side (an Op of 488 bytes): the rings of queued operations of every rank are what a
+// step touches, and at many ranks they no longer fit in the caches.
+struct World::Transfer {
+  core::TensorRef ref;            // upload: the destination; download: the source
+  std::vector<std::byte> data;    // upload
+  std::span<std::byte> out;       // download
+};
+
 struct World::Op {
   OpKind kind = OpKind::kernel;
   uint32_t id = 0;            // index into op_info_
   uint32_t host_version = 0;  // host clock version to join when it runs
   uint32_t record = kNone;    // record: the record it completes; wait: the record awaited
-  core::KernelCall kernel;
-  core::CollectiveCall coll;
-  core::P2PCall p2p;
-  int group = -1;         // collective: world group index
-  int64_t instance = -1;  // collective: k-th on its group; p2p: k-th on its channel
-  core::TensorRef ref;    // upload, download
-  std::vector<std::byte> data;
-  std::span<std::byte> out;
   uint32_t lifetime = kNone;  // free_async
+  int group = -1;             // collective: world group index
+  int64_t instance = -1;      // collective: k-th on its group; p2p: k-th on its channel
+  std::variant<std::monostate, core::KernelCall, core::CollectiveCall, core::P2PCall, Transfer> call;
+
+  // The call of a kernel, collective, send or recv, upload or download (kind says which).
+  const core::KernelCall& kernel() const { return *std::get_if<core::KernelCall>(&call); }
+  const core::CollectiveCall& coll() const { return *std::get_if<core::CollectiveCall>(&call); }
+  const core::P2PCall& p2p() const { return *std::get_if<core::P2PCall>(&call); }
+  const Transfer& transfer() const { return *std::get_if<Transfer>(&call); }
 };
 
 // A stream's queued operations, first in first out, in a ring that keeps its capacity: an Op
