@@ -2,11 +2,13 @@
 """The GPU figures of README.md and bench/gpu/README.md, measured and rendered by one program.
 
     gpu_bench.py run --build build --out DIR [--runs 3] [--parts measure,agreement,multi,torch]
+                     [--machine NAME]
         On a GPU machine: runs gpu_measure, gpu_multi (2+ GPUs) and bench/peer/tinylm_torch.py,
         each timed part --runs times, and writes DIR/gpu-bench.json: the machine, the date,
         the command, the GPU, the driver, the torch version, the commit, and every run's output.
-    gpu_bench.py merge OUT.json A.json B.json...
-        One file from runs of different parts (later files win for a part they both hold).
+    gpu_bench.py merge [--machine NAME] OUT.json A.json B.json...
+        One file from runs of different parts (later files win for a part they both hold; the
+        first file's machine, date and commit stay, unless --machine names the machine).
     gpu_bench.py render [--json FILE] [--write] [FILES...]
         Regenerates every block between <!-- gpu-bench:NAME --> and <!-- /gpu-bench:NAME --> in
         FILES (default: README.md and bench/gpu/README.md) from FILE (default: the committed
@@ -114,6 +116,8 @@ def cmd_run(a):
     os.makedirs(a.out, exist_ok=True)
     parts = [p for p in a.parts.split(",") if p]
     facts = machine_facts(a.python)
+    if a.machine:
+        facts["machine"] = a.machine
     doc = {"schema": SCHEMA, "sample": False, "command": a.command, **facts, "runs_per_figure": a.runs,
            "parts": {}}
     measure = os.path.join(a.build, "bench", "gpu", "gpu_measure")
@@ -209,6 +213,8 @@ def cmd_merge(a):
             out = d
         else:
             out["parts"].update(d.get("parts", {}))
+    if a.machine:
+        out["machine"] = a.machine
     with open(a.output, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
@@ -586,7 +592,10 @@ def main():
     r.add_argument("--timeout-s", type=float, help="stop a program that runs longer (its run is then recorded as failed)")
     r.add_argument("--json", help="also write the result here (e.g. bench/gpu/results/gpu-bench.json)")
     r.add_argument("--command", default=os.environ.get("GPU_BENCH_COMMAND", "bench/gpu/gpu_bench.py run"))
+    machine_help = "how the tables name the machine (default: its host name, which a VM may not make telling)"
+    r.add_argument("--machine", default=os.environ.get("GPU_BENCH_MACHINE"), help=machine_help)
     m = sub.add_parser("merge")
+    m.add_argument("--machine", help=machine_help)
     m.add_argument("output")
     m.add_argument("inputs", nargs="+")
     for name in ("render", "check"):
