@@ -16,9 +16,9 @@ namespace shardcheck::sim {
 // side by side (an Op of 488 bytes): the rings of queued operations of every rank are what a
 // step touches, and at many ranks they no longer fit in the caches.
 struct World::Transfer {
-  core::TensorRef ref;            // upload: the destination; download: the source
-  std::vector<std::byte> data;    // upload
-  std::span<std::byte> out;       // download
+  core::TensorRef ref;          // upload: the destination; download: the source
+  std::vector<std::byte> data;  // upload
+  std::span<std::byte> out;     // download
 };
 
 struct World::Op {
