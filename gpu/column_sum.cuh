@@ -37,6 +37,7 @@ inline size_t column_sum_scratch_bytes(int kOut, int64_t rows, int64_t cols) {
 template <int kOut>
 struct ColumnOutputs {
   Operand out[kOut];
+  bool round_bf16 = false;  // each total rounded to bf16 precision before it is stored
 };
 
 // Block (tile, chunk): the chunk's terms of kTileCols columns, then each column's chunk sum in
@@ -80,7 +81,7 @@ __global__ void column_total_kernel(const float* partial, int64_t chunks, int64_
 #pragma unroll
     for (int o = 0; o < kOut; ++o) total[o] = __fadd_rn(total[o], partial[(c * kOut + o) * cols + j]);
   }
-  for (int o = 0; o < kOut; ++o) storef(outs.out[o], j, total[o]);
+  for (int o = 0; o < kOut; ++o) storef(outs.out[o], j, outs.round_bf16 ? round_bf16(total[o]) : total[o]);
 }
 
 // outs.out[o][j] = the chunked-order sum over rows n of term(n, j)[o]. `scratch` holds

@@ -34,7 +34,7 @@ constexpr int64_t kWarpCols = 32 * kLaneCols;  // columns per warp
 // Warp w of the grid owns row v = w / tiles and columns [kWarpCols * (w % tiles), +kWarpCols):
 // lane l holds columns base + 32k + l for k < kLaneCols (each load is coalesced over the warp).
 __global__ void embedding_backward_kernel(Operand tokens, Operand dout, Operand dweight, int64_t vocab,
-                                          int64_t hidden) {
+                                          int64_t hidden, bool round_bf16) {
   const int64_t tiles = (hidden + kWarpCols - 1) / kWarpCols;
   const int64_t warp = dev::thread_index() / 32;
   if (warp >= vocab * tiles) return;  // whole warps only: the grid is a multiple of 32 threads
@@ -70,7 +70,8 @@ __global__ void embedding_backward_kernel(Operand tokens, Operand dout, Operand 
 #pragma unroll
   for (int k = 0; k < kLaneCols; ++k) {
     const int64_t j = j0 + 32 * k;
-    if (j < hidden) dev::storef(dweight, v * hidden + j, corrupted ? dev::quiet_nan() : total[k]);
+    const float sum = round_bf16 ? dev::round_bf16(total[k]) : total[k];
+    if (j < hidden) dev::storef(dweight, v * hidden + j, corrupted ? dev::quiet_nan() : sum);
   }
 }
 
@@ -85,13 +86,13 @@ void launch_embedding_forward(Operand tokens, Operand weight, Operand out, int64
 }
 
 void launch_embedding_backward(Operand tokens, Operand dout, Operand dweight, int64_t vocab, int64_t hidden,
-                               cudaStream_t stream) {
+                               bool round_bf16, cudaStream_t stream) {
   if (dweight.numel == 0) return;
   const int64_t threads = vocab * ((hidden + kWarpCols - 1) / kWarpCols) * 32;
   const int64_t blocks = (threads + dev::kBlock - 1) / dev::kBlock;  // one warp per item: no grid stride
   if (blocks > 0x7fffffff) throw CudaError("embedding_backward: vocab x hidden is too large for one grid");
-  embedding_backward_kernel<<<static_cast<unsigned>(blocks), dev::kBlock, 0, stream>>>(tokens, dout, dweight,
-                                                                                       vocab, hidden);
+  embedding_backward_kernel<<<static_cast<unsigned>(blocks), dev::kBlock, 0, stream>>>(
+      tokens, dout, dweight, vocab, hidden, round_bf16);
   SC_CUDA_CHECK_LAST();
 }
 

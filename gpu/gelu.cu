@@ -30,7 +30,23 @@ struct GeluBackwardOp {
   }
 };
 
+// One thread per element, as bias_add_kernel then the map of GeluForwardOp: the sum in the
+// same expression, stored to pre (rounded to its dtype), read back as stored, and GELU of that.
+__global__ void bias_gelu_kernel(Operand x, Operand bias, Operand pre, Operand y, int64_t cols) {
+  for (int64_t i = dev::thread_index(); i < y.numel; i += dev::grid_stride()) {
+    dev::storef(pre, i, dev::loadf(x, i) + dev::loadf(bias, i % cols));
+    dev::storef(y, i, GeluForwardOp{}(dev::loadf(pre, i), 0.0f));
+  }
+}
+
 }  // namespace
+
+void launch_bias_gelu(Operand x, Operand bias, Operand pre, Operand y, int64_t rows, int64_t cols,
+                      cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  bias_gelu_kernel<<<dev::grid_for(y.numel), dev::kBlock, 0, stream>>>(x, bias, pre, y, cols);
+  SC_CUDA_CHECK_LAST();
+}
 
 void launch_gelu_forward(Operand x, Operand y, cudaStream_t stream) {
   dev::launch_map<float>(x, Operand{}, y, GeluForwardOp{}, stream);

@@ -15,5 +15,10 @@ namespace shardcheck::gpu {
 void launch_gelu_forward(Operand x, Operand y, cudaStream_t stream);
 // dx = dy * (0.5f*(1 + t) + (((0.5f*x)*(1 - t*t))*s)*(1 + 0.134145f*(x*x))).
 void launch_gelu_backward(Operand x, Operand dy, Operand dx, cudaStream_t stream);
+// pre = x + bias[col] (rows x cols, row-major; pre may be x), then y = gelu of pre as stored:
+// launch_bias_add then launch_gelu_forward in one pass, with their bits. y must not overlap x
+// or pre.
+void launch_bias_gelu(Operand x, Operand bias, Operand pre, Operand y, int64_t rows, int64_t cols,
+                      cudaStream_t stream);
 
 }  // namespace shardcheck::gpu

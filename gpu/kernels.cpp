@@ -56,7 +56,7 @@ void launch(const core::KernelCall& call, DeviceMemory& mem, cudaStream_t stream
                    launch_embedding_forward(in(0), in(1), out(0), k.vocab, k.hidden, s);
                  },
                  [&](const kernel::EmbeddingBackward& k) {
-                   launch_embedding_backward(in(0), in(1), out(0), k.vocab, k.hidden, s);
+                   launch_embedding_backward(in(0), in(1), out(0), k.vocab, k.hidden, k.round_bf16, s);
                  },
                  [&](const kernel::LayerNormForward& k) {
                    launch_layernorm_forward(in(0), in(1), in(2), out(0), out(1), out(2), k.rows, k.hidden,
@@ -65,12 +65,15 @@ void launch(const core::KernelCall& call, DeviceMemory& mem, cudaStream_t stream
                  [&](const kernel::LayerNormBackward& k) {
                    void* scratch = blas.scratch(layernorm_backward_scratch_bytes(k.rows, k.hidden), s);
                    launch_layernorm_backward(in(0), in(1), in(2), in(3), in(4), out(0), out(1), out(2),
-                                             k.rows, k.hidden, scratch, s);
+                                             k.rows, k.hidden, k.round_bf16, scratch, s);
                  },
                  [&](const kernel::Gemm& k) { blas.gemm(in(0), in(1), out(0), k, s); },
                  [&](const kernel::BiasAdd& k) { launch_bias_add(in(0), in(1), out(0), k.rows, k.cols, s); },
+                 [&](const kernel::BiasGelu& k) {
+                   launch_bias_gelu(in(0), in(1), out(0), out(1), k.rows, k.cols, s);
+                 },
                  [&](const kernel::BiasGrad& k) {
-                   launch_bias_grad(in(0), out(0), k.rows, k.cols,
+                   launch_bias_grad(in(0), out(0), k.rows, k.cols, k.round_bf16,
                                     blas.scratch(bias_grad_scratch_bytes(k.rows, k.cols), s), s);
                  },
                  [&](const kernel::GeluForward&) { launch_gelu_forward(in(0), out(0), s); },

@@ -231,12 +231,12 @@ size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t hidden) {
 }
 
 void launch_layernorm_backward(Operand dy, Operand x, Operand gamma, Operand mean, Operand rstd, Operand dx,
-                               Operand dgamma, Operand dbeta, int64_t rows, int64_t hidden, void* scratch,
-                               cudaStream_t stream) {
+                               Operand dgamma, Operand dbeta, int64_t rows, int64_t hidden, bool round_bf16,
+                               void* scratch, cudaStream_t stream) {
   check_rows(rows);
   // Columns first: they read dy and x of every row, which the row kernel may overwrite.
   dev::launch_column_sums<2>(rows, hidden, LayerNormColumnTerm{dy, x, mean, rstd, hidden},
-                             dev::ColumnOutputs<2>{{dgamma, dbeta}}, scratch, stream);
+                             dev::ColumnOutputs<2>{{dgamma, dbeta}, round_bf16}, scratch, stream);
   if (rows == 0) return;
   if (hidden <= kStagedRowMax) {
     layernorm_rows_staged_kernel<<<static_cast<unsigned>(rows), row_block(hidden), staged_bytes(hidden),

@@ -20,10 +20,11 @@ void launch_layernorm_forward(Operand x, Operand gamma, Operand beta, Operand y,
 // dx, dgamma, dbeta as core::kernel::LayerNormBackward defines them. dx may be dy or x: the
 // column sums (dgamma, dbeta) run first, and each row reads its inputs before writing dx.
 // scratch: layernorm_backward_scratch_bytes(rows, hidden) bytes of device memory used in
-// `stream`'s order (the column sums' chunk sums).
+// `stream`'s order (the column sums' chunk sums). round_bf16: dgamma and dbeta rounded to bf16
+// precision before they are stored.
 size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t hidden);
 void launch_layernorm_backward(Operand dy, Operand x, Operand gamma, Operand mean, Operand rstd, Operand dx,
-                               Operand dgamma, Operand dbeta, int64_t rows, int64_t hidden, void* scratch,
-                               cudaStream_t stream);
+                               Operand dgamma, Operand dbeta, int64_t rows, int64_t hidden, bool round_bf16,
+                               void* scratch, cudaStream_t stream);
 
 }  // namespace shardcheck::gpu

@@ -74,10 +74,10 @@ size_t bias_grad_scratch_bytes(int64_t rows, int64_t cols) {
   return dev::column_sum_scratch_bytes(1, rows, cols);
 }
 
-void launch_bias_grad(Operand dy, Operand dbias, int64_t rows, int64_t cols, void* scratch,
+void launch_bias_grad(Operand dy, Operand dbias, int64_t rows, int64_t cols, bool round_bf16, void* scratch,
                       cudaStream_t stream) {
-  dev::launch_column_sums<1>(rows, cols, BiasColumnTerm{dy, cols}, dev::ColumnOutputs<1>{{dbias}}, scratch,
-                             stream);
+  dev::launch_column_sums<1>(rows, cols, BiasColumnTerm{dy, cols}, dev::ColumnOutputs<1>{{dbias}, round_bf16},
+                             scratch, stream);
 }
 
 void launch_sum_squares(Operand x, const double* acc_in, double* acc_out, double* partials,

@@ -13,10 +13,11 @@
 
 namespace shardcheck::gpu {
 
-// dbias[c] = sum over r of dy[r][c] in fp32, in core's chunked order (summation_order.hpp).
+// dbias[c] = sum over r of dy[r][c] in fp32, in core's chunked order (summation_order.hpp),
+// rounded to bf16 precision before it is stored when round_bf16 (core::kernel::BiasGrad).
 // scratch: bias_grad_scratch_bytes(rows, cols) bytes of device memory used in `stream`'s order.
 size_t bias_grad_scratch_bytes(int64_t rows, int64_t cols);
-void launch_bias_grad(Operand dy, Operand dbias, int64_t rows, int64_t cols, void* scratch,
+void launch_bias_grad(Operand dy, Operand dbias, int64_t rows, int64_t cols, bool round_bf16, void* scratch,
                       cudaStream_t stream);
 
 // Device scratch that launch_sum_squares needs: one double per first-level block.

@@ -52,8 +52,9 @@ KernelCall embedding_forward(StreamId s, TensorRef tokens, TensorRef weight, Ten
   return make("embedding_forward", s, {tokens, weight}, {out}, kernel::EmbeddingForward{vocab, hidden});
 }
 KernelCall embedding_backward(StreamId s, TensorRef tokens, TensorRef dout, TensorRef dweight, int64_t vocab,
-                              int64_t hidden) {
-  return make("embedding_backward", s, {tokens, dout}, {dweight}, kernel::EmbeddingBackward{vocab, hidden});
+                              int64_t hidden, bool round_bf16) {
+  return make("embedding_backward", s, {tokens, dout}, {dweight},
+              kernel::EmbeddingBackward{vocab, hidden, round_bf16});
 }
 KernelCall layernorm_forward(StreamId s, TensorRef x, TensorRef gamma, TensorRef beta, TensorRef y,
                              TensorRef mean, TensorRef rstd, int64_t rows, int64_t hidden, double eps) {
@@ -62,9 +63,9 @@ KernelCall layernorm_forward(StreamId s, TensorRef x, TensorRef gamma, TensorRef
 }
 KernelCall layernorm_backward(StreamId s, TensorRef dy, TensorRef x, TensorRef gamma, TensorRef mean,
                               TensorRef rstd, TensorRef dx, TensorRef dgamma, TensorRef dbeta, int64_t rows,
-                              int64_t hidden) {
+                              int64_t hidden, bool round_bf16) {
   return make("layernorm_backward", s, {dy, x, gamma, mean, rstd}, {dx, dgamma, dbeta},
-              kernel::LayerNormBackward{rows, hidden});
+              kernel::LayerNormBackward{rows, hidden, round_bf16});
 }
 // C is an input only when beta != 0: with beta == 0 its old contents never matter.
 KernelCall gemm(StreamId s, TensorRef a, TensorRef b, TensorRef c, kernel::Gemm shape, std::string name) {
@@ -75,8 +76,12 @@ KernelCall gemm(StreamId s, TensorRef a, TensorRef b, TensorRef c, kernel::Gemm 
 KernelCall bias_add(StreamId s, TensorRef x, TensorRef bias, TensorRef y, int64_t rows, int64_t cols) {
   return make("bias_add", s, {x, bias}, {y}, kernel::BiasAdd{rows, cols});
 }
-KernelCall bias_grad(StreamId s, TensorRef dy, TensorRef dbias, int64_t rows, int64_t cols) {
-  return make("bias_grad", s, {dy}, {dbias}, kernel::BiasGrad{rows, cols});
+KernelCall bias_gelu(StreamId s, TensorRef x, TensorRef bias, TensorRef pre, TensorRef y, int64_t rows,
+                     int64_t cols) {
+  return make("bias_gelu", s, {x, bias}, {pre, y}, kernel::BiasGelu{rows, cols});
+}
+KernelCall bias_grad(StreamId s, TensorRef dy, TensorRef dbias, int64_t rows, int64_t cols, bool round_bf16) {
+  return make("bias_grad", s, {dy}, {dbias}, kernel::BiasGrad{rows, cols, round_bf16});
 }
 KernelCall gelu_forward(StreamId s, TensorRef x, TensorRef y) {
   return make("gelu_forward", s, {x}, {y}, kernel::GeluForward{});

@@ -86,9 +86,13 @@ struct EmbeddingForward {
 // over the n with tokens[n] == v, in the chunked order of summation_order.hpp (64-token
 // chunks in token order, then the chunk sums in order), accumulated in fp32 and rounded to
 // the output dtype once at the end. Deterministic: no atomics, one fixed order.
+// round_bf16: each sum is rounded to bf16 precision before it is stored (kept in dweight's
+// dtype), as a RoundBf16 of dweight right after would: mixed precision's gradient rounding,
+// fused into the kernel that makes the gradient.
 struct EmbeddingBackward {
   static constexpr bool kElementwise = false;
   int64_t vocab = 0, hidden = 0;
+  bool round_bf16 = false;
 };
 // reads [x N x H, gamma H, beta H]; writes [y N x H, mean N, rstd N].
 // mean = sum(x)/H; var = sum((x-mean)^2)/H; rstd = 1/sqrt(var+eps);
@@ -104,9 +108,12 @@ struct LayerNormForward {
 // dgamma = sum_n dy*xhat; dbeta = sum_n dy (over n in the chunked order of
 // summation_order.hpp: 64-row chunks in row order, then the chunk sums in order). mean(.) = sum over h in
 // order / H; dx = rstd * ((g - mean(g)) - xhat*mean(g*xhat)).
+// round_bf16: dgamma and dbeta (not dx) are rounded to bf16 precision before they are stored,
+// as EmbeddingBackward's round_bf16.
 struct LayerNormBackward {
   static constexpr bool kElementwise = false;
   int64_t rows = 0, hidden = 0;
+  bool round_bf16 = false;
 };
 // The one matrix product. reads [A, B] (and C when beta != 0); writes [C].
 // C (M x N) = alpha * op(A) * op(B) + beta * C, op(A) M x K (A stored K x M when trans_a),
@@ -124,11 +131,20 @@ struct BiasAdd {
   static constexpr bool kElementwise = false;
   int64_t rows = 0, cols = 0;
 };
+// reads [x N x C, bias C]; writes [pre N x C, y N x C]: pre = x + bias (broadcast over rows),
+// rounded to pre's dtype when stored; y = GeluForward of that stored value. The two kernels
+// BiasAdd then GeluForward, fused (one pass over the activation, as PyTorch's compiled MLP
+// does), with the same bits. pre may be x (in place); y must not overlap x or pre.
+struct BiasGelu {
+  static constexpr bool kElementwise = false;
+  int64_t rows = 0, cols = 0;
+};
 // reads [dy N x C]; writes [dbias C]: dbias[c] = sum over n of dy[n][c], in the chunked
-// order of summation_order.hpp.
+// order of summation_order.hpp. round_bf16: as EmbeddingBackward's.
 struct BiasGrad {
   static constexpr bool kElementwise = false;
   int64_t rows = 0, cols = 0;
+  bool round_bf16 = false;
 };
 // reads [x]; writes [y]: y = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))), evaluated
 // as t = tanh(s*(x + 0.044715f*((x*x)*x))), y = (0.5f*x)*(1 + t), s = sqrt(2/pi) as a float.
@@ -193,8 +209,9 @@ using KernelParams =
     std::variant<kernel::Opaque, kernel::Fill, kernel::Copy, kernel::Add, kernel::Scale, kernel::Divide,
                  kernel::RoundBf16, kernel::RoundToGrid, kernel::EmbeddingForward, kernel::EmbeddingBackward,
                  kernel::LayerNormForward, kernel::LayerNormBackward, kernel::Gemm, kernel::BiasAdd,
-                 kernel::BiasGrad, kernel::GeluForward, kernel::GeluBackward, kernel::SoftmaxCrossEntropy,
-                 kernel::Adam, kernel::Sgd, kernel::SumSquares, kernel::ClipCoef>;
+                 kernel::BiasGelu, kernel::BiasGrad, kernel::GeluForward, kernel::GeluBackward,
+                 kernel::SoftmaxCrossEntropy, kernel::Adam, kernel::Sgd, kernel::SumSquares,
+                 kernel::ClipCoef>;
 
 bool is_elementwise(const KernelParams& p);
 
@@ -219,16 +236,20 @@ KernelCall round_to_grid(StreamId s, TensorRef in, TensorRef out, double q, doub
 KernelCall embedding_forward(StreamId s, TensorRef tokens, TensorRef weight, TensorRef out, int64_t vocab,
                              int64_t hidden);
 KernelCall embedding_backward(StreamId s, TensorRef tokens, TensorRef dout, TensorRef dweight, int64_t vocab,
-                              int64_t hidden);
+                              int64_t hidden, bool round_bf16 = false);
 KernelCall layernorm_forward(StreamId s, TensorRef x, TensorRef gamma, TensorRef beta, TensorRef y,
                              TensorRef mean, TensorRef rstd, int64_t rows, int64_t hidden, double eps = 1e-5);
 KernelCall layernorm_backward(StreamId s, TensorRef dy, TensorRef x, TensorRef gamma, TensorRef mean,
                               TensorRef rstd, TensorRef dx, TensorRef dgamma, TensorRef dbeta, int64_t rows,
-                              int64_t hidden);
+                              int64_t hidden, bool round_bf16 = false);
 KernelCall gemm(StreamId s, TensorRef a, TensorRef b, TensorRef c, kernel::Gemm shape,
                 std::string name = "gemm");
 KernelCall bias_add(StreamId s, TensorRef x, TensorRef bias, TensorRef y, int64_t rows, int64_t cols);
-KernelCall bias_grad(StreamId s, TensorRef dy, TensorRef dbias, int64_t rows, int64_t cols);
+// pre = x + bias, y = gelu(pre): bias_add then gelu_forward in one kernel.
+KernelCall bias_gelu(StreamId s, TensorRef x, TensorRef bias, TensorRef pre, TensorRef y, int64_t rows,
+                     int64_t cols);
+KernelCall bias_grad(StreamId s, TensorRef dy, TensorRef dbias, int64_t rows, int64_t cols,
+                     bool round_bf16 = false);
 KernelCall gelu_forward(StreamId s, TensorRef x, TensorRef y);
 KernelCall gelu_backward(StreamId s, TensorRef x, TensorRef dy, TensorRef dx);
 KernelCall softmax_cross_entropy(StreamId s, TensorRef logits, TensorRef targets, TensorRef dlogits,

@@ -48,6 +48,8 @@ int TinyLmExec::param_of(int unit, ParamRole role) const {
   throw InternalError("unit " + model_.units()[unit].name + " has no such parameter");
 }
 
+bool TinyLmExec::fused_rounding() const { return !o_.grid && o_.round_bf16_grads; }
+
 Task<> TinyLmExec::finish_grad(TensorRef g) {
   if (o_.grid) {
     co_await rt_.launch(kernels::round_to_grid(s_.compute, g, g, o_.grid->q, o_.grid->limit));
@@ -85,8 +87,7 @@ Task<BufferId> TinyLmExec::block_forward(int unit, BufferId x, BlockActs& a) {
                                                  ln_y, c.mean, c.rstd, N, H));
   co_await rt_.launch(
       kernels::gemm(s_.compute, ln_y, w(ParamRole::fc1_w), pre, shape(N, F, H, false, true), "fc1"));
-  co_await rt_.launch(kernels::bias_add(s_.compute, pre, w(ParamRole::fc1_b), pre, N, F));
-  co_await rt_.launch(kernels::gelu_forward(s_.compute, pre, post));
+  co_await rt_.launch(kernels::bias_gelu(s_.compute, pre, w(ParamRole::fc1_b), pre, post, N, F));
   co_await rt_.launch(
       kernels::gemm(s_.compute, post, w(ParamRole::fc2_w), yr, shape(N, H, F, false, true), "fc2"));
   co_await rt_.launch(kernels::bias_add(s_.compute, yr, w(ParamRole::fc2_b), yr, N, H));
@@ -177,9 +178,11 @@ Task<BufferId> TinyLmExec::head_backward(int unit, BufferId x, StageActs& s, int
                   gb = engine_.grad(param_of(unit, ParamRole::lnf_b));
   co_await rt_.launch(kernels::layernorm_backward(s_.compute, act(dz, 0, N * H), act(x, 0, N * H),
                                                   engine_.weight(param_of(unit, ParamRole::lnf_w)), c.mean,
-                                                  c.rstd, act(dx, 0, N * H), gw, gb, N, H));
-  co_await finish_grad(gw);
-  co_await finish_grad(gb);
+                                                  c.rstd, act(dx, 0, N * H), gw, gb, N, H, fused_rounding()));
+  if (!fused_rounding()) {
+    co_await finish_grad(gw);
+    co_await finish_grad(gb);
+  }
   co_await rt_.free(dz);
   co_await engine_.end_backward(unit);
   if (tied_here) co_await engine_.release(0);
@@ -198,7 +201,7 @@ Task<BufferId> TinyLmExec::block_backward(int unit, BufferId x, BlockActs& a, Bu
   auto g = [&](ParamRole r) { return engine_.grad(param_of(unit, r)); };
   co_await rt_.launch(
       kernels::gemm(s_.compute, dyr, post, g(ParamRole::fc2_w), shape(H, F, N, true, false), "fc2.wgrad"));
-  co_await rt_.launch(kernels::bias_grad(s_.compute, dyr, g(ParamRole::fc2_b), N, H));
+  co_await rt_.launch(kernels::bias_grad(s_.compute, dyr, g(ParamRole::fc2_b), N, H, fused_rounding()));
   const BufferId tmp =
       co_await rt_.alloc(carved_bytes({F, H}), s_.compute, model_.units()[unit].name + ".dgrad");
   const Carved t = carve(tmp, {F, H});
@@ -208,17 +211,20 @@ Task<BufferId> TinyLmExec::block_backward(int unit, BufferId x, BlockActs& a, Bu
   co_await rt_.launch(kernels::gelu_backward(s_.compute, pre, dpost, dpost));
   co_await rt_.launch(
       kernels::gemm(s_.compute, dpost, ln_y, g(ParamRole::fc1_w), shape(F, H, N, true, false), "fc1.wgrad"));
-  co_await rt_.launch(kernels::bias_grad(s_.compute, dpost, g(ParamRole::fc1_b), N, F));
+  co_await rt_.launch(kernels::bias_grad(s_.compute, dpost, g(ParamRole::fc1_b), N, F, fused_rounding()));
   co_await rt_.launch(
       kernels::gemm(s_.compute, dpost, w(ParamRole::fc1_w), dln, shape(N, H, F, false, false), "fc1.dgrad"));
   const BufferId dx = co_await rt_.alloc(act_bytes(N * H), s_.compute, model_.units()[unit].name + ".dx");
   co_await rt_.launch(kernels::layernorm_backward(s_.compute, dln, act(x, 0, N * H), w(ParamRole::ln1_w),
                                                   c.mean, c.rstd, act(dx, 0, N * H), g(ParamRole::ln1_w),
-                                                  g(ParamRole::ln1_b), N, H));
+                                                  g(ParamRole::ln1_b), N, H, fused_rounding()));
   co_await rt_.launch(kernels::add(s_.compute, act(dx, 0, N * H), dyr, act(dx, 0, N * H), "residual.grad"));
+  // The matrix products' gradients are rounded here; the column sums' were rounded as they
+  // were stored when the rounding is fused (mixed precision), and are rounded here otherwise.
   for (ParamRole r : {ParamRole::ln1_w, ParamRole::ln1_b, ParamRole::fc1_w, ParamRole::fc1_b,
                       ParamRole::fc2_w, ParamRole::fc2_b}) {
-    co_await finish_grad(g(r));
+    const bool column_sum = r != ParamRole::fc1_w && r != ParamRole::fc2_w;
+    if (!(column_sum && fused_rounding())) co_await finish_grad(g(r));
   }
   co_await rt_.free(tmp);
   co_await engine_.end_backward(unit);
@@ -231,8 +237,8 @@ Task<> TinyLmExec::embedding_backward(int unit, BufferId tokens, BufferId dx, in
   co_await engine_.begin_backward(unit);
   const TensorRef gw = engine_.grad(embedding_param_);
   co_await rt_.launch(kernels::embedding_backward(s_.compute, TensorRef{tokens, 0, N, DType::i32},
-                                                  act(dx, 0, N * H), gw, V, H));
-  co_await finish_grad(gw);
+                                                  act(dx, 0, N * H), gw, V, H, fused_rounding()));
+  if (!fused_rounding()) co_await finish_grad(gw);
   if (auto it = tied_pending_.find(mb); it != tied_pending_.end()) {
     // Each use was rounded on its own: their sum is a grid value too.
     co_await rt_.launch(kernels::add(s_.compute, gw, TensorRef::f32(it->second, 0, V * H), gw, "tied.sum"));

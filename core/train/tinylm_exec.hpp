@@ -61,6 +61,9 @@ class TinyLmExec {
   Task<BufferId> block_backward(int unit, BufferId x, BlockActs& acts, BufferId dy);
   Task<> embedding_backward(int unit, BufferId tokens, BufferId dx, int mb);
   Task<> finish_grad(TensorRef g);  // exact-mode rounding or bf16 rounding, in place
+  // Mixed precision without the exact grid: the column sums (bias, LayerNorm and embedding
+  // gradients) round to bf16 as they store, so only the matrix products' need finish_grad.
+  bool fused_rounding() const;
   // engine_.acquire(unit), then engine_.prefetch of the unit this pass acquires next.
   Task<> acquire(int unit);
   int param_of(int unit, ParamRole role) const;

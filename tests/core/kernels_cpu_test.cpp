@@ -690,6 +690,94 @@ TEST_CASE("gelu_forward matches the tanh formula in double", "[core][kernels]") 
   require_close(m.get(y), want, 1e-5, 0.1, "y");
 }
 
+TEST_CASE("bias_gelu is bias_add then gelu_forward, bit for bit", "[core][kernels]") {
+  const int64_t rows = 7, cols = 5;
+  for (const DType act : {DType::f32, DType::bf16}) {
+    for (const bool in_place : {false, true}) {
+      INFO(to_string(act) << (in_place ? " in place" : ""));
+      Rng rng(54);
+      const std::vector<double> x = nonzero(rng, rows * cols, 0.01, 3, act),
+                                bias = nonzero(rng, cols, 0.01, 1);
+      Mem fused, apart;
+      auto run = [&](Mem& m, bool one_kernel) {
+        const TensorRef tx = m.put(act, x), tb = m.put(DType::f32, bias);
+        const TensorRef pre = in_place ? tx : m.alloc(act, rows * cols), y = m.alloc(act, rows * cols);
+        if (one_kernel) {
+          m.run(kernels::bias_gelu(0, tx, tb, pre, y, rows, cols));
+        } else {
+          m.run(kernels::bias_add(0, tx, tb, pre, rows, cols));
+          m.run(kernels::gelu_forward(0, pre, y));
+        }
+        return std::pair{m.bytes(pre), m.bytes(y)};
+      };
+      const auto [pre1, y1] = run(fused, true);
+      const auto [pre2, y2] = run(apart, false);
+      CHECK(pre1 == pre2);
+      CHECK(y1 == y2);
+    }
+  }
+}
+
+TEST_CASE("the round_bf16 flags round column sums as a round_bf16 after them would", "[core][kernels]") {
+  // 130 rows: three chunks. Random fp32 terms make sums that bf16 cannot hold, so the flag
+  // must change them.
+  const int64_t rows = 130, cols = 6;
+  Rng rng(55);
+  const std::vector<double> dy = nonzero(rng, rows * cols, 0.01, 2), x = nonzero(rng, rows * cols, 0.01, 2);
+  std::vector<double> tokens(static_cast<size_t>(rows));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<double>(i % 4);
+  // Runs the kernel that `make` builds (with the flag or without), then, without it, a
+  // round_bf16 of each gradient; returns the gradients' bytes.
+  auto grads = [&](auto make, bool flag, int outputs) {
+    Mem m;
+    const std::vector<TensorRef> out = make(m, flag);
+    std::vector<std::vector<std::byte>> bytes;
+    for (int i = 0; i < outputs; ++i) {
+      if (!flag) m.run(kernels::round_bf16(0, out[static_cast<size_t>(i)], out[static_cast<size_t>(i)]));
+      bytes.push_back(m.bytes(out[static_cast<size_t>(i)]));
+    }
+    return bytes;
+  };
+  auto unrounded = [&](auto make, int outputs) {
+    Mem m;
+    const std::vector<TensorRef> out = make(m, false);
+    std::vector<std::vector<std::byte>> bytes;
+    for (int i = 0; i < outputs; ++i) bytes.push_back(m.bytes(out[static_cast<size_t>(i)]));
+    return bytes;
+  };
+  auto bias = [&](Mem& m, bool flag) {
+    const TensorRef dbias = m.alloc(DType::f32, cols);
+    m.run(kernels::bias_grad(0, m.put(DType::f32, dy), dbias, rows, cols, flag));
+    return std::vector<TensorRef>{dbias};
+  };
+  auto layernorm = [&](Mem& m, bool flag) {
+    const TensorRef dgamma = m.alloc(DType::f32, cols), dbeta = m.alloc(DType::f32, cols);
+    m.run(kernels::layernorm_backward(
+        0, m.put(DType::f32, dy), m.put(DType::f32, x), m.put(DType::f32, std::vector<double>(cols, 0.75)),
+        m.put(DType::f32, std::vector<double>(rows, 0.1)), m.put(DType::f32, std::vector<double>(rows, 1.3)),
+        m.alloc(DType::f32, rows * cols), dgamma, dbeta, rows, cols, flag));
+    return std::vector<TensorRef>{dgamma, dbeta};
+  };
+  auto embedding = [&](Mem& m, bool flag) {
+    const TensorRef dw = m.alloc(DType::f32, 4 * cols);
+    m.run(
+        kernels::embedding_backward(0, m.put(DType::i32, tokens), m.put(DType::f32, dy), dw, 4, cols, flag));
+    return std::vector<TensorRef>{dw};
+  };
+  SECTION("bias_grad") {
+    CHECK(grads(bias, true, 1) == grads(bias, false, 1));
+    CHECK(grads(bias, true, 1) != unrounded(bias, 1));
+  }
+  SECTION("layernorm_backward: dgamma and dbeta") {
+    CHECK(grads(layernorm, true, 2) == grads(layernorm, false, 2));
+    CHECK(grads(layernorm, true, 2) != unrounded(layernorm, 2));
+  }
+  SECTION("embedding_backward") {
+    CHECK(grads(embedding, true, 1) == grads(embedding, false, 1));
+    CHECK(grads(embedding, true, 1) != unrounded(embedding, 1));
+  }
+}
+
 TEST_CASE("gelu_backward matches finite differences of gelu", "[core][kernels]") {
   Rng rng(53);
   const std::vector<double> x = nonzero(rng, 200, 0.01, 5), dy = nonzero(rng, 200, 0.1, 1);
@@ -950,6 +1038,11 @@ TEST_CASE("check_kernel explains wrong counts shapes and dtypes", "[core][kernel
       {kernels::gemm(0, f32(6), f32(12), f32(8), {2, 4, -3}), "m, n and k must be non-negative"},
       {kernels::bias_add(0, f32(6), f32(2), f32(6), 2, 3), "bias (reads[1]) has 2 elements, expected 3 (C)"},
       {kernels::bias_grad(0, f32(6), f32(3), -2, 3), "rows and cols must be non-negative"},
+      {kernels::bias_gelu(0, f32(6), f32(3), f32(6), of(DType::f32, 6), 2, 3), ""},  // fine: y apart
+      {kernels::bias_gelu(0, f32(6), f32(3), f32(6), TensorRef{0, 5, 6, DType::f32}, 2, 3),
+       "y (writes[1]) must not overlap x or pre"},
+      {kernels::bias_gelu(0, f32(6), f32(3), f32(6), f32(5), 2, 3),
+       "y (writes[1]) has 5 elements, expected 6"},
       {kernels::gelu_forward(0, of(DType::f64, 4), f32(4)), "x (reads[0]) is f64, expected f32 or bf16"},
       {kernels::gelu_backward(0, f32(4), f32(3), f32(4)), "dy (reads[1]) has 3 elements, expected 4"},
       {kernels::round_bf16(0, of(DType::i32, 4), f32(4)), "in (reads[0]) is i32, expected f32 or bf16"},
@@ -974,8 +1067,8 @@ TEST_CASE("check_kernel explains wrong counts shapes and dtypes", "[core][kernel
   for (const auto& [call, why] : cases) {
     INFO("kernel " << call.name << ", expecting: " << why);
     const std::string got = check_kernel(call);
-    if (why == "A (reads[0]) has 6 elements") {
-      REQUIRE(got.empty());  // the control case: a correct transposed call passes
+    if (why == "A (reads[0]) has 6 elements" || why.empty()) {
+      REQUIRE(got.empty());  // the control cases: a correct transposed call passes, and so on
       continue;
     }
     REQUIRE_THAT(got, Catch::Contains(why) && Catch::StartsWith("kernel '" + call.name + "': "));

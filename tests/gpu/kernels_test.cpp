@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "tests/gpu/gpu_test_support.hpp"
@@ -178,6 +179,9 @@ TEST_CASE("gpu embedding backward sums tokens in the chunked order, bit for bit"
     const TensorRef tokens = twin.ids(c.n, c.vocab, rng), dout = twin.random(c.dout, c.n * c.hidden, rng);
     const TensorRef dweight = twin.alloc(c.dweight, c.vocab * c.hidden);
     twin.require_bitwise(twin.run(kernels::embedding_backward(kS, tokens, dout, dweight, c.vocab, c.hidden)));
+    // Mixed precision's gradient rounding, fused: the same bits as the CPU's too.
+    twin.require_bitwise(twin.run(
+        kernels::embedding_backward(kS, tokens, dout, dweight, c.vocab, c.hidden, /*round_bf16=*/true)));
   }
   KernelTwin twin;  // one corrupted id poisons the whole gradient
   core::Rng rng(7);
@@ -239,6 +243,9 @@ TEST_CASE("gpu layernorm backward matches the CPU bit for bit", "[gpu]") {
     const TensorRef dgamma = twin.alloc(c.dt, c.hidden), dbeta = twin.alloc(c.dt, c.hidden);
     twin.require_bitwise(twin.run(
         kernels::layernorm_backward(kS, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, c.rows, c.hidden)));
+    if (c.in_place) continue;  // dy was overwritten
+    twin.require_bitwise(twin.run(kernels::layernorm_backward(kS, dy, x, gamma, mean, rstd, dx, dgamma, dbeta,
+                                                              c.rows, c.hidden, /*round_bf16=*/true)));
   }
 }
 
@@ -262,6 +269,45 @@ TEST_CASE("gpu bias add and bias grad match the CPU bit for bit", "[gpu]") {
     twin.require_bitwise(twin.run(kernels::bias_add(kS, x, bias, y, c.rows, c.cols)));
     // bias grad: each column sums its rows in core's chunked order (0 rows: zeros).
     twin.require_bitwise(twin.run(kernels::bias_grad(kS, x, twin.alloc(c.y, c.cols), c.rows, c.cols)));
+    twin.require_bitwise(
+        twin.run(kernels::bias_grad(kS, x, twin.alloc(c.y, c.cols), c.rows, c.cols, /*round_bf16=*/true)));
+  }
+}
+
+// bias_gelu is bias_add then gelu_forward in one pass: pre bit for bit with the CPU, y within
+// the GELU tolerance of it (CUDA's tanhf), and y bit for bit with the two GPU kernels apart.
+TEST_CASE("gpu bias_gelu is the GPU's bias_add then gelu_forward, bit for bit", "[gpu]") {
+  SC_REQUIRE_GPU();
+  struct Case {
+    DType act;
+    int64_t rows, cols;
+    bool in_place;
+    double tol;
+  };
+  for (const Case& c :
+       {Case{DType::f32, 33, 65, true, kTolF32}, Case{DType::bf16, 33, 65, true, kTolBf16},
+        Case{DType::bf16, 1000, 77, false, kTolBf16}, Case{DType::f32, 0, 12, false, kTolF32}}) {
+    INFO(core::to_string(c.act) << " rows " << c.rows << " cols " << c.cols
+                                << (c.in_place ? " in place" : ""));
+    auto make = [&](KernelTwin& twin) {
+      core::Rng rng(12);
+      const TensorRef x = twin.random(c.act, c.rows * c.cols, rng, 2.0),
+                      bias = twin.random(DType::f32, c.cols, rng);
+      const TensorRef pre = c.in_place ? x : twin.alloc(c.act, c.rows * c.cols);
+      return std::tuple{x, bias, pre, twin.alloc(c.act, c.rows * c.cols)};
+    };
+    KernelTwin fused;
+    const auto [x, bias, pre, y] = make(fused);
+    fused.require_close(fused.run(kernels::bias_gelu(kS, x, bias, pre, y, c.rows, c.cols)), {y}, c.tol);
+    KernelTwin one, apart;
+    make(one);
+    make(apart);
+    const Snapshot together = one.run_gpu(kernels::bias_gelu(kS, x, bias, pre, y, c.rows, c.cols));
+    apart.require_bitwise(
+        apart.run(kernels::bias_add(kS, x, bias, pre, c.rows, c.cols)));  // host pre = GPU's
+    const Snapshot split = apart.run_gpu(kernels::gelu_forward(kS, pre, y));
+    CHECK(together[static_cast<size_t>(pre.buffer)] == split[static_cast<size_t>(pre.buffer)]);
+    CHECK(together[static_cast<size_t>(y.buffer)] == split[static_cast<size_t>(y.buffer)]);
   }
 }
 

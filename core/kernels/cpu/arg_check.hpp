@@ -28,6 +28,12 @@ inline int64_t len(const std::vector<TensorRef>& list, size_t i) {
   return i < list.size() ? list[i].numel : -1;
 }
 
+// Whether two tensor arguments share a byte (same buffer, intersecting byte ranges).
+inline bool overlaps(const TensorRef& a, const TensorRef& b) {
+  if (a.buffer != b.buffer || a.bytes() <= 0 || b.bytes() <= 0) return false;
+  return a.byte_offset() < b.byte_offset() + b.bytes() && b.byte_offset() < a.byte_offset() + a.bytes();
+}
+
 // Collects the first problem with a call's arguments; later checks are skipped once one
 // failed, so they may assume that what was checked before holds.
 class ArgCheck {

@@ -43,6 +43,8 @@ std::string check(const KernelCall& c, const kernel::RoundToGrid& k);
 void execute(const KernelCall& c, const kernel::RoundToGrid& k, MemoryView& mem);
 std::string check(const KernelCall& c, const kernel::BiasAdd& k);
 void execute(const KernelCall& c, const kernel::BiasAdd& k, MemoryView& mem);
+std::string check(const KernelCall& c, const kernel::BiasGelu& k);
+void execute(const KernelCall& c, const kernel::BiasGelu& k, MemoryView& mem);
 
 // embedding.cpp (gpu/embedding.cu)
 std::string check(const KernelCall& c, const kernel::EmbeddingForward& k);

@@ -210,4 +210,26 @@ void execute(const KernelCall& c, const kernel::BiasAdd& k, MemoryView& mem) {
   store_floats(mem, c.writes[0], y);
 }
 
+std::string check(const KernelCall& c, const kernel::BiasGelu& k) {
+  ArgCheck a(c);
+  const int64_t nc = numel_of({k.rows, k.cols});
+  a.counts(2, 2).require(nc >= 0, "rows and cols must be non-negative");
+  a.read(0, "x", Kind::floating, nc, "N x C").read(1, "bias", Kind::floating, k.cols, "C");
+  a.write(0, "pre", Kind::floating, nc, "N x C").write(1, "y", Kind::floating, nc, "N x C");
+  // The GPU runs it one element per thread: y may not alias what another element reads.
+  if (a.message().empty() && (overlaps(c.writes[1], c.reads[0]) || overlaps(c.writes[1], c.writes[0])))
+    a.require(false, "y (writes[1]) must not overlap x or pre");
+  return a.message();
+}
+
+// BiasAdd into pre, then GeluForward of pre as stored (rounded to its dtype): the same bits as
+// the two kernels one after the other.
+void execute(const KernelCall& c, const kernel::BiasGelu& k, MemoryView& mem) {
+  execute(c, kernel::BiasAdd{k.rows, k.cols}, mem);
+  KernelCall gelu;
+  gelu.reads = {c.writes[0]};
+  gelu.writes = {c.writes[1]};
+  execute(gelu, kernel::GeluForward{}, mem);
+}
+
 }  // namespace shardcheck::core::cpu

@@ -80,7 +80,7 @@ void execute(const KernelCall& c, const kernel::EmbeddingBackward& k, MemoryView
       slot_of[static_cast<size_t>(row_of_slot[s])] = -1;
     }
   }
-  store_floats(mem, c.writes[0], dweight);
+  store_floats(mem, c.writes[0], rounded_if(k.round_bf16, std::move(dweight)));
 }
 
 }  // namespace shardcheck::core::cpu

@@ -92,8 +92,8 @@ void execute(const KernelCall& c, const kernel::LayerNormBackward& k, MemoryView
     dbeta.end_row();
   }
   store_floats(mem, c.writes[0], dx);
-  store_floats(mem, c.writes[1], dgamma.finish());
-  store_floats(mem, c.writes[2], dbeta.finish());
+  store_floats(mem, c.writes[1], rounded_if(k.round_bf16, dgamma.finish()));
+  store_floats(mem, c.writes[2], rounded_if(k.round_bf16, dbeta.finish()));
 }
 
 }  // namespace shardcheck::core::cpu

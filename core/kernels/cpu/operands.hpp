@@ -198,6 +198,16 @@ class Floats {
 Floats load_floats(MemoryView& mem, const TensorRef& t);
 void store_floats(MemoryView& mem, const TensorRef& t, std::span<const float> v);
 
+// v with each element rounded to bf16 precision when `round` (a gradient's mixed-precision
+// rounding, fused into the kernel that makes it: kernels.hpp's round_bf16 flags).
+template <class V>
+V rounded_if(bool round, V v) {
+  if (round) {
+    for (float& x : v) x = round_bf16(x);
+  }
+  return v;
+}
+
 // Token or target ids from reads[i]. An id outside [0, bound) means the ids were corrupted
 // (a race let other data into the buffer, or it was never written): it is returned as -1,
 // and the kernels turn it into NaN results, never an out-of-bounds access or a crash of the

@@ -30,7 +30,7 @@ void execute(const KernelCall& c, const kernel::BiasGrad& k, MemoryView& mem) {
     for (size_t j = 0; j < cols; ++j) dbias.add(j, dy[n * cols + j]);
     dbias.end_row();
   }
-  store_floats(mem, c.writes[0], dbias.finish());
+  store_floats(mem, c.writes[0], rounded_if(k.round_bf16, dbias.finish()));
 }
 
 std::string check(const KernelCall& c, const kernel::SumSquares& k) {
