@@ -59,6 +59,16 @@ def sh(cmd):
         return ""
 
 
+def commit_facts():
+    """The commit measured. GPU_BENCH_COMMIT names it (and says the tree is that commit's) where
+    the working tree was copied to the GPU machine without the history that matches it."""
+    named = os.environ.get("GPU_BENCH_COMMIT")
+    if named:
+        return {"commit": named[:12], "dirty": False}
+    return {"commit": sh(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"]) or None,
+            "dirty": bool(sh(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"]))}
+
+
 def machine_facts(python):
     smi = sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
     gpus = [dict(zip(["name", "driver", "memory"], [f.strip() for f in line.split(",")]))
@@ -70,8 +80,7 @@ def machine_facts(python):
         "gpu": {"name": gpus[0]["name"] if gpus else None, "count": len(gpus),
                 "driver": gpus[0]["driver"] if gpus else None, "memory": gpus[0]["memory"] if gpus else None},
         "torch": torch,
-        "commit": sh(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"]) or None,
-        "dirty": bool(sh(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"])),
+        **commit_facts(),
         "nvcc": (sh(["/usr/local/cuda/bin/nvcc", "--version"]).splitlines() or [None])[-1],
     }
 

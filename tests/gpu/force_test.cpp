@@ -86,7 +86,7 @@ TEST_CASE("forced replay: the catalog's main-grad race differs from DistOpt in e
   const auto bug = load("catalog/main-grad-alloc-default-stream.yaml"),
              fix = load("catalog/main-grad-alloc-default-stream-fixed.yaml");
   const auto holds = run::forced_holds({bug, fix});
-  REQUIRE(holds.size() == 2);
+  REQUIRE(holds.size() == 3);  // tests/run/forced_holds_test.cpp names them
   const run::GpuBaseline b = run::baseline_for(bug, forced(bug, {})),
                          fb = run::baseline_for(fix, forced(fix, {}));
   REQUIRE(b.bitwise);
@@ -94,7 +94,7 @@ TEST_CASE("forced replay: the catalog's main-grad race differs from DistOpt in e
     const run::GpuTrainingRun r = run::run_training_gpu(*bug.training, forced(bug, holds), true);
     INFO("run " << i << ": " << r.result.error);
     REQUIRE(r.result.completed);
-    REQUIRE(r.result.holds.size() == 2);
+    REQUIRE(r.result.holds.size() == 3);
     for (const auto& h : r.result.holds) CHECK(h.how == How::second_access);
     REQUIRE_FALSE(run::first_weight_difference(*bug.training, r, b).empty());
     const run::GpuTrainingRun f = run::run_training_gpu(*fix.training, forced(fix, holds), true);
