@@ -113,7 +113,8 @@ void World::execute_collective(int rank, int stream) {
   const size_t n = g.members.size();
   std::vector<Op*> ops(n);
   for (size_t m = 0; m < n; ++m) {
-    mark(g.members[m]);
+    mark(g.members[m], -1);
+    mark(g.members[m], inst.members[m].stream);
     ops[m] = &ranks_[g.members[m]]->streams[inst.members[m].stream].queue.front();
     begin(g.members[m], inst.members[m].stream, *ops[m]);
   }
@@ -156,6 +157,13 @@ void World::execute_collective(int rank, int stream) {
     g.instances.pop_front();
     ++g.first;
   }
+  // The group's next instance may now run where every member already has it at its head.
+  if (!g.instances.empty()) {
+    const Instance& next = g.instances.front();
+    for (size_t m = 0; m < n; ++m) {
+      if (next.members[m].issued) mark(g.members[m], next.members[m].stream);
+    }
+  }
 }
 
 void World::execute_p2p(int rank, int stream) {
@@ -169,8 +177,10 @@ void World::execute_p2p(int rank, int stream) {
   ++collectives_;
   Op& s_op = ranks_[from]->streams[pair.first.stream].queue.front();
   Op& r_op = ranks_[to]->streams[pair.second.stream].queue.front();
-  mark(from);
-  mark(to);
+  mark(from, -1);
+  mark(from, pair.first.stream);
+  mark(to, -1);
+  mark(to, pair.second.stream);
   begin(from, pair.first.stream, s_op);
   begin(to, pair.second.stream, r_op);
   const core::TensorRef& sent = s_op.p2p().buffer;

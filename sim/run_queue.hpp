@@ -34,6 +34,7 @@ class RunQueue {
     nodes_.assign(static_cast<size_t>(2 * size_), Node{});
     entries_.assign(static_cast<size_t>(slots), Entry{});
     used_.assign(static_cast<size_t>(groups), 0);
+    pending_flag_.assign(static_cast<size_t>(groups), 0);
   }
 
   void set(int slot, const Entry& e) {
@@ -46,6 +47,22 @@ class RunQueue {
     bool changed = false;
     for (int j = 0; j < n; ++j) changed |= put(first + j, entry(j));
     if (changed) resum(first / group_);
+  }
+  // Stores an entry and leaves its group to be summed by the next commit(): a step that
+  // changes several slots of one group sums it once.
+  void stage(int slot, const Entry& e) {
+    if (!put(slot, e)) return;
+    const int g = slot / group_;
+    if (pending_flag_[static_cast<size_t>(g)]) return;
+    pending_flag_[static_cast<size_t>(g)] = 1;
+    pending_.push_back(g);
+  }
+  void commit() {
+    for (int g : pending_) {
+      pending_flag_[static_cast<size_t>(g)] = 0;
+      resum(g);
+    }
+    pending_.clear();
   }
   const Entry& get(int slot) const { return entries_[static_cast<size_t>(slot)]; }
 
@@ -146,7 +163,9 @@ class RunQueue {
   int size_ = 1;
   std::vector<Node> nodes_;
   std::vector<Entry> entries_;
-  std::vector<int> used_;  // per group: one past its last slot ever present
+  std::vector<int> used_;              // per group: one past its last slot ever present
+  std::vector<int> pending_;           // groups staged since the last commit
+  std::vector<uint8_t> pending_flag_;  // per group: in pending_
 };
 
 }  // namespace shardcheck::sim

@@ -58,7 +58,7 @@ World::World(Options options)
     ranks_.back()->host.versions.push_back(ranks_.back()->host.clock);
     runtimes_.push_back(std::make_unique<SimRuntime>(*this, r));
   }
-  dirty_flag_.assign(static_cast<size_t>(options_.ranks), 0);
+  dirty_flag_.assign(static_cast<size_t>(options_.ranks) * kSlotsPerRank, 0);
   intern("");  // name 0: unnamed
 }
 
@@ -211,28 +211,27 @@ int World::pick() {
   return participant_at(q.kth(0));
 }
 
-void World::mark(int rank) {
-  if (dirty_flag_[rank]) return;
-  dirty_flag_[rank] = 1;
-  dirty_.push_back(rank);
+void World::mark_rank(int rank) {
+  mark(rank, -1);
+  for (int s = 0; s < static_cast<int>(ranks_[rank]->streams.size()); ++s) mark(rank, s);
 }
 
-void World::refresh(int rank) {
-  dirty_flag_[rank] = 0;
+void World::refresh(int sl) {
+  dirty_flag_[static_cast<size_t>(sl)] = 0;
   const bool pct = options_.policy == Policy::pct;
-  const int host = host_participant(rank);
-  const std::vector<Stream>& streams = ranks_[rank]->streams;
-  // The rank's host and streams are consecutive slots, summed once.
-  run_queue_.set_group(slot(rank, -1), 1 + static_cast<int>(streams.size()), [&](int j) -> RunQueue::Entry {
-    if (j == 0) return {host_ready(rank), true, false, pct ? pct_priority_[host] : 0};
-    const int s = j - 1;
-    // An empty stream is never ready (stream_ready says so too): checked before the call.
-    const bool ready = !streams[s].queue.empty() && stream_ready(rank, s);
-    return {ready, !streams[s].comm, true, pct ? pct_priority_[participant(rank, s)] : 0};
-  });
+  const int rank = sl / kSlotsPerRank, s = sl % kSlotsPerRank - 1;
+  if (s < 0) {
+    run_queue_.stage(sl, {host_ready(rank), true, false, pct ? pct_priority_[host_participant(rank)] : 0});
+    return;
+  }
+  const Stream& stream = ranks_[rank]->streams[s];
+  // An empty stream is never ready (stream_ready says so too): checked before the call.
+  const bool ready = !stream.queue.empty() && stream_ready(rank, s);
+  run_queue_.stage(sl, {ready, !stream.comm, true, pct ? pct_priority_[participant(rank, s)] : 0});
 }
 
 void World::arrived(int rank, int stream) {
+  mark(rank, stream);
   const Stream& s = ranks_[rank]->streams[stream];
   const Op& op = s.queue.front();
   if (op.kind == OpKind::collective) {
@@ -240,10 +239,10 @@ void World::arrived(int rank, int stream) {
     Instance& inst = g.at(op.instance);
     // Once every member has it at its head, each of them may run it (if the group is there).
     if (++inst.at_head == static_cast<int>(g.members.size())) {
-      for (int m : g.members) mark(m);
+      for (size_t m = 0; m < g.members.size(); ++m) mark(g.members[m], inst.members[m].stream);
     }
   } else if (op.kind == OpKind::send || op.kind == OpKind::recv) {
-    mark(op.p2p().peer);
+    mark_rank(op.p2p().peer);
   }
 }
 
@@ -312,6 +311,7 @@ void World::step_stream(int rank, int stream) {
       Record& rec = records_[op.record];
       rec.clock = s.clock;
       rec.executed = true;
+      mark_rank(rank);  // a head of another stream, or the host, may wait on it
       break;
     }
     case OpKind::upload:
@@ -344,7 +344,7 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
     for (int e = dense_participants(); e < participants_; ++e)
       pct_priority_.push_back(d + static_cast<int64_t>(extra.uniform(1u << 30)));
   }
-  for (int r = 0; r < ranks(); ++r) mark(r);
+  for (int r = 0; r < ranks(); ++r) mark_rank(r);
   int last = -1;
   size_t next_change = 0;
   try {
@@ -358,8 +358,9 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
         result.cancelled = true;
         break;
       }
-      for (int r : dirty_) refresh(r);
+      for (int sl : dirty_) refresh(sl);
       dirty_.clear();
+      run_queue_.commit();
       if (options_.verify_scheduler) verify_runnable();
       if (run_queue_.count() == 0) break;
       // PCT: at each change point the entity that ran last drops below every initial priority.
@@ -377,7 +378,8 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
       last = e;
       ++step_;
       const auto [rank, stream] = rank_stream(e);
-      mark(rank);
+      mark(rank, -1);  // a stream step may release the host waiting on it
+      if (stream >= 0) mark(rank, stream);
       if (stream < 0) {
         step_host(rank);
       } else {

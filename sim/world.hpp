@@ -195,14 +195,25 @@ class World {
   bool host_ready(int rank);
   bool stream_ready(int rank, int stream);
   // The runnable set is kept up to date rather than rescanned every step (its cost would grow
-  // with the rank count): a step marks the ranks whose host or stream heads it may have made
-  // runnable or not, and only those are looked at again before the next pick.
+  // with the rank count): a step marks the slots (a rank's host, or one of its streams) it may
+  // have made runnable or not, and only those are looked at again before the next pick.
+  //   a stream step: that stream (its head changed) and its rank's host (which may wait on it);
+  //   a record: every stream of its rank too (a head may wait on it);
+  //   a push onto an empty stream, or a new head: that stream (arrived);
+  //   a collective: each member's stream and host, and the streams of the group's next instance
+  //   (a communicator runs its instances in order); a transfer: both ends' streams and hosts.
   static constexpr int kSlotsPerRank = 1 + Options::kMaxStreamsPerRank;  // the host, then streams
   static int slot(int rank, int stream) { return rank * kSlotsPerRank + 1 + stream; }  // -1: host
-  void mark(int rank);
-  void refresh(int rank);
-  // Stream `stream` of `rank` has a new head: a collective counts the member as arrived, a
-  // transfer lets its peer look again.
+  void mark(int rank, int stream) {                                                    // stream -1: the host
+    const size_t sl = static_cast<size_t>(slot(rank, stream));
+    if (dirty_flag_[sl]) return;
+    dirty_flag_[sl] = 1;
+    dirty_.push_back(static_cast<int>(sl));
+  }
+  void mark_rank(int rank);  // the host and every stream
+  void refresh(int slot);
+  // Stream `stream` of `rank` has a new head: it is marked, a collective counts the member as
+  // arrived, a transfer lets its peer look again.
   void arrived(int rank, int stream);
   // Options::verify_scheduler: the runnable set against a full scan of the world.
   void verify_runnable();
@@ -351,8 +362,8 @@ class World {
   std::vector<int64_t> pct_change_steps_;
   int64_t step_ = 0;
   RunQueue run_queue_;
-  std::vector<int> dirty_;           // ranks to look at again before the next pick
-  std::vector<uint8_t> dirty_flag_;  // per rank: in dirty_
+  std::vector<int> dirty_;           // slots to look at again before the next pick
+  std::vector<uint8_t> dirty_flag_;  // per slot: in dirty_
   int64_t ops_executed_ = 0;
   int64_t collectives_ = 0;
   int64_t bytes_checked_ = 0;
