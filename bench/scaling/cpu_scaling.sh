@@ -22,23 +22,25 @@ now() { date +%s.%N; }
 mask() { sed -E 's/([ (])in [0-9.e+-]+ s/\1in X s/'; }
 
 rows=""
-# measure MODE N: prints seconds; stdout of the run goes to $tmp/MODE-N.txt
+# measure MODE N [RUNS]: prints seconds; stdout of the run goes to $tmp/MODE-N.txt
 measure() {
   mode=$1
   n=$2
+  r=${3:-$runs}
   t0=$(now)
   if [ "$mode" = threads ]; then
-    SHARDCHECK_MPI=0 "$bin" run "$scenario" --runs "$runs" -j "$n" >"$tmp/run.txt" 2>"$tmp/err.txt" || true
+    SHARDCHECK_MPI=0 "$bin" run "$scenario" --runs "$r" -j "$n" >"$tmp/run.txt" 2>"$tmp/err.txt" || true
   else
-    "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$n" "$bin" run "$scenario" --runs "$runs" -j 1 \
+    "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$n" "$bin" run "$scenario" --runs "$r" -j 1 \
       >"$tmp/run.txt" 2>"$tmp/err.txt" || true
   fi
   t1=$(now)
-  mask <"$tmp/run.txt" >"$tmp/$mode-$n.txt"
+  [ "$r" = "$runs" ] && mask <"$tmp/run.txt" >"$tmp/$mode-$n.txt"
   echo "$t0 $t1" | awk '{printf "%.3f", $2 - $1}'
 }
 
 echo "workload: shardcheck run $scenario --runs $runs"
+measure threads 1 1 >/dev/null  # a warm-up: the binary and the scenario into the page cache
 for mode in threads processes; do
   if [ "$mode" = processes ] && { [ -z "$mpirun" ] || ! [ -x "$mpirun" ]; }; then
     echo "no mpirun: processes skipped"
@@ -46,6 +48,9 @@ for mode in threads processes; do
   fi
   base=""
   for n in $workers; do
+    # The start: the same command with one schedule per worker (loading the scenario, the
+    # threads' or mpirun's start, one schedule's work), a cost that N workers do not divide.
+    start=$(measure "$mode" "$n" "$n")
     s=$(measure "$mode" "$n")
     if ! cmp -s "$tmp/threads-1.txt" "$tmp/$mode-$n.txt" 2>/dev/null && [ -f "$tmp/threads-1.txt" ]; then
       echo "$mode $n: the output differs from one thread's:" >&2
@@ -53,10 +58,12 @@ for mode in threads processes; do
       cat "$tmp/err.txt" >&2
       exit 1
     fi
-    [ -z "$base" ] && base=$s
-    line=$(awk -v m="$mode" -v n="$n" -v s="$s" -v b="$base" -v r="$runs" 'BEGIN {
-      rate = r / s; speedup = b / s; printf "%s %d %.3f %.1f %.2f %.2f", m, n, s, rate, speedup, speedup / n }')
-    echo "$line" | awk '{printf "%-9s %2d workers: %7.2f s, %7.1f schedules/s, speedup %5.2f, efficiency %4.2f\n", $1, $2, $3, $4, $5, $6}'
+    [ -z "$base" ] && base=$s && base_start=$start
+    # Past the start: (one worker's time less its start) / (N workers' time less theirs).
+    line=$(awk -v m="$mode" -v n="$n" -v s="$s" -v b="$base" -v r="$runs" -v st="$start" -v bst="$base_start" 'BEGIN {
+      rate = r / s; speedup = b / s; past = (s > st) ? (b - bst) / (s - st) : 0
+      printf "%s %d %.3f %.1f %.2f %.2f %.3f %.2f %.2f", m, n, s, rate, speedup, speedup / n, st, past, past / n }')
+    echo "$line" | awk '{printf "%-9s %2d workers: %7.2f s, %7.1f schedules/s, speedup %5.2f, efficiency %4.2f; start %.2f s, past it %5.2f (%4.2f)\n", $1, $2, $3, $4, $5, $6, $7, $8, $9}'
     rows="$rows$line
 "
   done
@@ -68,16 +75,17 @@ date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 version=$("$bin" --version)
 printf '%s' "$rows" | awk -v runs="$runs" -v scen="$scenario" -v cores="$cores" -v cpu="$cpu" -v date="$date" -v ver="$version" '
   BEGIN { printf "{\n  \"workload\": \"shardcheck run %s --runs %d\",\n  \"machine\": {\"cores\": %d, \"cpu\": \"%s\"},\n  \"date\": \"%s\",\n  \"version\": \"%s\",\n  \"results\": [", scen, runs, cores, cpu, date, ver }
-  NF == 6 { printf "%s\n    {\"mode\": \"%s\", \"workers\": %d, \"seconds\": %s, \"schedules_per_s\": %s, \"speedup\": %s, \"efficiency\": %s}", (n++ ? "," : ""), $1, $2, $3, $4, $5, $6 }
+  NF == 9 { printf "%s\n    {\"mode\": \"%s\", \"workers\": %d, \"seconds\": %s, \"schedules_per_s\": %s, \"speedup\": %s, \"efficiency\": %s, \"start_seconds\": %s, \"speedup_past_start\": %s, \"efficiency_past_start\": %s}", (n++ ? "," : ""), $1, $2, $3, $4, $5, $6, $7, $8, $9 }
   END { printf "\n  ]\n}\n" }' >"$out/cpu_scaling.json"
 {
   echo "# CPU scaling: schedules per second"
   echo
   echo "\`shardcheck run $(basename "$scenario") --runs $runs\` ($version), $cores cores ($cpu), $date."
   echo "Threads: \`-j N\` in one process; processes: \`mpirun -np N ... -j 1\`. Efficiency = speedup / N."
+  echo "Start: the same command with one schedule per worker; past it: (T1 - start1) / (TN - startN), and that / N."
   echo
-  echo "| mode | workers | seconds | schedules/s | speedup | efficiency |"
-  echo "|---|---:|---:|---:|---:|---:|"
-  printf '%s' "$rows" | awk 'NF == 6 { printf "| %s | %d | %.2f | %.1f | %.2f | %.2f |\n", $1, $2, $3, $4, $5, $6 }'
+  echo "| mode | workers | seconds | schedules/s | speedup | efficiency | start s | speedup past start | efficiency past start |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+  printf '%s' "$rows" | awk 'NF == 9 { printf "| %s | %d | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }'
 } >"$out/cpu_scaling.md"
 echo "wrote $out/cpu_scaling.json and $out/cpu_scaling.md"
