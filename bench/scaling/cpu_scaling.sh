@@ -4,7 +4,8 @@
 # configuration prints what one worker prints, and writes the figures as JSON and Markdown.
 # Self-contained: needs only a built shardcheck, the scenario below and (for processes) mpirun.
 #   bench/scaling/cpu_scaling.sh BUILD/cli/shardcheck [MPIRUN] [OUT_DIR]
-# Environment: RUNS (schedules, default 768), WORKERS (default "1 2 4 8 16"),
+# Environment: RUNS (schedules, default 768), WORKERS (default "1 2 4 8 16"), REPEAT (runs
+# of each configuration, the median kept; default 1: on a shared host 3 steadies the figures),
 # SCENARIO (default scenarios/catalog/main-grad-alloc-default-stream-fixed.yaml, beside this
 # script's repository). About 2 minutes on 16 cores; the 1-worker runs take the most.
 set -eu
@@ -13,6 +14,7 @@ mpirun=${2:-$(command -v mpirun || true)}
 out=${3:-out/scaling}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 runs=${RUNS:-768}
+repeat=${REPEAT:-1}
 workers=${WORKERS:-"1 2 4 8 16"}
 scenario=${SCENARIO:-$here/scenarios/catalog/main-grad-alloc-default-stream-fixed.yaml}
 mkdir -p "$out"
@@ -39,7 +41,19 @@ measure() {
   echo "$t0 $t1" | awk '{printf "%.3f", $2 - $1}'
 }
 
-echo "workload: shardcheck run $scenario --runs $runs"
+# median MODE N [RUNS]: the median seconds of $repeat measures
+median() {
+  i=0
+  : >"$tmp/times"
+  while [ "$i" -lt "$repeat" ]; do
+    measure "$@" >>"$tmp/times"
+    echo >>"$tmp/times"
+    i=$((i + 1))
+  done
+  sort -n "$tmp/times" | awk '{ t[NR] = $1 } END { printf "%s", t[int((NR + 1) / 2)] }'
+}
+
+echo "workload: shardcheck run $scenario --runs $runs (median of $repeat)"
 measure threads 1 1 >/dev/null  # a warm-up: the binary and the scenario into the page cache
 for mode in threads processes; do
   if [ "$mode" = processes ] && { [ -z "$mpirun" ] || ! [ -x "$mpirun" ]; }; then
@@ -50,8 +64,8 @@ for mode in threads processes; do
   for n in $workers; do
     # The start: the same command with one schedule per worker (loading the scenario, the
     # threads' or mpirun's start, one schedule's work), a cost that N workers do not divide.
-    start=$(measure "$mode" "$n" "$n")
-    s=$(measure "$mode" "$n")
+    start=$(median "$mode" "$n" "$n")
+    s=$(median "$mode" "$n")
     if ! cmp -s "$tmp/threads-1.txt" "$tmp/$mode-$n.txt" 2>/dev/null && [ -f "$tmp/threads-1.txt" ]; then
       echo "$mode $n: the output differs from one thread's:" >&2
       diff "$tmp/threads-1.txt" "$tmp/$mode-$n.txt" | head -20 >&2
@@ -73,15 +87,15 @@ cores=$(nproc)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //' || echo unknown)
 date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 version=$("$bin" --version)
-printf '%s' "$rows" | awk -v runs="$runs" -v scen="$scenario" -v cores="$cores" -v cpu="$cpu" -v date="$date" -v ver="$version" '
-  BEGIN { printf "{\n  \"workload\": \"shardcheck run %s --runs %d\",\n  \"machine\": {\"cores\": %d, \"cpu\": \"%s\"},\n  \"date\": \"%s\",\n  \"version\": \"%s\",\n  \"results\": [", scen, runs, cores, cpu, date, ver }
+printf '%s' "$rows" | awk -v runs="$runs" -v repeat="$repeat" -v scen="$scenario" -v cores="$cores" -v cpu="$cpu" -v date="$date" -v ver="$version" '
+  BEGIN { printf "{\n  \"workload\": \"shardcheck run %s --runs %d\",\n  \"repeat\": %d,\n  \"machine\": {\"cores\": %d, \"cpu\": \"%s\"},\n  \"date\": \"%s\",\n  \"version\": \"%s\",\n  \"results\": [", scen, runs, repeat, cores, cpu, date, ver }
   NF == 9 { printf "%s\n    {\"mode\": \"%s\", \"workers\": %d, \"seconds\": %s, \"schedules_per_s\": %s, \"speedup\": %s, \"efficiency\": %s, \"start_seconds\": %s, \"speedup_past_start\": %s, \"efficiency_past_start\": %s}", (n++ ? "," : ""), $1, $2, $3, $4, $5, $6, $7, $8, $9 }
   END { printf "\n  ]\n}\n" }' >"$out/cpu_scaling.json"
 {
   echo "# CPU scaling: schedules per second"
   echo
   echo "\`shardcheck run $(basename "$scenario") --runs $runs\` ($version), $cores cores ($cpu), $date."
-  echo "Threads: \`-j N\` in one process; processes: \`mpirun -np N ... -j 1\`. Efficiency = speedup / N."
+  echo "Threads: \`-j N\` in one process; processes: \`mpirun -np N ... -j 1\`. Efficiency = speedup / N. Seconds: the median of $repeat."
   echo "Start: the same command with one schedule per worker; past it: (T1 - start1) / (TN - startN), and that / N."
   echo
   echo "| mode | workers | seconds | schedules/s | speedup | efficiency | start s | speedup past start | efficiency past start |"
