@@ -40,14 +40,6 @@ class RunQueue {
   void set(int slot, const Entry& e) {
     if (put(slot, e)) resum(slot / group_);
   }
-  // Sets slots first, first + 1, ... first + n - 1 of one group to entry(0), entry(1), ...,
-  // and sums the group once.
-  template <class F>
-  void set_group(int first, int n, F entry) {
-    bool changed = false;
-    for (int j = 0; j < n; ++j) changed |= put(first + j, entry(j));
-    if (changed) resum(first / group_);
-  }
   // Stores an entry and leaves its group to be summed by the next commit(): a step that
   // changes several slots of one group sums it once.
   void stage(int slot, const Entry& e) {

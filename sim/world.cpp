@@ -378,7 +378,8 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
       last = e;
       ++step_;
       const auto [rank, stream] = rank_stream(e);
-      mark(rank, -1);  // a stream step may release the host waiting on it
+      // What ran, and its rank's host: a stream step may release the host waiting on it.
+      mark(rank, -1);
       if (stream >= 0) mark(rank, stream);
       if (stream < 0) {
         step_host(rank);

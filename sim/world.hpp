@@ -204,7 +204,8 @@ class World {
   //   (a communicator runs its instances in order); a transfer: both ends' streams and hosts.
   static constexpr int kSlotsPerRank = 1 + Options::kMaxStreamsPerRank;  // the host, then streams
   static int slot(int rank, int stream) { return rank * kSlotsPerRank + 1 + stream; }  // -1: host
-  void mark(int rank, int stream) {                                                    // stream -1: the host
+  // Marks a slot (stream -1: the host) to be looked at again before the next pick.
+  void mark(int rank, int stream) {
     const size_t sl = static_cast<size_t>(slot(rank, stream));
     if (dirty_flag_[sl]) return;
     dirty_flag_[sl] = 1;
