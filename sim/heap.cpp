@@ -22,15 +22,26 @@ uint64_t Heap::new_segment(uint64_t size) {
   }
   *world_bytes_ += static_cast<int64_t>(size);
   Segment s{nullptr, size};
-  if (values_) {
-    s.data = std::make_unique<std::byte[]>(size);
-    // Never-written device memory reads as NaN in every float dtype.
-    std::memset(s.data.get(), 0xff, size);
-  }
+  // Never-written device memory reads as NaN in every float dtype: set by initialize().
+  if (values_) s.data = std::make_unique_for_overwrite<std::byte[]>(size);
   const uint64_t base = next_addr_;
   segments_.emplace(base, std::move(s));
   next_addr_ += size + core::BlockPool::kRound;  // a guard gap: segments never look contiguous
   return base;
+}
+
+void Heap::initialize(uint64_t addr, uint64_t size) {
+  auto it = segments_.upper_bound(addr);
+  if (it == segments_.begin()) throw std::logic_error("a block outside simulated memory");
+  --it;
+  Segment& s = it->second;
+  const uint64_t end = addr - it->first + size;
+  if (end > s.size) throw std::logic_error("a block past the end of its segment");
+  // Every byte below the mark is set; the block may start above it (a split left a free
+  // block between), and the bytes between are set too, so the mark stays one number.
+  if (end <= s.initialized) return;
+  std::memset(s.data.get() + s.initialized, 0xff, end - s.initialized);
+  s.initialized = end;
 }
 
 std::byte* Heap::bytes(uint64_t addr) {

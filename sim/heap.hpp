@@ -38,7 +38,9 @@ class Heap {
 
   // A block of at least `bytes` for `stream`. Throws ResourceError past the memory limit.
   Allocation allocate(uint64_t bytes, int stream, const Legal& legal) {
-    return pool_.allocate(bytes, stream, legal);
+    Allocation a = pool_.allocate(bytes, stream, legal);
+    if (values_) initialize(a.addr, pool_.block(a.addr).size);
+    return a;
   }
   void release(uint64_t addr, std::vector<uint64_t> pending, uint64_t free_op) {
     pool_.release(addr, std::move(pending), free_op);
@@ -49,6 +51,10 @@ class Heap {
 
  private:
   uint64_t new_segment(uint64_t size);
+  // Sets the never-handed-out bytes of [addr, addr + size) to 0xff (NaN in every float
+  // dtype): a segment's bytes are set as blocks first reach them, not when it is made, so a
+  // run touches the memory its blocks use, not every segment's 256 KiB.
+  void initialize(uint64_t addr, uint64_t size);
 
   int64_t* world_bytes_;
   int64_t world_limit_;
@@ -57,6 +63,7 @@ class Heap {
   struct Segment {
     std::unique_ptr<std::byte[]> data;
     uint64_t size;
+    uint64_t initialized = 0;  // bytes [0, initialized) hold 0xff or what was written since
   };
   std::map<uint64_t, Segment> segments_;  // by base address
   core::BlockPool pool_;

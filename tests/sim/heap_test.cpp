@@ -1,6 +1,7 @@
 // Allocator models: per-stream pools, best fit against most-recent reuse, record_stream
 // holds, splitting and merging, and the memory limit.
 #include <catch2/catch.hpp>
+#include <cstring>
 
 #include "sim/heap.hpp"
 
@@ -73,4 +74,35 @@ TEST_CASE("the world memory limit is a clear error", "[sim][heap]") {
   int64_t bytes = 0;
   Heap h(AllocatorModel::caching, Reuse::best_fit, &bytes, 1 << 20);
   REQUIRE_THROWS_AS(h.allocate(2 << 20, 0, same_stream()), ResourceError);
+}
+
+// Segment bytes are set as blocks first reach them: every byte of a block handed out reads
+// 0xff until written, however the blocks were split, merged and handed out again, and what a
+// block's earlier lifetime wrote stays (only never-handed-out bytes are set).
+TEST_CASE("every handed-out byte reads 0xff until written, whichever block reaches it first", "[sim][heap]") {
+  int64_t bytes = 0;
+  Heap h(AllocatorModel::caching, Reuse::best_fit, &bytes, int64_t{1} << 30);
+  auto all_ff = [&](uint64_t addr, uint64_t n) {
+    const std::byte* p = h.bytes(addr);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (p[i] != std::byte{0xff}) return false;
+    }
+    return true;
+  };
+  const uint64_t a = h.allocate(1024, 0, same_stream()).addr;
+  REQUIRE(all_ff(a, 1024));
+  std::memset(h.bytes(a), 0, 1024);
+  const uint64_t b = h.allocate(4096, 0, same_stream()).addr;  // past a: not set until now
+  REQUIRE(all_ff(b, 4096));
+  h.release(a, {}, 0);
+  h.release(b, {}, 0);
+  // Merged back: a block over both keeps a's written zeros and reads 0xff past them.
+  const uint64_t c = h.allocate(8192, 0, same_stream()).addr;
+  REQUIRE(c == a);
+  REQUIRE(h.bytes(c)[0] == std::byte{0});
+  REQUIRE(h.bytes(c)[1023] == std::byte{0});
+  REQUIRE(all_ff(c + 1024, 8192 - 1024));
+  // A block of a whole new segment, the last byte included.
+  const uint64_t big = h.allocate(shardcheck::core::BlockPool::kSegment, 0, same_stream()).addr;
+  REQUIRE(all_ff(big, shardcheck::core::BlockPool::kSegment));
 }
