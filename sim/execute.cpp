@@ -30,7 +30,7 @@ uint64_t World::address(int rank, const core::TensorRef& t) {
 }
 
 std::byte* World::host_pointer(int rank, const core::TensorRef& t) {
-  return ranks_[rank]->heap.bytes(address(rank, t));
+  return lifetime_bytes_[ranks_[rank]->buffers.at(t.buffer)] + t.byte_offset();
 }
 
 void World::begin(int rank, int stream, Op& op) {
@@ -219,7 +219,7 @@ void World::execute_free(int rank, int stream, Op& op) {
   if (options_.detectors)
     touch_range(rank, stream, op.id, op.lifetime, l.addr, l.addr + l.bytes, Access::free);
   if (options_.reuse == Reuse::earliest && options_.values)
-    std::memset(ranks_[rank]->heap.bytes(l.addr), 0xff, l.bytes);
+    std::memset(lifetime_bytes_[op.lifetime], 0xff, l.bytes);
 }
 
 }  // namespace shardcheck::sim

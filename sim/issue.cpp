@@ -246,6 +246,7 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
                         return "alloc " + quoted(name) + " on " + quoted(r.streams[stream].name);
                       }));
   lifetimes_.push_back(l);
+  lifetime_bytes_.push_back(options_.values ? r.heap.bytes(a.addr) : nullptr);
   lifetime_maps_.emplace_back();
   lifetime_accesses_.emplace_back();
   const uint32_t index = static_cast<uint32_t>(lifetimes_.size() - 1);

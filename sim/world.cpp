@@ -2,6 +2,7 @@
 // stream heads, under the policy of the run (in_order, random, pct, delay_comm).
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 #include "core/base/cancel.hpp"
 #include "core/base/status.hpp"
@@ -116,7 +117,8 @@ std::string World::op_text(uint32_t op) const {
 
 std::span<const std::byte> World::read(int rank, core::BufferId buffer) {
   const Lifetime& l = live_buffer(rank, buffer, "read");
-  return {ranks_[rank]->heap.bytes(l.addr), l.bytes};
+  if (!options_.values) throw std::logic_error("a shadow-only run has no bytes behind simulated memory");
+  return {lifetime_bytes_[ranks_[rank]->buffers[buffer]], l.bytes};
 }
 
 int64_t World::live_bytes(int rank) const {

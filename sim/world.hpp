@@ -346,6 +346,9 @@ class World {
   std::vector<OpInfo> op_info_;
   std::vector<Lifetime> lifetimes_;
   std::vector<std::shared_ptr<const core::LogicalMap>> lifetime_maps_;  // parallel to lifetimes_
+  // Parallel to lifetimes_: the host bytes behind each block (nullptr without values), so an
+  // access finds them without searching its rank's segments.
+  std::vector<std::byte*> lifetime_bytes_;
   std::vector<TraceEvent> trace_;
   std::vector<OpArgs> op_args_;
   std::vector<HostMark> marks_;
