@@ -444,32 +444,39 @@ TEST_CASE("gemm matches a double product for every transpose combination", "[cor
 }
 
 TEST_CASE("gemm accumulates over k in order in fp32 then applies alpha and beta", "[core][kernels]") {
-  const int64_t M = 4, N = 6, K = 33;
-  Rng rng(42);
-  // Magnitudes spread over six binades, so the summation order shows in the low bits.
-  std::vector<double> a = nonzero(rng, M * K, 0.01, 1), b = nonzero(rng, K * N, 0.1, 1);
-  for (size_t i = 0; i < a.size(); i += 3) a[i] *= 64;
-  const std::vector<double> c0 = nonzero(rng, M * N, 0.1, 1);
-  const kernel::Gemm g{M, N, K, true, false, 0.3, 0.7};  // A stored K x M
-  Mem m;
-  const TensorRef tc = m.put(DType::f32, c0);
-  m.run(kernels::gemm(0, m.put(DType::f32, a), m.put(DType::f32, b), tc, g));
-  const std::vector<double> got = m.get(tc);
-  bool order_matters = false;
-  for (int64_t i = 0; i < M; ++i) {
-    for (int64_t j = 0; j < N; ++j) {
-      float acc = 0.0f, reversed = 0.0f;
-      for (int64_t p = 0; p < K; ++p)
-        acc += static_cast<float>(a[p * M + i]) * static_cast<float>(b[p * N + j]);
-      for (int64_t p = K; p-- > 0;)
-        reversed += static_cast<float>(a[p * M + i]) * static_cast<float>(b[p * N + j]);
-      const float want = 0.3f * acc + 0.7f * static_cast<float>(c0[i * N + j]);
-      REQUIRE(got[i * N + j] == static_cast<double>(want));
-      order_matters |= acc != reversed;
+  // N = 6 takes the general loop only; 16 one block of sixteen columns held in registers; 40
+  // two blocks and the general loop for the rest. Every path (and the wider build a processor
+  // with AVX2 runs) must give each element the same bits.
+  for (const int64_t N : {int64_t{6}, int64_t{16}, int64_t{40}}) {
+    CAPTURE(N);
+    const int64_t M = 4, K = 33;
+    Rng rng(42);
+    // Magnitudes spread over six binades, so the summation order shows in the low bits.
+    std::vector<double> a = nonzero(rng, M * K, 0.01, 1), b = nonzero(rng, K * N, 0.1, 1);
+    for (size_t i = 0; i < a.size(); i += 3) a[i] *= 64;
+    const std::vector<double> c0 = nonzero(rng, M * N, 0.1, 1);
+    const kernel::Gemm g{M, N, K, true, false, 0.3, 0.7};  // A stored K x M
+    Mem m;
+    const TensorRef tc = m.put(DType::f32, c0);
+    m.run(kernels::gemm(0, m.put(DType::f32, a), m.put(DType::f32, b), tc, g));
+    const std::vector<double> got = m.get(tc);
+    bool order_matters = false;
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t j = 0; j < N; ++j) {
+        float acc = 0.0f, reversed = 0.0f;
+        for (int64_t p = 0; p < K; ++p)
+          acc += static_cast<float>(a[p * M + i]) * static_cast<float>(b[p * N + j]);
+        for (int64_t p = K; p-- > 0;)
+          reversed += static_cast<float>(a[p * M + i]) * static_cast<float>(b[p * N + j]);
+        const float want = 0.3f * acc + 0.7f * static_cast<float>(c0[i * N + j]);
+        REQUIRE(got[i * N + j] == static_cast<double>(want));
+        order_matters |= acc != reversed;
+      }
     }
+    REQUIRE(order_matters);  // otherwise this test could not tell the orders apart
   }
-  REQUIRE(order_matters);  // otherwise this test could not tell the orders apart
 }
+
 
 TEST_CASE("gemm computes a linear layer's input and weight gradients", "[core][kernels]") {
   // y = x W^T with x N x I and W O x I; L = sum of r * y, so dy = r, dW = dy^T x, dx = dy W.
