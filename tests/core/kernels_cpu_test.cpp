@@ -477,7 +477,6 @@ TEST_CASE("gemm accumulates over k in order in fp32 then applies alpha and beta"
   }
 }
 
-
 TEST_CASE("gemm computes a linear layer's input and weight gradients", "[core][kernels]") {
   // y = x W^T with x N x I and W O x I; L = sum of r * y, so dy = r, dW = dy^T x, dx = dy W.
   const int64_t N = 6, I = 5, O = 4;
