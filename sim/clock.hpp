@@ -13,6 +13,8 @@
 #include <cstring>
 #include <vector>
 
+#include "core/base/inline_vector.hpp"
+
 namespace shardcheck::sim {
 
 class VectorClock {
@@ -205,7 +207,9 @@ class VectorClock {
     return c;
   }
 
-  std::vector<Chunk*> chunks_;
+  // Four chunks (256 participants: 64 ranks of a host and two streams) without a heap block,
+  // so copying a clock into a record or a host version allocates nothing.
+  core::InlineVector<Chunk*, 4> chunks_;
 };
 
 }  // namespace shardcheck::sim

@@ -188,11 +188,10 @@ void World::note_lifetime_access(uint32_t lifetime, const AccessRec& cur, Access
   const bool write = kind != Access::read;
   auto& mine = lifetime_accesses_[lifetime];
   auto same = std::find_if(mine.begin(), mine.end(), [&](const auto& e) {
-    return e.first.participant == cur.participant && (e.second != Access::read) == write;
+    return e.rec.participant == cur.participant && (e.kind != Access::read) == write;
   });
   if (same == mine.end()) {
-    if (mine.empty()) mine.reserve(4);  // a read and a write of two streams, in one allocation
-    mine.emplace_back(cur, kind);
+    mine.push_back({cur, kind});
   } else {
     *same = {cur, kind};  // the latest: it is ordered after the participant's earlier ones
   }

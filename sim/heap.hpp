@@ -37,7 +37,7 @@ class Heap {
   Heap(AllocatorModel model, Reuse reuse, int64_t* world_bytes, int64_t world_limit, bool values = true);
 
   // A block of at least `bytes` for `stream`. Throws ResourceError past the memory limit.
-  Allocation allocate(uint64_t bytes, int stream, const Legal& legal) {
+  Allocation allocate(uint64_t bytes, int stream, Legal legal) {
     Allocation a = pool_.allocate(bytes, stream, legal);
     if (values_) initialize(a.addr, pool_.block(a.addr).size);
     return a;

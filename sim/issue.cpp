@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/base/inline_vector.hpp"
 #include "core/base/status.hpp"
 #include "sim/runtime.hpp"
 #include "sim/world_state.hpp"
@@ -197,7 +198,8 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
   if (stream < 0 || stream >= static_cast<int>(r.streams.size()))
     throw InternalError("alloc on an unknown stream");
   if (bytes < 0) throw InternalError("alloc of a negative size");
-  std::vector<const Block*> held;  // same-stream blocks only their record_stream events keep back
+  // Same-stream blocks only their record_stream events keep back (a few, kept inline).
+  core::InlineVector<const Block*, 8> held;
   auto legal = [&](const Block& b, int s) {
     if (b.stream == s) {
       if (options_.allocator == AllocatorModel::stream_ordered) return true;  // stream order

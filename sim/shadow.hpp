@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/inline_vector.hpp"
 #include "sim/clock.hpp"
 
 namespace shardcheck::sim {
@@ -57,7 +58,8 @@ class Shadow {
   struct Cell {
     AccessRec write;
     Access write_kind = Access::write;
-    std::vector<AccessRec> reads;  // at most one per participant
+    // At most one per participant; the usual one or two (a compute and a comm stream) inline.
+    core::InlineVector<AccessRec, 2> reads;
     uint32_t lifetime = 0;
     bool defined = false;
     friend bool operator==(const Cell&, const Cell&) = default;

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/inline_vector.hpp"
 #include "core/base/rng.hpp"
 #include "core/check/findings.hpp"
 #include "core/runtime/runtime.hpp"
@@ -375,8 +376,13 @@ class World {
   uint64_t digest_ = 0xcbf29ce484222325ULL;
   std::vector<Shadow::Conflict> conflicts_;
   // Per lifetime (parallel to lifetimes_, caching allocator only): its latest read and latest
-  // write per participant, for report_held_reuse_races.
-  std::vector<std::vector<std::pair<AccessRec, Access>>> lifetime_accesses_;
+  // write per participant, for report_held_reuse_races; a read and a write of two streams
+  // stay inline.
+  struct LifetimeAccess {
+    AccessRec rec;
+    Access kind;
+  };
+  std::vector<core::InlineVector<LifetimeAccess, 4>> lifetime_accesses_;
   struct HeldReuse {
     int rank = 0;
     uint32_t old_lifetime = 0;

@@ -9,7 +9,7 @@ namespace {
 uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
 }  // namespace
 
-PoolBlock* BlockPool::pick(uint64_t size, int stream, const Legal& legal) {
+PoolBlock* BlockPool::pick(uint64_t size, int stream, Legal legal) {
   PoolBlock* best = nullptr;
   for (auto& [addr, b] : blocks_) {
     if (!b.free || b.size < size) continue;
@@ -35,7 +35,7 @@ void BlockPool::split(PoolBlock& b, uint64_t size) {
   blocks_.emplace(rest.addr, std::move(rest));
 }
 
-BlockPool::Allocation BlockPool::allocate(uint64_t bytes, int stream, const Legal& legal) {
+BlockPool::Allocation BlockPool::allocate(uint64_t bytes, int stream, Legal legal) {
   const uint64_t size = round_up(bytes == 0 ? 1 : bytes, kRound);
   if (PoolBlock* b = pick(size, stream, legal)) {
     split(*b, size);
@@ -56,8 +56,7 @@ BlockPool::Allocation BlockPool::allocate(uint64_t bytes, int stream, const Lega
   return {it->first, false, {}, 0};
 }
 
-BlockPool::Allocation BlockPool::allocate_at(uint64_t bytes, int stream, const Legal& legal,
-                                             uint64_t prefer) {
+BlockPool::Allocation BlockPool::allocate_at(uint64_t bytes, int stream, Legal legal, uint64_t prefer) {
   const uint64_t size = round_up(bytes == 0 ? 1 : bytes, kRound);
   auto it = blocks_.upper_bound(prefer);
   if (it != blocks_.begin()) {

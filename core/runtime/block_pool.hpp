@@ -13,6 +13,8 @@
 #include <map>
 #include <vector>
 
+#include "core/base/function_ref.hpp"
+
 namespace shardcheck::core {
 
 enum class PoolReuse : uint8_t { best_fit, earliest };
@@ -34,8 +36,8 @@ class BlockPool {
   static constexpr uint64_t kSegment = 256 * 1024;  // segments grow in these steps
 
   // May free block `b` be handed to `stream` now? The backend decides (pending uses done;
-  // stream-ordered rules).
-  using Legal = std::function<bool(const PoolBlock& b, int stream)>;
+  // stream-ordered rules). Called only during allocate, so a reference, not a copy.
+  using Legal = FunctionRef<bool(const PoolBlock& b, int stream)>;
   // Provides a new segment of `size` bytes and returns its base address; throws when the
   // backend is out of memory.
   using NewSegment = std::function<uint64_t(uint64_t size)>;
@@ -49,11 +51,11 @@ class BlockPool {
     std::vector<uint64_t> waited;  // pending uses the reuse had to wait for
     uint64_t free_op = 0;          // the free that released the reused block
   };
-  Allocation allocate(uint64_t bytes, int stream, const Legal& legal);
+  Allocation allocate(uint64_t bytes, int stream, Legal legal);
   // The same, taking the free block that holds address `prefer` (cut to start there) when it
   // is legal and large enough, whatever the rule would pick: the GPU backend's forced replay
   // hands a freed block to the allocation the simulator saw receive it.
-  Allocation allocate_at(uint64_t bytes, int stream, const Legal& legal, uint64_t prefer);
+  Allocation allocate_at(uint64_t bytes, int stream, Legal legal, uint64_t prefer);
   // Frees the block at `addr`; it may not be reused before `pending` complete.
   void release(uint64_t addr, std::vector<uint64_t> pending, uint64_t free_op);
 
@@ -61,7 +63,7 @@ class BlockPool {
   uint64_t segment_bytes() const { return segment_bytes_; }
 
  private:
-  PoolBlock* pick(uint64_t size, int stream, const Legal& legal);
+  PoolBlock* pick(uint64_t size, int stream, Legal legal);
   void split(PoolBlock& b, uint64_t size);
   void merge(uint64_t addr);
 

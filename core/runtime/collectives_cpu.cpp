@@ -41,24 +41,31 @@ void reduce_into(std::span<std::byte* const> inputs, DType t, int64_t first, int
 // f32 without per-element dtype dispatch; the same arithmetic as reduce_into<float>, each
 // element summed in member order, but member by member over the whole range so the loops
 // stream through memory (and vectorize) instead of striding across every input per element.
+// The sums build up in `dst`, which the callers keep apart from every input.
 void reduce_f32(std::span<std::byte* const> inputs, int64_t first, int64_t count, ReduceOp op,
                 std::byte* dst) {
   if (count <= 0) return;
   const float members = static_cast<float>(inputs.size());
-  std::vector<float> acc(static_cast<size_t>(count));
-  std::memcpy(acc.data(), inputs[0] + 4 * first, 4 * static_cast<size_t>(count));
+  const size_t n = static_cast<size_t>(count);
+  std::memcpy(dst, inputs[0] + 4 * first, 4 * n);
   for (size_t m = 1; m < inputs.size(); ++m) {
     const std::byte* in = inputs[m] + 4 * first;
-    for (int64_t i = 0; i < count; ++i) {
-      float v;
+    for (size_t i = 0; i < n; ++i) {
+      float a, v;
+      std::memcpy(&a, dst + 4 * i, 4);
       std::memcpy(&v, in + 4 * i, 4);
-      acc[static_cast<size_t>(i)] += v;
+      a += v;
+      std::memcpy(dst + 4 * i, &a, 4);
     }
   }
   if (op == ReduceOp::avg) {
-    for (float& a : acc) a = a / members;
+    for (size_t i = 0; i < n; ++i) {
+      float a;
+      std::memcpy(&a, dst + 4 * i, 4);
+      a = a / members;
+      std::memcpy(dst + 4 * i, &a, 4);
+    }
   }
-  std::memcpy(dst, acc.data(), 4 * static_cast<size_t>(count));
 }
 
 void reduce_range(std::span<std::byte* const> inputs, DType t, int64_t first, int64_t count, ReduceOp op,
@@ -96,9 +103,12 @@ void execute_collective_cpu(const CollectiveCall& c, std::span<std::byte* const>
       return;
     }
     case CollectiveKind::reduce_scatter: {
-      std::vector<std::vector<std::byte>> result(members, std::vector<std::byte>(out_n * esize));
-      for (int m = 0; m < members; ++m) reduce_range(inputs, t, m * out_n, out_n, c.reduce, result[m].data());
-      for (int m = 0; m < members; ++m) std::memcpy(outputs[m], result[m].data(), out_n * esize);
+      // Every member's block first, in one allocation: an in-place output lies inside the inputs.
+      std::vector<std::byte> result(static_cast<size_t>(members * out_n * esize));
+      for (int m = 0; m < members; ++m)
+        reduce_range(inputs, t, m * out_n, out_n, c.reduce, result.data() + m * out_n * esize);
+      for (int m = 0; m < members; ++m)
+        std::memcpy(outputs[m], result.data() + m * out_n * esize, out_n * esize);
       return;
     }
     case CollectiveKind::all_reduce: {

@@ -8,7 +8,7 @@
 using namespace shardcheck::sim;
 
 namespace {
-Heap::Legal same_stream() {
+auto same_stream() {
   return [](const Block& b, int s) { return b.stream == s && b.pending.empty(); };
 }
 }  // namespace
