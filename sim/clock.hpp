@@ -207,7 +207,7 @@ class VectorClock {
     return c;
   }
 
-  // Four chunks (256 participants: 64 ranks of a host and two streams) without a heap block,
+  // Four chunks (256 components: two streams of 128 ranks, World::clock_index) without a heap block,
   // so copying a clock into a record or a host version allocates nothing.
   core::InlineVector<Chunk*, 4> chunks_;
 };

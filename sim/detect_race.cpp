@@ -32,7 +32,7 @@ std::string key_op(const std::string& op) {
 }  // namespace
 
 core::AccessSite World::site(int rank, const AccessRec& a, Access kind, uint64_t begin, uint64_t end) {
-  const int stream = rank_stream(static_cast<int>(a.participant)).second;
+  const int stream = a.participant == kNoParticipant ? -1 : clock_stream(a.participant);
   const OpInfo& info = op_info_[a.op];
   const Lifetime& l = lifetimes_[a.lifetime];
   core::AccessSite s;
@@ -67,7 +67,7 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
   auto early_wait = [this](int rank, const AccessRec& a, const AccessRec& b) -> std::string {
     const Rank& r = *ranks_[rank];
     auto access_stream = [this](const AccessRec& x) {
-      return x.participant == kNoParticipant ? -1 : rank_stream(static_cast<int>(x.participant)).second;
+      return x.participant == kNoParticipant ? -1 : clock_stream(x.participant);
     };
     const int sa = access_stream(a), sb = access_stream(b);
     if (sa < 0 || sb < 0) return "";

@@ -40,14 +40,14 @@ void World::begin(int rank, int stream, Op& op) {
     s.joined_host_version = op.host_version;
   }
   if (op.kind == OpKind::wait && op.record != kNone) s.clock.join(records_[op.record].clock);
-  s.clock.tick(participant(rank, stream));
+  s.clock.tick(clock_index(rank, stream));
 }
 
 void World::finish(int rank, int stream, Op& op) {
   Stream& s = ranks_[rank]->streams[stream];
   OpInfo& info = op_info_[op.id];
   info.exec_step = step_;
-  info.epoch = s.clock[participant(rank, stream)];
+  info.epoch = s.clock[clock_index(rank, stream)];
   digest_ = core::mix64(digest_ ^ (static_cast<uint64_t>(step_) << 20) ^
                         (static_cast<uint64_t>(participant(rank, stream)) << 4) ^ name_hashes_[info.name] ^
                         0x5bd1e995u);
@@ -61,7 +61,7 @@ void World::finish(int rank, int stream, Op& op) {
 void World::touch_range(int rank, int stream, uint32_t op, uint32_t lifetime, uint64_t a, uint64_t b,
                         Access kind) {
   const Stream& s = ranks_[rank]->streams[stream];
-  const uint32_t p = static_cast<uint32_t>(participant(rank, stream));
+  const uint32_t p = clock_index(rank, stream);
   const AccessRec cur{p, s.clock[p], op, lifetime};
   conflicts_.clear();
   ranges_.clear();

@@ -147,7 +147,7 @@ int World::stream_of(int rank, std::string_view name) {
   s.name = std::string(name);
   s.name_id = intern(name);
   s.comm = !streams.empty();
-  s.clock = VectorClock(dense_participants());
+  s.clock = VectorClock();  // grows to the components it ticks and joins
   streams.push_back(std::move(s));
   return static_cast<int>(streams.size() - 1);
 }
@@ -212,7 +212,7 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
     // cudaMallocAsync reuses across streams when the free is ordered before the new stream.
     const OpInfo& f = op_info_[b.free_op];
     if (f.exec_step < 0) return false;
-    const int p = participant(rank, b.stream);
+    const uint32_t p = clock_index(rank, b.stream);
     return r.streams[s].clock.covers(p, f.epoch) || r.host.clock.covers(p, f.epoch);
   };
   // Where a held block fits no worse than the one taken, the allocation could have taken it had

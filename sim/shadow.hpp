@@ -21,7 +21,7 @@ namespace shardcheck::sim {
 inline constexpr uint32_t kNoParticipant = 0xffffffffu;
 
 struct AccessRec {
-  uint32_t participant = kNoParticipant;
+  uint32_t participant = kNoParticipant;  // the stream's clock component (World::clock_index)
   uint32_t epoch = 0;
   uint32_t op = 0;        // index into the run's operation table
   uint32_t lifetime = 0;  // index into the run's lifetime table

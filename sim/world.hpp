@@ -306,8 +306,7 @@ class World {
   // the trace digest. A rank's host and its first kDenseStreams streams keep the numbers
   // rank * (1 + kDenseStreams) + {0, 1 + stream}, the layout every pinned digest was made
   // with; streams past those follow all ranks' dense ones, kMaxStreamsPerRank - kDenseStreams
-  // numbers per rank. Clocks start with the dense participants and grow only where a program
-  // uses more streams (clock.hpp).
+  // numbers per rank. Vector clocks index streams their own way (clock_index).
   static constexpr int kDenseStreams = 12;
   static constexpr int kDenseStride = 1 + kDenseStreams;
   static constexpr int kExtraStride = Options::kMaxStreamsPerRank - kDenseStreams;
@@ -330,6 +329,14 @@ class World {
     return dense_participants() + rank * kExtraStride + (stream - kDenseStreams);
   }
   int host_participant(int rank) const { return rank * kDenseStride; }
+  // A stream's component in the vector clocks (and the `participant` of its AccessRecs):
+  // stream-major, every rank's stream 0, then every rank's stream 1, and so on, so the few
+  // streams a program uses fill whole chunks and the others never get one; hosts never tick
+  // and have none. Participant numbers stay as they are for PCT and the digest.
+  uint32_t clock_index(int rank, int stream) const {
+    return static_cast<uint32_t>(stream) * static_cast<uint32_t>(ranks()) + static_cast<uint32_t>(rank);
+  }
+  int clock_stream(uint32_t index) const { return static_cast<int>(index / static_cast<uint32_t>(ranks())); }
   // The rank of participant e, and its stream (-1: the host).
   std::pair<int, int> rank_stream(int e) const {
     if (e < dense_participants()) return {e / kDenseStride, e % kDenseStride - 1};
