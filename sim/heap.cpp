@@ -6,10 +6,12 @@
 
 namespace shardcheck::sim {
 
-Heap::Heap(AllocatorModel model, Reuse reuse, int64_t* world_bytes, int64_t world_limit, bool values)
+Heap::Heap(AllocatorModel model, Reuse reuse, int64_t* world_bytes, int64_t world_limit, bool values,
+           int color)
     : world_bytes_(world_bytes),
       world_limit_(world_limit),
       values_(values),
+      color_(static_cast<uint64_t>(color)),
       pool_(model == AllocatorModel::caching,
             reuse == Reuse::earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit,
             [this](uint64_t size) { return new_segment(size); }) {}
@@ -21,9 +23,15 @@ uint64_t Heap::new_segment(uint64_t size) {
         " bytes would exceed the limit of " + std::to_string(world_limit_));
   }
   *world_bytes_ += static_cast<int64_t>(size);
-  Segment s{nullptr, size};
+  Segment s;
+  s.size = size;
   // Never-written device memory reads as NaN in every float dtype: set by initialize().
-  if (values_) s.data = std::make_unique_for_overwrite<std::byte[]>(size);
+  if (values_) {
+    // An odd multiplier walks every color; the segment's ordinal moves a rank's later ones.
+    const uint64_t stagger = (color_ * 37 + segments_.size() * 11) % kColors * kCacheLine;
+    s.storage = std::make_unique_for_overwrite<std::byte[]>(size + stagger);
+    s.data = s.storage.get() + stagger;
+  }
   const uint64_t base = next_addr_;
   segments_.emplace(base, std::move(s));
   next_addr_ += size + core::BlockPool::kRound;  // a guard gap: segments never look contiguous
@@ -40,7 +48,7 @@ void Heap::initialize(uint64_t addr, uint64_t size) {
   // Every byte below the mark is set; the block may start above it (a split left a free
   // block between), and the bytes between are set too, so the mark stays one number.
   if (end <= s.initialized) return;
-  std::memset(s.data.get() + s.initialized, 0xff, end - s.initialized);
+  std::memset(s.data + s.initialized, 0xff, end - s.initialized);
   s.initialized = end;
 }
 
@@ -50,7 +58,7 @@ std::byte* Heap::bytes(uint64_t addr) {
   --it;
   if (addr >= it->first + it->second.size) throw std::logic_error("address outside simulated memory");
   if (!values_) throw std::logic_error("a shadow-only run has no bytes behind simulated memory");
-  return it->second.data.get() + (addr - it->first);
+  return it->second.data + (addr - it->first);
 }
 
 }  // namespace shardcheck::sim

@@ -34,7 +34,9 @@ class Heap {
   using Allocation = core::BlockPool::Allocation;
 
   // values = false: segments are address ranges only, with no host bytes behind them.
-  Heap(AllocatorModel model, Reuse reuse, int64_t* world_bytes, int64_t world_limit, bool values = true);
+  // `color` (a rank's index) staggers where the host bytes of its segments start (below).
+  Heap(AllocatorModel model, Reuse reuse, int64_t* world_bytes, int64_t world_limit, bool values = true,
+       int color = 0);
 
   // A block of at least `bytes` for `stream`. Throws ResourceError past the memory limit.
   Allocation allocate(uint64_t bytes, int stream, Legal legal) {
@@ -59,10 +61,18 @@ class Heap {
   int64_t* world_bytes_;
   int64_t world_limit_;
   bool values_;
+  uint64_t color_;
   uint64_t next_addr_ = kBase;
+  // Host bytes start a colored number of cache lines into their allocation. A segment's
+  // allocation is page aligned, so without it the same tensor of every rank would sit at the
+  // same offset in its page, in the same first-level cache set: a collective's 64 inputs
+  // would compete for 12 ways. Only host addresses move; simulated addresses do not.
+  static constexpr uint64_t kCacheLine = 64;
+  static constexpr uint64_t kColors = 64;  // 4 KiB, a first-level cache way, of staggers
   struct Segment {
-    std::unique_ptr<std::byte[]> data;
-    uint64_t size;
+    std::unique_ptr<std::byte[]> storage;
+    std::byte* data = nullptr;  // storage + the segment's stagger
+    uint64_t size = 0;
     uint64_t initialized = 0;  // bytes [0, initialized) hold 0xff or what was written since
   };
   std::map<uint64_t, Segment> segments_;  // by base address
