@@ -27,8 +27,7 @@ uint64_t Heap::new_segment(uint64_t size) {
   s.size = size;
   // Never-written device memory reads as NaN in every float dtype: set by initialize().
   if (values_) {
-    // An odd multiplier walks every color; the segment's ordinal moves a rank's later ones.
-    const uint64_t stagger = (color_ * 37 + segments_.size() * 11) % kColors * kCacheLine;
+    const uint64_t stagger = stagger_bytes(color_, segments_.size());
     s.storage = std::make_unique_for_overwrite<std::byte[]>(size + stagger);
     s.data = s.storage.get() + stagger;
   }

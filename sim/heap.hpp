@@ -48,6 +48,11 @@ class Heap {
     pool_.release(addr, std::move(pending), free_op);
   }
   const Block& block(uint64_t addr) const { return pool_.block(addr); }
+  // How far into its host allocation segment `ordinal` of heap `color` starts (see Segment).
+  static uint64_t stagger_bytes(uint64_t color, uint64_t ordinal) {
+    // An odd multiplier walks every color; the segment's ordinal moves a rank's later ones.
+    return (color * 37 + ordinal * 11) % kColors * kCacheLine;
+  }
   std::byte* bytes(uint64_t addr);  // host pointer for a device address inside a segment
   uint64_t segment_bytes() const { return pool_.segment_bytes(); }
 

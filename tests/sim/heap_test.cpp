@@ -1,7 +1,9 @@
 // Allocator models: per-stream pools, best fit against most-recent reuse, record_stream
 // holds, splitting and merging, and the memory limit.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <vector>
 
 #include "sim/heap.hpp"
 
@@ -105,4 +107,26 @@ TEST_CASE("every handed-out byte reads 0xff until written, whichever block reach
   // A block of a whole new segment, the last byte included.
   const uint64_t big = h.allocate(shardcheck::core::BlockPool::kSegment, 0, same_stream()).addr;
   REQUIRE(all_ff(big, shardcheck::core::BlockPool::kSegment));
+}
+
+// Ranks' heaps (their colors) start their first segments in 64 different cache lines of a
+// 4 KiB page, so the same simulated offset falls in different first-level cache sets, and a staggered segment
+// still holds all of its bytes: the last one is 0xff and writable, and a segment-sized block reads 0xff from
+// its first byte to its last.
+TEST_CASE("heaps of different ranks stagger their host bytes across cache sets", "[sim][heap]") {
+  int64_t bytes = 0;
+  std::vector<uint64_t> offsets;
+  for (int color = 0; color < 64; ++color) {
+    Heap h(AllocatorModel::caching, Reuse::best_fit, &bytes, int64_t{1} << 30, true, color);
+    const uint64_t seg = shardcheck::core::BlockPool::kSegment;
+    const uint64_t a = h.allocate(seg, 0, same_stream()).addr;
+    std::byte* p = h.bytes(a);
+    REQUIRE(p[0] == std::byte{0xff});
+    REQUIRE(p[seg - 1] == std::byte{0xff});
+    p[seg - 1] = std::byte{1};
+    REQUIRE(h.bytes(a + seg - 1)[0] == std::byte{1});
+    offsets.push_back(Heap::stagger_bytes(static_cast<uint64_t>(color), 0) / 64);
+  }
+  std::sort(offsets.begin(), offsets.end());
+  REQUIRE(std::unique(offsets.begin(), offsets.end()) == offsets.end());  // 64 ranks, 64 sets
 }
