@@ -368,7 +368,6 @@ class World {
   std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_ids_;
   std::unordered_map<uint64_t, uint32_t> name_cache_;  // cached_name
   std::vector<uint64_t> name_hashes_;
-  std::map<std::pair<int, uint64_t>, int> generations_;  // (rank, addr) -> lifetimes begun there
   std::vector<core::Finding> findings_;
   std::vector<int64_t> pct_priority_;
   std::vector<int64_t> pct_change_steps_;

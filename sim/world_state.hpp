@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 
@@ -122,6 +123,9 @@ struct World::Rank {
   std::vector<Stream> streams;
   Host host;
   Heap heap;
+  // Address -> lifetimes begun there (a finding's "lifetime" number): per rank, beside its heap,
+  // so an allocation's lookup stays among the rank's own lines.
+  std::unordered_map<uint64_t, int> generations;
   Shadow shadow;
   std::vector<uint32_t> buffers;       // BufferId -> lifetime index
   std::vector<uint32_t> event_latest;  // EventId -> latest record (kNone: never recorded)
