@@ -18,10 +18,9 @@ class FunctionRef;
 template <class R, class... A>
 class FunctionRef<R(A...)> {
  public:
-  template <class F>
-  requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> && std::is_invocable_r_v<R, F&, A...>)
-      FunctionRef(F&& f)
-  noexcept  // NOLINT(google-explicit-constructor): converts like std::function
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> &&
+                                              std::is_invocable_r_v<R, F&, A...>>>
+  FunctionRef(F&& f) noexcept  // NOLINT(google-explicit-constructor): converts like std::function
       : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
         call_([](void* o, A... a) -> R {
           return std::invoke(*static_cast<std::remove_reference_t<F>*>(o), std::forward<A>(a)...);
