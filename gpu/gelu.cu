@@ -1,5 +1,7 @@
 // GELU through the shared elementwise map: the same constants and evaluation order as
-// core/kernels/cpu/gelu.cpp, with CUDA's tanhf in place of libm's.
+// core/kernels/cpu/gelu.cpp, and the same tanh (core/kernels/tanh_f32.hpp): with -fmad=false,
+// the results equal the CPU's bit for bit.
+#include "core/kernels/tanh_f32.hpp"
 #include "gpu/device_util.cuh"
 #include "gpu/gelu.hpp"
 
@@ -13,7 +15,7 @@ constexpr float kGeluCubic3 = 0.134145f;  // 3 * 0.044715
 
 __device__ __forceinline__ float gelu_tanh(float x) {
   const float cube = (x * x) * x;
-  return tanhf(kGeluScale * (x + kGeluCubic * cube));
+  return core::tanh_f32(kGeluScale * (x + kGeluCubic * cube));
 }
 
 struct GeluForwardOp {

@@ -1,7 +1,6 @@
 // GELU (tanh form), forward and backward (core::kernel::GeluForward / GeluBackward). The
-// arithmetic follows the CPU reference operation for operation, but tanhf is CUDA's, not
-// libm's (both are within a couple of ulps of tanh, not equal), so tests compare these with a
-// tolerance rather than bit for bit.
+// arithmetic follows the CPU reference operation for operation, with the same tanh
+// (core/kernels/tanh_f32.hpp, not CUDA's tanhf), so tests compare these with the CPU bit for bit.
 //   gpu::launch_gelu_backward(x, dy, dx, stream);   // dx may be dy
 #pragma once
 

@@ -72,9 +72,9 @@ struct RoundToGrid {
 // cast to float once; every sum is one float accumulator starting at +0.0f; each output is
 // rounded to its dtype once, when stored, and outputs are overwritten, never added to. The
 // CPU reference reads every input before writing any output, so in-place calls are fine.
-// sqrt and divisions are IEEE (no rsqrt); tanh, exp and log come from libm, so a GPU port is
-// compared with a tolerance on GELU and softmax; elsewhere, keeping these loop orders, bit
-// for bit.
+// sqrt and divisions are IEEE (no rsqrt); tanh is core/kernels/tanh_f32.hpp on both backends;
+// exp and log come from libm, so a GPU port is compared with a tolerance on softmax; elsewhere,
+// keeping these loop orders, bit for bit.
 
 // reads [tokens i32 N, weight V x H]; writes [out N x H]: out[n] = weight[tokens[n]].
 // A token outside [0, V) is a program bug: execute_cpu throws InternalError.

@@ -1,12 +1,12 @@
 // GELU in the tanh form, forward and backward, the CPU twin of gpu/gelu.cu. Elementwise, no
 // sums: each element's fp32 operations run in the order written, and the GPU kernels follow
-// them one for one, but tanh is libm's tanhf, not CUDA's, so they agree within a tolerance.
-#include <cmath>
+// them one for one, and tanh is core/kernels/tanh_f32.hpp on both, so they agree bit for bit.
 #include <string>
 
 #include "core/kernels/cpu/arg_check.hpp"
 #include "core/kernels/cpu/cpu_kernels.hpp"
 #include "core/kernels/cpu/operands.hpp"
+#include "core/kernels/tanh_f32.hpp"
 
 namespace shardcheck::core::cpu {
 
@@ -20,7 +20,7 @@ constexpr float kGeluCubic3 = 0.134145f;
 // The shared front half of forward and backward: t = tanh(s * (x + c * ((x * x) * x))).
 float gelu_tanh(float x) {
   const float cube = (x * x) * x;
-  return std::tanh(kGeluScale * (x + kGeluCubic * cube));  // libm tanhf
+  return tanh_f32(kGeluScale * (x + kGeluCubic * cube));
 }
 
 }  // namespace
@@ -46,7 +46,7 @@ std::string check(const KernelCall& c, const kernel::GeluBackward&) {
 }
 
 // dx = dy * (0.5f * (1 + t) + (((0.5f * x) * (1 - t * t)) * s) * (1 + 3c * (x * x))), the
-// derivative of the forward's product, with sech^2 written as 1 - tanh^2 (one libm call).
+// derivative of the forward's product, with sech^2 written as 1 - tanh^2 (one tanh).
 void execute(const KernelCall& c, const kernel::GeluBackward&, MemoryView& mem) {
   const Floats x = load_floats(mem, c.reads[0]);
   Floats dx = load_floats(mem, c.reads[1]);
