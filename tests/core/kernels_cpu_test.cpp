@@ -12,6 +12,7 @@
 
 #include "core/base/rng.hpp"
 #include "core/base/status.hpp"
+#include "core/kernels/cpu/cpu_kernels.hpp"
 #include "core/kernels/kernels.hpp"
 #include "core/kernels/summation_order.hpp"
 
@@ -235,6 +236,46 @@ TEST_CASE("round_bf16 rounds to nearest even and keeps the output dtype", "[core
   REQUIRE(m.get(z) == got32);
 }
 
+TEST_CASE("round_to_grid's rounding is nearbyint's, bit for bit", "[core][kernels]") {
+  // Ties on both sides of zero, signed zeros, the edges of 2^52 and 2^53, infinities and NaN,
+  // then random magnitudes over every binade from 2^-30 to 2^60.
+  std::vector<double> u = {0.0,
+                           -0.0,
+                           0.5,
+                           -0.5,
+                           1.5,
+                           -1.5,
+                           2.5,
+                           -2.5,
+                           0.49999999999999994,
+                           -0.49999999999999994,
+                           0x1p52 - 0.5,
+                           -(0x1p52 - 0.5),
+                           0x1p52 - 1.5,
+                           0x1p52,
+                           0x1p52 + 1,
+                           0x1p53 + 2,
+                           4503599627370495.5,
+                           1e300,
+                           -1e300,
+                           INFINITY,
+                           -INFINITY,
+                           NAN,
+                           -NAN,
+                           5e-324};
+  Rng rng(3);
+  for (int i = 0; i < 20000; ++i) {
+    const double mag = std::ldexp(rng.uniform_real(), static_cast<int>(rng.uniform_int(-30, 60)));
+    u.push_back(rng.bernoulli(0.5) ? -mag : mag);
+    u.push_back(std::floor(mag) + 0.5);  // a tie
+  }
+  for (const double v : u) {
+    CAPTURE(v);
+    const double want = std::nearbyint(v), got = cpu::round_half_even(v);
+    REQUIRE(std::memcmp(&want, &got, sizeof got) == 0);
+  }
+}
+
 TEST_CASE("round_to_grid lands on exact multiples of q with ties to even and clamping", "[core][kernels]") {
   Mem m;
   const double q = 3 * 0x1p-10;  // dp = 3: not a power of two
@@ -445,36 +486,77 @@ TEST_CASE("gemm matches a double product for every transpose combination", "[cor
 
 TEST_CASE("gemm accumulates over k in order in fp32 then applies alpha and beta", "[core][kernels]") {
   // N = 6 takes the general loop only; 16 one block of sixteen columns held in registers; 40
-  // two blocks and the general loop for the rest. Every path (and the wider build a processor
-  // with AVX2 runs) must give each element the same bits.
+  // two blocks and the general loop for the rest; M = 5 ends on a row without a partner. Every
+  // path (and the wider build a processor with AVX2 runs) must give each element the same bits.
   for (const int64_t N : {int64_t{6}, int64_t{16}, int64_t{40}}) {
-    CAPTURE(N);
-    const int64_t M = 4, K = 33;
-    Rng rng(42);
-    // Magnitudes spread over six binades, so the summation order shows in the low bits.
-    std::vector<double> a = nonzero(rng, M * K, 0.01, 1), b = nonzero(rng, K * N, 0.1, 1);
-    for (size_t i = 0; i < a.size(); i += 3) a[i] *= 64;
-    const std::vector<double> c0 = nonzero(rng, M * N, 0.1, 1);
-    const kernel::Gemm g{M, N, K, true, false, 0.3, 0.7};  // A stored K x M
-    Mem m;
-    const TensorRef tc = m.put(DType::f32, c0);
-    m.run(kernels::gemm(0, m.put(DType::f32, a), m.put(DType::f32, b), tc, g));
-    const std::vector<double> got = m.get(tc);
-    bool order_matters = false;
-    for (int64_t i = 0; i < M; ++i) {
-      for (int64_t j = 0; j < N; ++j) {
-        float acc = 0.0f, reversed = 0.0f;
-        for (int64_t p = 0; p < K; ++p)
-          acc += static_cast<float>(a[p * M + i]) * static_cast<float>(b[p * N + j]);
-        for (int64_t p = K; p-- > 0;)
-          reversed += static_cast<float>(a[p * M + i]) * static_cast<float>(b[p * N + j]);
-        const float want = 0.3f * acc + 0.7f * static_cast<float>(c0[i * N + j]);
-        REQUIRE(got[i * N + j] == static_cast<double>(want));
-        order_matters |= acc != reversed;
+    for (const int64_t M : {int64_t{4}, int64_t{5}}) {
+      CAPTURE(N, M);
+      const int64_t K = 33;
+      Rng rng(42);
+      // Magnitudes spread over six binades, so the summation order shows in the low bits.
+      std::vector<double> a = nonzero(rng, M * K, 0.01, 1), b = nonzero(rng, K * N, 0.1, 1);
+      for (size_t i = 0; i < a.size(); i += 3) a[i] *= 64;
+      const std::vector<double> c0 = nonzero(rng, M * N, 0.1, 1);
+      const kernel::Gemm g{M, N, K, true, false, 0.3, 0.7};  // A stored K x M
+      Mem m;
+      const TensorRef tc = m.put(DType::f32, c0);
+      m.run(kernels::gemm(0, m.put(DType::f32, a), m.put(DType::f32, b), tc, g));
+      const std::vector<double> got = m.get(tc);
+      bool order_matters = false;
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t j = 0; j < N; ++j) {
+          float acc = 0.0f, reversed = 0.0f;
+          for (int64_t p = 0; p < K; ++p)
+            acc += static_cast<float>(a[p * M + i]) * static_cast<float>(b[p * N + j]);
+          for (int64_t p = K; p-- > 0;)
+            reversed += static_cast<float>(a[p * M + i]) * static_cast<float>(b[p * N + j]);
+          const float want = 0.3f * acc + 0.7f * static_cast<float>(c0[i * N + j]);
+          REQUIRE(got[i * N + j] == static_cast<double>(want));
+          order_matters |= acc != reversed;
+        }
+      }
+      REQUIRE(order_matters);  // otherwise this test could not tell the orders apart
+    }
+  }
+}
+
+TEST_CASE("gemm's product loop gives the same bits for every instruction set", "[core][kernels]") {
+  // Each build of the loop (baseline SSE2; AVX2 where this processor has it) against the
+  // in-order scalar sum, for row counts, column blocks and tails of every kind, with and
+  // without C as an input.
+  Rng rng(7);
+  int ran = 0;
+  for (const cpu::GemmPath& path : cpu::gemm_paths()) {
+    if (!path.available) continue;
+    ++ran;
+    for (const size_t M : {size_t{1}, size_t{2}, size_t{3}, size_t{7}}) {
+      for (const size_t N : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{48}, size_t{71}}) {
+        for (const size_t K : {size_t{0}, size_t{1}, size_t{2}, size_t{29}}) {
+          for (const bool reads_c : {false, true}) {
+            CAPTURE(path.name, M, N, K, reads_c);
+            std::vector<float> a(M * K), b(K * N), c0(M * N), acc(N);
+            auto draw = [&rng] { return static_cast<float>(2 * rng.uniform_real() - 1); };
+            for (float& v : a) v = draw() * (rng.bernoulli(0.3) ? 64.0f : 1.0f);
+            for (float& v : b) v = draw();
+            for (float& v : c0) v = draw();
+            std::vector<float> out = c0;
+            path.run(a.data(), b.data(), out.data(), M, N, K, 0.3f, reads_c ? 0.7f : 0.0f, reads_c,
+                     acc.data());
+            for (size_t i = 0; i < M; ++i) {
+              for (size_t j = 0; j < N; ++j) {
+                float sum = 0.0f;
+                for (size_t p = 0; p < K; ++p)
+                  sum = p == 0 ? 0.0f + a[i * K] * b[j] : sum + a[i * K + p] * b[p * N + j];
+                const float want = reads_c ? 0.3f * sum + 0.7f * c0[i * N + j] : 0.3f * sum;
+                REQUIRE(std::memcmp(&out[i * N + j], &want, sizeof want) == 0);
+              }
+            }
+          }
+        }
       }
     }
-    REQUIRE(order_matters);  // otherwise this test could not tell the orders apart
   }
+  CHECK(ran >= 1);
 }
 
 TEST_CASE("gemm computes a linear layer's input and weight gradients", "[core][kernels]") {

@@ -27,27 +27,113 @@ Floats load_op(MemoryView& mem, const TensorRef& t, int64_t rows, int64_t cols, 
 
 constexpr size_t kColumns = 16;
 
-// Columns [0, kColumns) of one row of C from the matching columns of B (row stride n), kk > 0:
-// each element sums its own products for k = 0..K-1 in order from +0.0f, as the general loop
-// does, with the sums in a fixed-size array the compiler keeps in registers.
-void column_block(const float* arow, const float* b, size_t n, size_t kk, float alpha, float beta,
-                  bool reads_c, float* row) {
-  float acc[kColumns];
-  const float a0 = arow[0];
-  for (size_t j = 0; j < kColumns; ++j) acc[j] = 0.0f + a0 * b[j];
-  for (size_t p = 1; p < kk; ++p) {
-    const float ap = arow[p];
-    const float* brow = b + p * n;
-    for (size_t j = 0; j < kColumns; ++j) acc[j] += ap * brow[j];
+// Columns [0, kColumns) of R consecutive rows of C (row stride n) from the matching columns
+// of B (row stride n), kk > 0: each element sums its own products for k = 0..K-1 in order from
+// +0.0f, as the general loop does, with the sums in a fixed-size array the compiler keeps in
+// registers. Two rows at a time share each load of B.
+template <size_t R>
+[[gnu::always_inline]] inline void column_block(const float* arows, const float* b, size_t n, size_t kk,
+                                                float alpha, float beta, bool reads_c, float* rows) {
+  float acc[R][kColumns];
+  for (size_t r = 0; r < R; ++r) {
+    const float a0 = arows[r * kk];
+    for (size_t j = 0; j < kColumns; ++j) acc[r][j] = 0.0f + a0 * b[j];
   }
-  if (reads_c) {
-    for (size_t j = 0; j < kColumns; ++j) row[j] = alpha * acc[j] + beta * row[j];
-  } else {
-    for (size_t j = 0; j < kColumns; ++j) row[j] = alpha * acc[j];
+  for (size_t p = 1; p < kk; ++p) {
+    const float* brow = b + p * n;
+    for (size_t r = 0; r < R; ++r) {
+      const float ap = arows[r * kk + p];
+      for (size_t j = 0; j < kColumns; ++j) acc[r][j] += ap * brow[j];
+    }
+  }
+  for (size_t r = 0; r < R; ++r) {
+    float* row = rows + r * n;
+    if (reads_c) {
+      for (size_t j = 0; j < kColumns; ++j) row[j] = alpha * acc[r][j] + beta * row[j];
+    } else {
+      for (size_t j = 0; j < kColumns; ++j) row[j] = alpha * acc[r][j];
+    }
   }
 }
 
+// One row of C, columns [from, n), in the general loop: the sums in acc (length n).
+[[gnu::always_inline]] inline void row_tail(const float* arow, const float* b, size_t n, size_t kk,
+                                            size_t from, float alpha, float beta, bool reads_c, float* acc,
+                                            float* row) {
+  // The sum starts from +0.0f: written as the first addition, not as a fill before it.
+  if (kk == 0) std::fill(acc + from, acc + n, 0.0f);
+  for (size_t p = 0; p < kk; ++p) {
+    const float aip = arow[p];
+    const float* brow = b + p * n;
+    if (p == 0) {
+      for (size_t j = from; j < n; ++j) acc[j] = 0.0f + aip * brow[j];
+    } else {
+      for (size_t j = from; j < n; ++j) acc[j] += aip * brow[j];
+    }
+  }
+  if (reads_c) {
+    for (size_t j = from; j < n; ++j) row[j] = alpha * acc[j] + beta * row[j];
+  } else {
+    for (size_t j = from; j < n; ++j) row[j] = alpha * acc[j];
+  }
+}
+
+// C (M x N, row-major, holding C on entry when reads_c) = alpha * A B (+ beta * C), A row-major
+// M x K, B row-major K x N; acc is scratch of length N. Rows in pairs, sixteen columns at a
+// time, their sums held in registers across the whole k loop; the columns past the last full
+// block, and the last row of an odd M, take the general loop.
+[[gnu::always_inline]] inline void product(const float* a, const float* b, float* out, size_t m, size_t n,
+                                           size_t kk, float alpha, float beta, bool reads_c, float* acc) {
+  const size_t blocked = kk > 0 ? n / kColumns * kColumns : 0;
+  size_t i = 0;
+  for (; i + 2 <= m; i += 2) {
+    for (size_t j0 = 0; j0 < blocked; j0 += kColumns) {
+      column_block<2>(a + i * kk, b + j0, n, kk, alpha, beta, reads_c, out + i * n + j0);
+    }
+    if (blocked == n) continue;
+    for (size_t r = i; r < i + 2; ++r)
+      row_tail(a + r * kk, b, n, kk, blocked, alpha, beta, reads_c, acc, out + r * n);
+  }
+  for (; i < m; ++i) {
+    for (size_t j0 = 0; j0 < blocked; j0 += kColumns) {
+      column_block<1>(a + i * kk, b + j0, n, kk, alpha, beta, reads_c, out + i * n + j0);
+    }
+    if (blocked != n) row_tail(a + i * kk, b, n, kk, blocked, alpha, beta, reads_c, acc, out + i * n);
+  }
+}
+
+// The same source twice: once for the baseline x86-64 (SSE2, four lanes) and once with AVX2
+// (eight lanes), picked once per process by what the processor has. AVX2 brings no FMA
+// (a separate feature, and the build forbids contraction), so both compute the same
+// roundings in the same order and agree bit for bit; only the lane count differs.
+using ProductFn = void (*)(const float*, const float*, float*, size_t, size_t, size_t, float, float, bool,
+                           float*);
+
+void product_baseline(const float* a, const float* b, float* out, size_t m, size_t n, size_t kk, float alpha,
+                      float beta, bool reads_c, float* acc) {
+  product(a, b, out, m, n, kk, alpha, beta, reads_c, acc);
+}
+
+#if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
+__attribute__((target("avx2"))) void product_avx2(const float* a, const float* b, float* out, size_t m,
+                                                  size_t n, size_t kk, float alpha, float beta, bool reads_c,
+                                                  float* acc) {
+  product(a, b, out, m, n, kk, alpha, beta, reads_c, acc);
+}
+
+bool has_avx2() { return __builtin_cpu_supports("avx2"); }
+#else
+void product_avx2(const float*, const float*, float*, size_t, size_t, size_t, float, float, bool, float*) {}
+bool has_avx2() { return false; }
+#endif
+
+ProductFn pick_product() { return has_avx2() ? product_avx2 : product_baseline; }
+
 }  // namespace
+
+std::vector<GemmPath> gemm_paths() {
+  return {{"baseline", true, product_baseline}, {"avx2", has_avx2(), product_avx2}};
+}
 
 std::string check(const KernelCall& c, const kernel::Gemm& k) {
   ArgCheck a(c);
@@ -66,9 +152,10 @@ std::string check(const KernelCall& c, const kernel::Gemm& k) {
 
 // The hot kernel. Operands are first laid out as row-major op(A) (M x K) and op(B) (K x N) in
 // fp32 (for f32 operands without transposes, a memcpy), so the inner loop has no dtype or
-// layout dispatch. For one row of C, the loop runs k outermost and j innermost: each element
+// layout dispatch. For each row of C, the loop runs k outermost and j innermost: each element
 // still sums its own products for k = 0..K-1 in order, starting from +0.0f, but the j loop
-// vectorizes. Then C = alpha * acc (+ beta * C, reading C only when beta != 0), in fp32.
+// vectorizes (product above, with AVX2 where the processor has it). Then C = alpha * acc (+ beta * C, reading
+// C only when beta != 0), in fp32.
 void execute(const KernelCall& c, const kernel::Gemm& k, MemoryView& mem) {
   const Floats a = load_op(mem, c.reads[0], k.m, k.k, k.trans_a);
   const Floats b = load_op(mem, c.reads[1], k.k, k.n, k.trans_b);
@@ -77,33 +164,8 @@ void execute(const KernelCall& c, const kernel::Gemm& k, MemoryView& mem) {
   Floats out = reads_c ? load_floats(mem, c.reads[2]) : Floats(m * n);
   const float alpha = static_cast<float>(k.alpha), beta = static_cast<float>(k.beta);
   Floats acc(n);
-  for (size_t i = 0; i < m; ++i) {
-    // Sixteen columns at a time, their sums held in registers across the whole k loop; the
-    // columns past the last full block take the general loop below.
-    const size_t blocked = kk > 0 ? n / kColumns * kColumns : 0;
-    for (size_t j0 = 0; j0 < blocked; j0 += kColumns) {
-      column_block(a.data() + i * kk, b.data() + j0, n, kk, alpha, beta, reads_c, out.data() + i * n + j0);
-    }
-    if (blocked == n) continue;
-    float* accp = acc.data();
-    // The sum starts from +0.0f: written as the first addition, not as a fill before it.
-    if (kk == 0) std::fill(acc.begin(), acc.end(), 0.0f);
-    for (size_t p = 0; p < kk; ++p) {
-      const float aip = a[i * kk + p];
-      const float* brow = b.data() + p * n;
-      if (p == 0) {
-        for (size_t j = blocked; j < n; ++j) accp[j] = 0.0f + aip * brow[j];
-      } else {
-        for (size_t j = blocked; j < n; ++j) accp[j] += aip * brow[j];
-      }
-    }
-    float* row = out.data() + i * n;
-    if (reads_c) {
-      for (size_t j = blocked; j < n; ++j) row[j] = alpha * accp[j] + beta * row[j];
-    } else {
-      for (size_t j = blocked; j < n; ++j) row[j] = alpha * accp[j];
-    }
-  }
+  static const ProductFn run_product = pick_product();
+  run_product(a.data(), b.data(), out.data(), m, n, kk, alpha, beta, reads_c, acc.data());
   store_floats(mem, c.writes[0], out);
 }
 

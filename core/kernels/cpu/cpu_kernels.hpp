@@ -13,12 +13,15 @@
 // inputs are read before any output is written, so in-place calls (Adam, Sgd, y == x) see their
 // inputs as they were. The build forbids FMA contraction (-ffp-contract=off); nothing in this
 // folder calls std::fma. sqrt and the divisions are correctly rounded IEEE operations, so a GPU
-// port matches them bit for bit (no rsqrt, no fast division); std::tanh, std::exp and std::log
-// come from libm (tanhf, expf, logf), so a GPU port of GELU and softmax is compared with a
-// tolerance.
+// port matches them bit for bit (no rsqrt, no fast division); tanh is core/kernels/tanh_f32.hpp,
+// plain fp32 operations that the GPU port calls too; std::exp and std::log come from libm
+// (expf, logf), so a GPU port of softmax is compared with a tolerance.
 #pragma once
 
+#include <cmath>
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include "core/kernels/kernels.hpp"
 
@@ -41,6 +44,18 @@ std::string check(const KernelCall& c, const kernel::RoundBf16& k);
 void execute(const KernelCall& c, const kernel::RoundBf16& k, MemoryView& mem);
 std::string check(const KernelCall& c, const kernel::RoundToGrid& k);
 void execute(const KernelCall& c, const kernel::RoundToGrid& k, MemoryView& mem);
+// RoundToGrid's rounding: nearbyint(u) in the default rounding mode (half to even, the sign
+// kept, NaN through), computed without the rounding mode or a libm call.
+double round_half_even(double u);
+namespace detail {
+// Below 2^52, adding then subtracting 2^52 rounds |u| to an integer, the spacing of doubles
+// there being 1 (ties to even, the default mode); from 2^52 on, doubles are integers already.
+inline double round_half_even(double u) {
+  const double a = u < 0 ? -u : u;
+  const double r = a < 0x1p52 ? (a + 0x1p52) - 0x1p52 : a;
+  return std::copysign(r, u);
+}
+}  // namespace detail
 std::string check(const KernelCall& c, const kernel::BiasAdd& k);
 void execute(const KernelCall& c, const kernel::BiasAdd& k, MemoryView& mem);
 std::string check(const KernelCall& c, const kernel::BiasGelu& k);
@@ -61,6 +76,17 @@ void execute(const KernelCall& c, const kernel::LayerNormBackward& k, MemoryView
 // blas.cpp (gpu/blas.cu)
 std::string check(const KernelCall& c, const kernel::Gemm& k);
 void execute(const KernelCall& c, const kernel::Gemm& k, MemoryView& mem);
+// The product loop of execute(Gemm) for each instruction set it is built for, so that a test
+// can hold them equal bit for bit: out (M x N, holding C when reads_c) = alpha * a (M x K) b
+// (K x N) (+ beta * out), all row-major; acc is scratch of length N. `available` says whether
+// this processor can run it; execute uses the widest available.
+struct GemmPath {
+  const char* name;
+  bool available;
+  void (*run)(const float* a, const float* b, float* out, size_t m, size_t n, size_t k, float alpha,
+              float beta, bool reads_c, float* acc);
+};
+std::vector<GemmPath> gemm_paths();
 
 // gelu.cpp (gpu/gelu.cu)
 std::string check(const KernelCall& c, const kernel::GeluForward& k);

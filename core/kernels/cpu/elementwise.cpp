@@ -181,13 +181,16 @@ std::string check(const KernelCall& c, const kernel::RoundToGrid& k) {
   return a.read(0, "in", Kind::floating, len(c.writes, 0), "the output's length").message();
 }
 
-// y = (float)(q * nearbyint(clamp((double)x / q, -limit, limit))): rounds half to even in the
-// default rounding mode. NaN stays NaN; infinities clamp to the limit.
+double round_half_even(double u) { return detail::round_half_even(u); }
+
+// y = (float)(q * nearbyint(clamp((double)x / q, -limit, limit))): rounds half to even, as
+// nearbyint does in the default rounding mode, but in plain operations, so the loop vectorizes.
+// NaN stays NaN; infinities clamp to the limit.
 void execute(const KernelCall& c, const kernel::RoundToGrid& k, MemoryView& mem) {
   Floats v = load_floats(mem, c.reads[0]);
   for (float& x : v) {
     const double units = std::clamp(static_cast<double>(x) / k.q, -k.limit, k.limit);
-    x = static_cast<float>(k.q * std::nearbyint(units));
+    x = static_cast<float>(k.q * detail::round_half_even(units));
   }
   store_floats(mem, c.writes[0], v);
 }
