@@ -9,11 +9,10 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "core/base/inline_vector.hpp"
 #include "sim/clock.hpp"
 
 namespace shardcheck::sim {
@@ -52,32 +51,75 @@ class Shadow {
   // Appends the sub-ranges of [a, b) that are undefined for `lifetime`: never written in it
   // (bytes last touched by an older lifetime count as never written).
   void undefined(uint64_t a, uint64_t b, uint32_t lifetime, Ranges& out) const;
-  size_t intervals() const { return cells_.size(); }
+  // Intervals held: neighbours with equal state are always merged into one.
+  size_t intervals() const { return count_; }
 
  private:
+  // A byte range's state. Plain bytes (moved with memmove inside the buckets): the first two
+  // reads, the usual one or two of a compute and a comm stream, are inline; further ones, at
+  // most one per participant, live in extras_[extra], which the cell owns alone.
   struct Cell {
     AccessRec write;
-    Access write_kind = Access::write;
-    // At most one per participant; the usual one or two (a compute and a comm stream) inline.
-    core::InlineVector<AccessRec, 2> reads;
+    AccessRec reads[2];
     uint32_t lifetime = 0;
+    uint32_t extra = kNoExtra;  // reads past the inline two (only when nreads == 2)
+    uint8_t nreads = 0;         // inline reads held
+    Access write_kind = Access::write;
     bool defined = false;
-    friend bool operator==(const Cell&, const Cell&) = default;
   };
+  static constexpr uint32_t kNoExtra = 0xffffffffu;
   struct Interval {
+    uint64_t start;
     uint64_t end;
     Cell cell;
   };
-  using Map = std::map<uint64_t, Interval>;
+  static_assert(std::is_trivially_copyable_v<Cell>, "buckets move intervals with memmove");
+  // The intervals, disjoint and in address order, in buckets of at most kMaxBucket, a two-level
+  // B+-tree: a lookup is a binary search over the buckets' first addresses and one within a
+  // bucket, and an access rewrites a few neighbouring entries of one or two buckets in place.
+  // A map with a node per interval cost four tree searches and a heap block per split, and
+  // with a rank's shadow spread over hundreds of nodes, a cache miss at every step.
+  static constexpr size_t kMaxBucket = 32;
+  struct Bucket {
+    std::vector<Interval> items;
+    std::vector<uint64_t> ends;  // items[k].end, packed: a lookup reads a few lines, not every item
+  };
+  struct Pos {
+    size_t bucket;
+    size_t index;
+  };
 
-  void split(uint64_t x);
-  // Calls f(start, end, Cell&) on every interval covering [a, b), creating cells for
-  // untouched gaps.
+  // The first interval that ends after `a` (its bucket's end when none does there).
+  Pos locate(uint64_t a) const;
+  Pos next(Pos p) const;
+  bool at_end(Pos p) const { return p.bucket >= buckets_.size(); }
+  Interval& at(Pos p) { return buckets_[p.bucket].items[p.index]; }
+  const Interval& at(Pos p) const { return buckets_[p.bucket].items[p.index]; }
+  // Calls f(start, end, Cell&) on the pieces of [a, b) in address order (untouched gaps get a
+  // fresh Cell), then merges equal neighbours.
   template <class F>
-  void for_each(uint64_t a, uint64_t b, F&& f);
-  void coalesce(uint64_t a, uint64_t b);
+  void update(uint64_t a, uint64_t b, F&& f);
+  // Replaces the intervals from `first` up to `last` (exclusive; `last` may be at the end of a
+  // bucket or past every bucket) by scratch_, releasing the cells it removes.
+  void replace(Pos first, Pos last);
+  // Cells are values whose extra reads are owned: same() compares, clone() copies (a fresh
+  // extra), release() gives the extra back, add_read() and clear_reads() change the reads.
+  bool same(const Cell& x, const Cell& y) const;
+  Cell clone(const Cell& c);
+  void release(Cell& c);
+  void add_read(Cell& c, const AccessRec& r);
+  void clear_reads(Cell& c);
+  std::vector<std::vector<AccessRec>> extras_;
+  std::vector<uint32_t> free_extras_;
+  // Splits an over-full bucket, drops an empty one, merges a small one into its right
+  // neighbour, and sets the packed addresses of what changed.
+  void settle(size_t bucket);
+  void sync(size_t bucket);  // firsts_ and ends from the items
 
-  Map cells_;
+  std::vector<Bucket> buckets_;
+  std::vector<uint64_t> firsts_;  // buckets_[i].front().start
+  size_t count_ = 0;
+  std::vector<Interval> scratch_;
 };
 
 }  // namespace shardcheck::sim
