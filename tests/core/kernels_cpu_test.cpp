@@ -3,6 +3,7 @@
 // bf16 widening and rounding, optimizer steps against hand-computed values, argument checks,
 // and determinism. Inputs are small nonzero values from the seeded Rng, so a kernel that
 // ignores an operand, transposes wrongly or sums the wrong rows fails.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "core/base/rng.hpp"
 #include "core/base/status.hpp"
 #include "core/kernels/cpu/cpu_kernels.hpp"
+#include "core/kernels/cpu/simd.hpp"
 #include "core/kernels/kernels.hpp"
 #include "core/kernels/summation_order.hpp"
 
@@ -521,7 +523,7 @@ TEST_CASE("gemm accumulates over k in order in fp32 then applies alpha and beta"
 }
 
 TEST_CASE("gemm's product loop gives the same bits for every instruction set", "[core][kernels]") {
-  // Each build of the loop (baseline SSE2; AVX2 where this processor has it) against the
+  // Each build of the loop (baseline SSE2; AVX2 and AVX-512F where this processor has them) against the
   // in-order scalar sum, for row counts, column blocks and tails of every kind, with and
   // without C as an input.
   Rng rng(7);
@@ -1258,6 +1260,89 @@ TEST_CASE("every model kernel is deterministic", "[core][kernels]") {
       for (double v : first.get(w)) nonzero_out |= v != 0.0;
       REQUIRE(nonzero_out);
       for (double v : first.get(w)) REQUIRE(std::isfinite(v));
+    }
+  }
+}
+
+TEST_CASE("the kernels give the same bits at every vector width the processor runs", "[core][kernels]") {
+  // GELU forward, backward and with a bias, and round_to_grid on a power-of-two grid (the
+  // multiplying loop) and on another (the dividing one), at each SIMD level against the
+  // baseline: lengths with tails past every register width, and the values where a lane
+  // could differ (signed zeros, ties, NaN, infinities, the tanh polynomial's seam at 1, the
+  // clamp at 9.5, subnormals).
+  struct Restore {
+    ~Restore() { cpu::force_simd_level(cpu::simd_levels().back()); }
+  } restore;
+  auto inputs = [](Rng& rng, int64_t n) {
+    std::vector<double> v = {0.0,           -0.0,           1.0,       -1.0, 0.99999994, 1.0000001,
+                             9.5,           -9.5,           9.4999990, 30.0, -30.0,      1e-40,
+                             -1e-40,        INFINITY,       -INFINITY, NAN,  0.5,        -2.5,
+                             0x1p-20 * 2.5, -0x1p-20 * 3.5, 1e30,      -1e30};
+    while (static_cast<int64_t>(v.size()) < n)
+      v.push_back(std::ldexp(2 * rng.uniform_real() - 1, static_cast<int>(rng.uniform_int(-24, 5))));
+    v.resize(static_cast<size_t>(n));
+    return v;
+  };
+  auto run_all = [&](cpu::SimdLevel level) {
+    cpu::force_simd_level(level);
+    std::vector<std::vector<std::byte>> out;
+    for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{33}, int64_t{1000}}) {
+      Rng rng(static_cast<uint64_t>(n));
+      Mem m;
+      const TensorRef x = m.put(DType::f32, inputs(rng, n)), dy = m.put(DType::f32, inputs(rng, n));
+      const TensorRef bias = m.put(DType::f32, inputs(rng, 1));
+      const TensorRef y = m.alloc(DType::f32, n), dx = m.alloc(DType::f32, n), pre = m.alloc(DType::f32, n),
+                      yb = m.alloc(DType::f32, n), g2 = m.alloc(DType::f32, n), g3 = m.alloc(DType::f32, n),
+                      g4 = m.alloc(DType::f32, n);
+      m.run(kernels::gelu_forward(0, x, y));
+      m.run(kernels::gelu_backward(0, x, dy, dx));
+      m.run(kernels::bias_gelu(0, x, bias, pre, yb, n, 1));
+      m.run(kernels::round_to_grid(0, x, g2, 0x1p-20, 1 << 20));
+      m.run(kernels::round_to_grid(0, x, g3, 3 * 0x1p-20, 1 << 20));
+      m.run(kernels::round_to_grid(0, x, g4, 0x1p+3, 5));
+      for (const TensorRef& t : {y, dx, pre, yb, g2, g3, g4}) out.push_back(m.bytes(t));
+    }
+    return out;
+  };
+  const auto levels = cpu::simd_levels();
+  const auto base = run_all(cpu::SimdLevel::baseline);
+  for (const cpu::SimdLevel level : levels) {
+    CAPTURE(cpu::to_string(level));
+    REQUIRE(run_all(level) == base);
+  }
+  CHECK(levels.front() == cpu::SimdLevel::baseline);
+}
+
+TEST_CASE("round_to_grid is the division's result, bit for bit, on every grid", "[core][kernels]") {
+  // The loop multiplies by 1 / q where q is a power of two and divides otherwise; both are held
+  // to (float)(q * nearbyint(clamp((double)x / q))) computed here with the division, over every
+  // binade of fp32, on powers of two and on grids whose reciprocal is inexact (0.1, 3 * 2^-20).
+  Rng rng(41);
+  std::vector<double> values = {0.0, -0.0, NAN, INFINITY, -INFINITY, 1e-45, -1e-45, 3.4e38, -3.4e38};
+  for (int i = 0; i < 4000; ++i) {
+    const double mag = std::ldexp(rng.uniform_real(), static_cast<int>(rng.uniform_int(-149, 127)));
+    values.push_back(rng.bernoulli(0.5) ? -mag : mag);
+  }
+  for (const double q : {0x1p-40, 0x1p-20, 0x1p-1, 1.0, 0x1p+10, 3 * 0x1p-20, 5 * 0x1p-10, 0.1, 0.7}) {
+    // Ties, where a product that is off by one unit of the double rounds the other way.
+    std::vector<double> ties;
+    for (int k = -300; k <= 300; ++k) ties.push_back(static_cast<float>((k + 0.5) * q));
+    for (const double limit : {1.0 * (1 << 20), 1e30, 3.0}) {
+      CAPTURE(q, limit);
+      std::vector<double> in = ties;
+      in.insert(in.end(), values.begin(), values.end());
+      Mem m;
+      const TensorRef x = m.put(DType::f32, in), y = m.alloc(DType::f32, x.numel);
+      m.run(kernels::round_to_grid(0, x, y, q, limit));
+      const std::vector<double> got = m.get(y);
+      for (size_t i = 0; i < in.size(); ++i) {
+        const float xf = static_cast<float>(in[i]);
+        const double units = std::clamp(static_cast<double>(xf) / q, -limit, limit);
+        const float want = static_cast<float>(q * std::nearbyint(units));
+        const float g = static_cast<float>(got[i]);
+        INFO("x = " << in[i]);
+        REQUIRE(std::memcmp(&want, &g, sizeof g) == 0);
+      }
     }
   }
 }

@@ -7,6 +7,7 @@
 #include "core/kernels/cpu/arg_check.hpp"
 #include "core/kernels/cpu/cpu_kernels.hpp"
 #include "core/kernels/cpu/operands.hpp"
+#include "core/kernels/cpu/simd.hpp"
 
 namespace shardcheck::core::cpu {
 
@@ -102,37 +103,33 @@ template <size_t R>
   }
 }
 
-// The same source twice: once for the baseline x86-64 (SSE2, four lanes) and once with AVX2
-// (eight lanes), picked once per process by what the processor has. AVX2 brings no FMA
-// (a separate feature, and the build forbids contraction), so both compute the same
-// roundings in the same order and agree bit for bit; only the lane count differs.
-using ProductFn = void (*)(const float*, const float*, float*, size_t, size_t, size_t, float, float, bool,
-                           float*);
-
-void product_baseline(const float* a, const float* b, float* out, size_t m, size_t n, size_t kk, float alpha,
-                      float beta, bool reads_c, float* acc) {
+// The same source once per vector width (simd.hpp): baseline x86-64 (SSE2, four lanes), AVX2
+// (eight) and AVX-512F (sixteen, a column block in one register). None of them contracts a
+// product and a sum into an FMA (the build forbids it), so all compute the same roundings in
+// the same order and agree bit for bit; only the lane count differs.
+[[gnu::always_inline]] inline void run_product_body(const float* a, const float* b, float* out, size_t m,
+                                                    size_t n, size_t kk, float alpha, float beta,
+                                                    bool reads_c, float* acc) {
   product(a, b, out, m, n, kk, alpha, beta, reads_c, acc);
 }
+SHARDCHECK_SIMD_LEVELS(run_product,
+                       (const float* a, const float* b, float* out, size_t m, size_t n, size_t kk,
+                        float alpha, float beta, bool reads_c, float* acc),
+                       (a, b, out, m, n, kk, alpha, beta, reads_c, acc))
 
-#if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
-__attribute__((target("avx2"))) void product_avx2(const float* a, const float* b, float* out, size_t m,
-                                                  size_t n, size_t kk, float alpha, float beta, bool reads_c,
-                                                  float* acc) {
-  product(a, b, out, m, n, kk, alpha, beta, reads_c, acc);
+bool runs(SimdLevel l) {
+  for (SimdLevel x : simd_levels()) {
+    if (x == l) return true;
+  }
+  return false;
 }
-
-bool has_avx2() { return __builtin_cpu_supports("avx2"); }
-#else
-void product_avx2(const float*, const float*, float*, size_t, size_t, size_t, float, float, bool, float*) {}
-bool has_avx2() { return false; }
-#endif
-
-ProductFn pick_product() { return has_avx2() ? product_avx2 : product_baseline; }
 
 }  // namespace
 
 std::vector<GemmPath> gemm_paths() {
-  return {{"baseline", true, product_baseline}, {"avx2", has_avx2(), product_avx2}};
+  return {{"baseline", true, run_product_baseline},
+          {"avx2", runs(SimdLevel::avx2), run_product_avx2},
+          {"avx512", runs(SimdLevel::avx512), run_product_avx512}};
 }
 
 std::string check(const KernelCall& c, const kernel::Gemm& k) {
@@ -154,7 +151,7 @@ std::string check(const KernelCall& c, const kernel::Gemm& k) {
 // fp32 (for f32 operands without transposes, a memcpy), so the inner loop has no dtype or
 // layout dispatch. For each row of C, the loop runs k outermost and j innermost: each element
 // still sums its own products for k = 0..K-1 in order, starting from +0.0f, but the j loop
-// vectorizes (product above, with AVX2 where the processor has it). Then C = alpha * acc (+ beta * C, reading
+// vectorizes (product above, as wide as the processor allows). Then C = alpha * acc (+ beta * C, reading
 // C only when beta != 0), in fp32.
 void execute(const KernelCall& c, const kernel::Gemm& k, MemoryView& mem) {
   const Floats a = load_op(mem, c.reads[0], k.m, k.k, k.trans_a);
@@ -164,7 +161,6 @@ void execute(const KernelCall& c, const kernel::Gemm& k, MemoryView& mem) {
   Floats out = reads_c ? load_floats(mem, c.reads[2]) : Floats(m * n);
   const float alpha = static_cast<float>(k.alpha), beta = static_cast<float>(k.beta);
   Floats acc(n);
-  static const ProductFn run_product = pick_product();
   run_product(a.data(), b.data(), out.data(), m, n, kk, alpha, beta, reads_c, acc.data());
   store_floats(mem, c.writes[0], out);
 }

@@ -6,6 +6,7 @@
 #include "core/kernels/cpu/arg_check.hpp"
 #include "core/kernels/cpu/cpu_kernels.hpp"
 #include "core/kernels/cpu/operands.hpp"
+#include "core/kernels/cpu/simd.hpp"
 #include "core/kernels/tanh_f32.hpp"
 
 namespace shardcheck::core::cpu {
@@ -18,10 +19,28 @@ constexpr float kGeluCubic = 0.044715f;
 constexpr float kGeluCubic3 = 0.134145f;
 
 // The shared front half of forward and backward: t = tanh(s * (x + c * ((x * x) * x))).
-float gelu_tanh(float x) {
+[[gnu::always_inline]] inline float gelu_tanh(float x) {
   const float cube = (x * x) * x;
   return tanh_f32(kGeluScale * (x + kGeluCubic * cube));
 }
+
+// y = (0.5f * x) * (1 + t), in place.
+[[gnu::always_inline]] inline void forward_loop_body(float* v, size_t n) {
+  for (size_t i = 0; i < n; ++i) v[i] = (0.5f * v[i]) * (1.0f + gelu_tanh(v[i]));
+}
+SHARDCHECK_SIMD_LEVELS(forward_loop, (float* v, size_t n), (v, n))
+
+// dx = dy * local(x), into dy.
+[[gnu::always_inline]] inline void backward_loop_body(const float* x, float* dx, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float xi = x[i], t = gelu_tanh(xi);
+    const float sech2 = 1.0f - t * t;
+    const float local =
+        0.5f * (1.0f + t) + (((0.5f * xi) * sech2) * kGeluScale) * (1.0f + kGeluCubic3 * (xi * xi));
+    dx[i] = dx[i] * local;
+  }
+}
+SHARDCHECK_SIMD_LEVELS(backward_loop, (const float* x, float* dx, size_t n), (x, dx, n))
 
 }  // namespace
 
@@ -34,7 +53,7 @@ std::string check(const KernelCall& c, const kernel::GeluForward&) {
 // y = (0.5f * x) * (1 + t), t = tanh(sqrt(2/pi) * (x + 0.044715f * ((x * x) * x))).
 void execute(const KernelCall& c, const kernel::GeluForward&, MemoryView& mem) {
   Floats v = load_floats(mem, c.reads[0]);
-  for (float& x : v) x = (0.5f * x) * (1.0f + gelu_tanh(x));
+  forward_loop(v.data(), v.size());
   store_floats(mem, c.writes[0], v);
 }
 
@@ -50,13 +69,7 @@ std::string check(const KernelCall& c, const kernel::GeluBackward&) {
 void execute(const KernelCall& c, const kernel::GeluBackward&, MemoryView& mem) {
   const Floats x = load_floats(mem, c.reads[0]);
   Floats dx = load_floats(mem, c.reads[1]);
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float xi = x[i], t = gelu_tanh(xi);
-    const float sech2 = 1.0f - t * t;
-    const float local =
-        0.5f * (1.0f + t) + (((0.5f * xi) * sech2) * kGeluScale) * (1.0f + kGeluCubic3 * (xi * xi));
-    dx[i] = dx[i] * local;
-  }
+  backward_loop(x.data(), dx.data(), x.size());
   store_floats(mem, c.writes[0], dx);
 }
 
