@@ -524,14 +524,16 @@ TEST_CASE("gemm accumulates over k in order in fp32 then applies alpha and beta"
 
 TEST_CASE("gemm's product loop gives the same bits for every instruction set", "[core][kernels]") {
   // Each build of the loop (baseline SSE2; AVX2 and AVX-512F where this processor has them) against the
-  // in-order scalar sum, for row counts, column blocks and tails of every kind, with and
+  // in-order scalar sum, for row counts that fill each row block (eight, four, two, one) and
+  // leave remainders, column blocks and tails of every kind, with and
   // without C as an input.
   Rng rng(7);
   int ran = 0;
   for (const cpu::GemmPath& path : cpu::gemm_paths()) {
     if (!path.available) continue;
     ++ran;
-    for (const size_t M : {size_t{1}, size_t{2}, size_t{3}, size_t{7}}) {
+    for (const size_t M :
+         {size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{7}, size_t{8}, size_t{13}, size_t{19}}) {
       for (const size_t N : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{48}, size_t{71}}) {
         for (const size_t K : {size_t{0}, size_t{1}, size_t{2}, size_t{29}}) {
           for (const bool reads_c : {false, true}) {
@@ -1342,6 +1344,40 @@ TEST_CASE("round_to_grid is the division's result, bit for bit, on every grid", 
         const float g = static_cast<float>(got[i]);
         INFO("x = " << in[i]);
         REQUIRE(std::memcmp(&want, &g, sizeof g) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("divide gives the division's bits, by powers of two and by other divisors", "[core][kernels]") {
+  // f32 divided by a power of two multiplies by the exact reciprocal; held here to the
+  // division itself over every binade of fp32 (subnormal results included), in place and not,
+  // at every vector width, and by divisors whose reciprocal is inexact (3, 0.1) or not normal.
+  struct Restore {
+    ~Restore() { cpu::force_simd_level(cpu::simd_levels().back()); }
+  } restore;
+  Rng rng(43);
+  std::vector<double> in = {0.0, -0.0, NAN, INFINITY, -INFINITY, 1e-45, -1e-45, 3.4e38, -3.4e38, 1.5e-38};
+  for (int i = 0; i < 3000; ++i) {
+    const double mag = std::ldexp(rng.uniform_real(), static_cast<int>(rng.uniform_int(-149, 127)));
+    in.push_back(rng.bernoulli(0.5) ? -mag : mag);
+  }
+  for (const cpu::SimdLevel level : cpu::simd_levels()) {
+    cpu::force_simd_level(level);
+    for (const double d : {16.0, 2.0, 0.25, 0x1p-100, 0x1p127, 1.0, 3.0, 0.1, -8.0, 0x1p-140}) {
+      CAPTURE(cpu::to_string(level), d);
+      Mem m;
+      const TensorRef x = m.put(DType::f32, in), y = m.alloc(DType::f32, x.numel);
+      const TensorRef z = m.put(DType::f32, in);
+      m.run(kernels::divide(0, x, y, d));
+      m.run(kernels::divide(0, z, z, d));
+      const std::vector<double> got = m.get(y), got_in_place = m.get(z);
+      for (size_t i = 0; i < in.size(); ++i) {
+        const float want = static_cast<float>(in[i]) / static_cast<float>(d);
+        const float g = static_cast<float>(got[i]), gi = static_cast<float>(got_in_place[i]);
+        INFO("x = " << in[i]);
+        REQUIRE(std::memcmp(&want, &g, sizeof g) == 0);
+        REQUIRE(std::memcmp(&want, &gi, sizeof gi) == 0);
       }
     }
   }

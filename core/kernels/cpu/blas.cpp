@@ -3,6 +3,7 @@
 // cuBLASLt sums over k in its own order, so the GPU product is compared within a tolerance.
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "core/kernels/cpu/arg_check.hpp"
 #include "core/kernels/cpu/cpu_kernels.hpp"
@@ -31,7 +32,7 @@ constexpr size_t kColumns = 16;
 // Columns [0, kColumns) of R consecutive rows of C (row stride n) from the matching columns
 // of B (row stride n), kk > 0: each element sums its own products for k = 0..K-1 in order from
 // +0.0f, as the general loop does, with the sums in a fixed-size array the compiler keeps in
-// registers. Two rows at a time share each load of B.
+// registers. The R rows share each load of B.
 template <size_t R>
 [[gnu::always_inline]] inline void column_block(const float* arows, const float* b, size_t n, size_t kk,
                                                 float alpha, float beta, bool reads_c, float* rows) {
@@ -80,42 +81,64 @@ template <size_t R>
 }
 
 // C (M x N, row-major, holding C on entry when reads_c) = alpha * A B (+ beta * C), A row-major
-// M x K, B row-major K x N; acc is scratch of length N. Rows in pairs, sixteen columns at a
-// time, their sums held in registers across the whole k loop; the columns past the last full
-// block, and the last row of an odd M, take the general loop.
+// M x K, B row-major K x N; acc is scratch of length N. Rows in blocks of R (then of two, then
+// one), sixteen columns at a time, their sums held in registers across the whole k loop; the
+// columns past the last full block take the general loop. Each sum is a chain of dependent
+// additions, so the row block is what keeps the adder busy: R chains (R times the sixteen
+// columns' registers) run side by side. Wider registers hold a block in fewer of them, and
+// take a larger R.
+template <size_t R>
 [[gnu::always_inline]] inline void product(const float* a, const float* b, float* out, size_t m, size_t n,
                                            size_t kk, float alpha, float beta, bool reads_c, float* acc) {
   const size_t blocked = kk > 0 ? n / kColumns * kColumns : 0;
   size_t i = 0;
-  for (; i + 2 <= m; i += 2) {
-    for (size_t j0 = 0; j0 < blocked; j0 += kColumns) {
-      column_block<2>(a + i * kk, b + j0, n, kk, alpha, beta, reads_c, out + i * n + j0);
+  auto rows = [&]<size_t B>(std::integral_constant<size_t, B>) {
+    for (; i + B <= m; i += B) {
+      for (size_t j0 = 0; j0 < blocked; j0 += kColumns) {
+        column_block<B>(a + i * kk, b + j0, n, kk, alpha, beta, reads_c, out + i * n + j0);
+      }
+      if (blocked == n) continue;
+      for (size_t r = i; r < i + B; ++r)
+        row_tail(a + r * kk, b, n, kk, blocked, alpha, beta, reads_c, acc, out + r * n);
     }
-    if (blocked == n) continue;
-    for (size_t r = i; r < i + 2; ++r)
-      row_tail(a + r * kk, b, n, kk, blocked, alpha, beta, reads_c, acc, out + r * n);
-  }
-  for (; i < m; ++i) {
-    for (size_t j0 = 0; j0 < blocked; j0 += kColumns) {
-      column_block<1>(a + i * kk, b + j0, n, kk, alpha, beta, reads_c, out + i * n + j0);
-    }
-    if (blocked != n) row_tail(a + i * kk, b, n, kk, blocked, alpha, beta, reads_c, acc, out + i * n);
-  }
+  };
+  rows(std::integral_constant<size_t, R>{});
+  if constexpr (R > 2) rows(std::integral_constant<size_t, 2>{});
+  rows(std::integral_constant<size_t, 1>{});
 }
 
 // The same source once per vector width (simd.hpp): baseline x86-64 (SSE2, four lanes), AVX2
 // (eight) and AVX-512F (sixteen, a column block in one register). None of them contracts a
 // product and a sum into an FMA (the build forbids it), so all compute the same roundings in
 // the same order and agree bit for bit; only the lane count differs.
-[[gnu::always_inline]] inline void run_product_body(const float* a, const float* b, float* out, size_t m,
-                                                    size_t n, size_t kk, float alpha, float beta,
-                                                    bool reads_c, float* acc) {
-  product(a, b, out, m, n, kk, alpha, beta, reads_c, acc);
+// Row blocks per width: sixteen columns are four registers of SSE2 (two rows fill half of its
+// sixteen), two of AVX2 (four rows: eight of sixteen), one of AVX-512 (eight rows: eight of 32).
+void run_product_baseline(const float* a, const float* b, float* out, size_t m, size_t n, size_t kk,
+                          float alpha, float beta, bool reads_c, float* acc) {
+  product<2>(a, b, out, m, n, kk, alpha, beta, reads_c, acc);
 }
-SHARDCHECK_SIMD_LEVELS(run_product,
-                       (const float* a, const float* b, float* out, size_t m, size_t n, size_t kk,
-                        float alpha, float beta, bool reads_c, float* acc),
-                       (a, b, out, m, n, kk, alpha, beta, reads_c, acc))
+SHARDCHECK_SIMD_TARGET_AVX2 void run_product_avx2(const float* a, const float* b, float* out, size_t m,
+                                                  size_t n, size_t kk, float alpha, float beta, bool reads_c,
+                                                  float* acc) {
+  product<4>(a, b, out, m, n, kk, alpha, beta, reads_c, acc);
+}
+SHARDCHECK_SIMD_TARGET_AVX512 void run_product_avx512(const float* a, const float* b, float* out, size_t m,
+                                                      size_t n, size_t kk, float alpha, float beta,
+                                                      bool reads_c, float* acc) {
+  product<8>(a, b, out, m, n, kk, alpha, beta, reads_c, acc);
+}
+void run_product(const float* a, const float* b, float* out, size_t m, size_t n, size_t kk, float alpha,
+                 float beta, bool reads_c, float* acc) {
+  switch (simd_level()) {
+    case SimdLevel::avx512:
+      return run_product_avx512(a, b, out, m, n, kk, alpha, beta, reads_c, acc);
+    case SimdLevel::avx2:
+      return run_product_avx2(a, b, out, m, n, kk, alpha, beta, reads_c, acc);
+    case SimdLevel::baseline:
+      break;
+  }
+  run_product_baseline(a, b, out, m, n, kk, alpha, beta, reads_c, acc);
+}
 
 bool runs(SimdLevel l) {
   for (SimdLevel x : simd_levels()) {

@@ -134,13 +134,28 @@ void elementwise_any(const KernelCall& c, MemoryView& mem, F f) {
 SHARDCHECK_SIMD_LEVELS(round_to_grid_loop, (float* v, size_t n, double q, double limit, double inv_q),
                        (v, n, q, limit, inv_q))
 
-// 1 / q when q is a power of two whose reciprocal is a normal double (so exact), else 0.
-double exact_reciprocal(double q) {
+// 1 / q when q is a power of two whose reciprocal is a normal T (so exact), else 0. Then x / q
+// and x * (1 / q) are correctly rounded values of one real number: the same bits for every x.
+template <class T>
+T exact_reciprocal(T q) {
   int e = 0;
-  if (std::frexp(q, &e) != 0.5) return 0.0;
-  const double inv = 1.0 / q;
-  return std::isnormal(inv) && inv * q == 1.0 ? inv : 0.0;
+  if (!std::isfinite(q) || std::frexp(q, &e) != T(0.5)) return T(0);
+  const T inv = T(1) / q;
+  return std::isnormal(inv) && inv * q == T(1) ? inv : T(0);
 }
+
+// out[i] = in[i] * f over f32 bytes, element by element in order (in and out may be the same).
+[[gnu::always_inline]] inline void multiply_f32_loop_body(const std::byte* in, std::byte* out, size_t n,
+                                                          float f) {
+  for (size_t i = 0; i < n; ++i) {
+    float x;
+    std::memcpy(&x, in + 4 * i, 4);
+    x = x * f;
+    std::memcpy(out + 4 * i, &x, 4);
+  }
+}
+SHARDCHECK_SIMD_LEVELS(multiply_f32_loop, (const std::byte* in, std::byte* out, size_t n, float f),
+                       (in, out, n, f))
 
 }  // namespace
 
@@ -187,7 +202,15 @@ std::string check(const KernelCall& c, const kernel::Divide& d) {
   return e.empty() ? expect_same_numel(c) : e;
 }
 
+// Dividing f32 by a power of two (gradient averaging over 2^k ranks or microbatches) multiplies
+// by the exact reciprocal instead: the same bits, and a loop that vectorizes.
 void execute(const KernelCall& c, const kernel::Divide& k, MemoryView& mem) {
+  const float inv = exact_reciprocal(static_cast<float>(k.divisor));
+  if (inv != 0.0f && c.reads[0].dtype == DType::f32 && c.writes[0].dtype == DType::f32) {
+    multiply_f32_loop(mem.data(c.reads[0]), mem.data(c.writes[0]), static_cast<size_t>(c.writes[0].numel),
+                      inv);
+    return;
+  }
   elementwise_any(c, mem, [&](auto a, auto) { return a / static_cast<decltype(a)>(k.divisor); });
 }
 
