@@ -1382,3 +1382,28 @@ TEST_CASE("divide gives the division's bits, by powers of two and by other divis
     }
   }
 }
+
+TEST_CASE("gemm writing over its own operand gives what a separate output gets", "[core][kernels]") {
+  // A and B are read where they lie when they are f32 and untransposed, and C is written where
+  // it lies unless it shares bytes with such an operand: C over A, over B and over both (one
+  // buffer), each against the same product into a separate tensor, bit for bit.
+  const int64_t S = 40;  // square, so C fits exactly over an operand; two column blocks and a tail
+  Rng rng(47);
+  const std::vector<double> a = nonzero(rng, S * S, 0.1, 1), b = nonzero(rng, S * S, 0.1, 1);
+  for (int variant = 0; variant < 12; ++variant) {
+    const bool ta = (variant & 1) != 0, tb = (variant & 2) != 0;
+    const int over = variant / 4;  // 0: C over A, 1: C over B, 2: A, B and C one tensor
+    CAPTURE(ta, tb, over);
+    const kernel::Gemm g{S, S, S, ta, tb, 0.75, 0.0};
+    Mem sep;
+    const TensorRef sa = sep.put(DType::f32, a), sb = sep.put(DType::f32, over == 2 ? a : b),
+                    sc = sep.alloc(DType::f32, S * S);
+    sep.run(kernels::gemm(0, sa, sb, sc, g));
+    Mem m;
+    const TensorRef xa = m.put(DType::f32, a);
+    const TensorRef xb = over == 2 ? xa : m.put(DType::f32, b);
+    const TensorRef xc = over == 1 ? xb : xa;
+    m.run(kernels::gemm(0, xa, xb, xc, g));
+    REQUIRE(m.bytes(xc) == sep.bytes(sc));
+  }
+}

@@ -2,6 +2,8 @@
 // its products over k = 0..K-1 in order, in fp32 from +0.0f, then C = alpha*acc (+ beta*C).
 // cuBLASLt sums over k in its own order, so the GPU product is compared within a tolerance.
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -170,22 +172,49 @@ std::string check(const KernelCall& c, const kernel::Gemm& k) {
   return a.message();
 }
 
-// The hot kernel. Operands are first laid out as row-major op(A) (M x K) and op(B) (K x N) in
-// fp32 (for f32 operands without transposes, a memcpy), so the inner loop has no dtype or
-// layout dispatch. For each row of C, the loop runs k outermost and j innermost: each element
+namespace {
+
+// f32 bytes read in place: the tensor's own memory when it is f32 and float-aligned, else null.
+const float* f32_in_place(MemoryView& mem, const TensorRef& t) {
+  if (t.dtype != DType::f32) return nullptr;
+  const std::byte* p = mem.data(t);
+  if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0) return nullptr;
+  return reinterpret_cast<const float*>(p);
+}
+
+}  // namespace
+
+// The hot kernel. Operands are laid out as row-major op(A) (M x K) and op(B) (K x N) in fp32,
+// so the inner loop has no dtype or layout dispatch: an f32 operand without a transpose is read
+// where it lies, any other is copied (widened, transposed) first. C is computed where it lies
+// too when it is f32 and shares no byte with an operand read in place; otherwise into a copy,
+// stored at the end. For each row of C, the loop runs k outermost and j innermost: each element
 // still sums its own products for k = 0..K-1 in order, starting from +0.0f, but the j loop
-// vectorizes (product above, as wide as the processor allows). Then C = alpha * acc (+ beta * C, reading
-// C only when beta != 0), in fp32.
+// vectorizes (product above, as wide as the processor allows). Then C = alpha * acc (+ beta *
+// C, reading C only when beta != 0), in fp32. Where the bytes come from changes no value.
 void execute(const KernelCall& c, const kernel::Gemm& k, MemoryView& mem) {
-  const Floats a = load_op(mem, c.reads[0], k.m, k.k, k.trans_a);
-  const Floats b = load_op(mem, c.reads[1], k.k, k.n, k.trans_b);
-  const bool reads_c = k.beta != 0.0;
   const size_t m = static_cast<size_t>(k.m), n = static_cast<size_t>(k.n), kk = static_cast<size_t>(k.k);
-  Floats out = reads_c ? load_floats(mem, c.reads[2]) : Floats(m * n);
+  const float* a_direct = k.trans_a ? nullptr : f32_in_place(mem, c.reads[0]);
+  const float* b_direct = k.trans_b ? nullptr : f32_in_place(mem, c.reads[1]);
+  std::optional<Floats> a_copy, b_copy;
+  if (!a_direct) a_copy.emplace(load_op(mem, c.reads[0], k.m, k.k, k.trans_a));
+  if (!b_direct) b_copy.emplace(load_op(mem, c.reads[1], k.k, k.n, k.trans_b));
+  const float* a = a_direct ? a_direct : a_copy->data();
+  const float* b = b_direct ? b_direct : b_copy->data();
+  const bool reads_c = k.beta != 0.0;
   const float alpha = static_cast<float>(k.alpha), beta = static_cast<float>(k.beta);
   Floats acc(n);
-  run_product(a.data(), b.data(), out.data(), m, n, kk, alpha, beta, reads_c, acc.data());
-  store_floats(mem, c.writes[0], out);
+  const TensorRef& cw = c.writes[0];
+  const bool c_direct = f32_in_place(mem, cw) != nullptr && !(a_direct && overlaps(cw, c.reads[0])) &&
+                        !(b_direct && overlaps(cw, c.reads[1]));
+  if (c_direct) {  // holds C on entry when reads_c: reads[2] is writes[0] (check)
+    float* out = reinterpret_cast<float*>(mem.data(cw));
+    run_product(a, b, out, m, n, kk, alpha, beta, reads_c, acc.data());
+    return;
+  }
+  Floats out = reads_c ? load_floats(mem, c.reads[2]) : Floats(m * n);
+  run_product(a, b, out.data(), m, n, kk, alpha, beta, reads_c, acc.data());
+  store_floats(mem, cw, out);
 }
 
 }  // namespace shardcheck::core::cpu
