@@ -1407,3 +1407,46 @@ TEST_CASE("gemm writing over its own operand gives what a separate output gets",
     REQUIRE(m.bytes(xc) == sep.bytes(sc));
   }
 }
+
+TEST_CASE("elementwise kernels in place and over overlapping ranges give the separate-output bits",
+          "[core][kernels]") {
+  // GELU forward and backward, round_to_grid and bias_add compute in their output's memory
+  // where every input can still be read as it was; in place, over an output that partly
+  // overlaps an input (they then go through copies) and with the other input inside the
+  // output, each against the same call on separate tensors.
+  const int64_t n = 40, shift = 3;
+  Rng rng(53);
+  const std::vector<double> x = nonzero(rng, n, 0.05, 3), dy = nonzero(rng, n, 0.05, 2);
+  const std::vector<double> bias = nonzero(rng, 8, 0.1, 1);
+  // x sits at element n of a buffer of 3n; the output at out_at of the same buffer.
+  auto run = [&](const std::string& kernel, int64_t out_at, bool other_in_out) {
+    Mem m;
+    std::vector<double> all(static_cast<size_t>(3 * n), 0.0);
+    std::copy(x.begin(), x.end(), all.begin() + n);
+    const TensorRef buf = m.put(DType::f32, all);
+    auto at = [&](int64_t off) { return TensorRef{buf.buffer, buf.offset + off, n, DType::f32}; };
+    const TensorRef in = at(n), out = at(out_at);
+    TensorRef other = m.put(DType::f32, kernel == "bias_add" ? bias : dy);
+    if (other_in_out) {  // the other input inside the output's range
+      for (int64_t i = 0; i < other.numel; ++i)
+        store_element(m.data(out), DType::f32, i, load_element(m.data(other), DType::f32, i));
+      other = TensorRef{out.buffer, out.offset, other.numel, DType::f32};
+    }
+    if (kernel == "gelu_forward") m.run(kernels::gelu_forward(0, in, out));
+    if (kernel == "gelu_backward") m.run(kernels::gelu_backward(0, in, other, out));
+    if (kernel == "round_to_grid") m.run(kernels::round_to_grid(0, in, out, 0x1p-8, 1 << 20));
+    if (kernel == "bias_add") m.run(kernels::bias_add(0, in, other, out, n / 8, 8));
+    return m.bytes(out);
+  };
+  for (const std::string kernel : {"gelu_forward", "gelu_backward", "round_to_grid", "bias_add"}) {
+    const auto separate = run(kernel, 2 * n, false);
+    for (const int64_t out_at : {n, n - shift, n + shift, int64_t{0}}) {
+      CAPTURE(kernel, out_at);
+      REQUIRE(run(kernel, out_at, false) == separate);
+    }
+    if (kernel == "gelu_backward") {
+      CAPTURE("dy is dx");
+      REQUIRE(run(kernel, 2 * n, true) == separate);
+    }
+  }
+}

@@ -172,18 +172,6 @@ std::string check(const KernelCall& c, const kernel::Gemm& k) {
   return a.message();
 }
 
-namespace {
-
-// f32 bytes read in place: the tensor's own memory when it is f32 and float-aligned, else null.
-const float* f32_in_place(MemoryView& mem, const TensorRef& t) {
-  if (t.dtype != DType::f32) return nullptr;
-  const std::byte* p = mem.data(t);
-  if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0) return nullptr;
-  return reinterpret_cast<const float*>(p);
-}
-
-}  // namespace
-
 // The hot kernel. Operands are laid out as row-major op(A) (M x K) and op(B) (K x N) in fp32,
 // so the inner loop has no dtype or layout dispatch: an f32 operand without a transpose is read
 // where it lies, any other is copied (widened, transposed) first. C is computed where it lies

@@ -240,6 +240,10 @@ double round_half_even(double u) { return detail::round_half_even(u); }
 // nearbyint does in the default rounding mode, but in plain operations, so the loop vectorizes.
 // NaN stays NaN; infinities clamp to the limit.
 void execute(const KernelCall& c, const kernel::RoundToGrid& k, MemoryView& mem) {
+  if (float* out = f32_output_from(mem, c.reads[0], c.writes[0])) {
+    round_to_grid_loop(out, static_cast<size_t>(c.writes[0].numel), k.q, k.limit, exact_reciprocal(k.q));
+    return;
+  }
   Floats v = load_floats(mem, c.reads[0]);
   round_to_grid_loop(v.data(), v.size(), k.q, k.limit, exact_reciprocal(k.q));
   store_floats(mem, c.writes[0], v);
@@ -254,12 +258,20 @@ std::string check(const KernelCall& c, const kernel::BiasAdd& k) {
 }
 
 void execute(const KernelCall& c, const kernel::BiasAdd& k, MemoryView& mem) {
-  Floats y = load_floats(mem, c.reads[0]);
   const Floats bias = load_floats(mem, c.reads[1]);
   const size_t rows = static_cast<size_t>(k.rows), cols = static_cast<size_t>(k.cols);
-  for (size_t n = 0; n < rows; ++n) {
-    for (size_t j = 0; j < cols; ++j) y[n * cols + j] += bias[j];
+  auto add = [&](float* y) {
+    for (size_t n = 0; n < rows; ++n) {
+      for (size_t j = 0; j < cols; ++j) y[n * cols + j] += bias[j];
+    }
+  };
+  // In y's own memory: the bias was copied first, so it may lie anywhere.
+  if (float* y = f32_output_from(mem, c.reads[0], c.writes[0])) {
+    add(y);
+    return;
   }
+  Floats y = load_floats(mem, c.reads[0]);
+  add(y.data());
   store_floats(mem, c.writes[0], y);
 }
 

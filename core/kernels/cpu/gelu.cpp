@@ -52,6 +52,10 @@ std::string check(const KernelCall& c, const kernel::GeluForward&) {
 
 // y = (0.5f * x) * (1 + t), t = tanh(sqrt(2/pi) * (x + 0.044715f * ((x * x) * x))).
 void execute(const KernelCall& c, const kernel::GeluForward&, MemoryView& mem) {
+  if (float* y = f32_output_from(mem, c.reads[0], c.writes[0])) {
+    forward_loop(y, static_cast<size_t>(c.writes[0].numel));
+    return;
+  }
   Floats v = load_floats(mem, c.reads[0]);
   forward_loop(v.data(), v.size());
   store_floats(mem, c.writes[0], v);
@@ -67,6 +71,13 @@ std::string check(const KernelCall& c, const kernel::GeluBackward&) {
 // dx = dy * (0.5f * (1 + t) + (((0.5f * x) * (1 - t * t)) * s) * (1 + 3c * (x * x))), the
 // derivative of the forward's product, with sech^2 written as 1 - tanh^2 (one tanh).
 void execute(const KernelCall& c, const kernel::GeluBackward&, MemoryView& mem) {
+  // In place: dy becomes dx where x shares no byte with it.
+  if (const float* xp = f32_in_place(mem, c.reads[0])) {
+    if (float* dxp = f32_output_from(mem, c.reads[1], c.writes[0], {c.reads[0]})) {
+      backward_loop(xp, dxp, static_cast<size_t>(c.writes[0].numel));
+      return;
+    }
+  }
   const Floats x = load_floats(mem, c.reads[0]);
   Floats dx = load_floats(mem, c.reads[1]);
   backward_loop(x.data(), dx.data(), x.size());

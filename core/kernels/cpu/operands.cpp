@@ -2,6 +2,7 @@
 // rounding once when stored, id validation and f64 scalars; and kernels.hpp's element access.
 #include "core/kernels/cpu/operands.hpp"
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -41,6 +42,39 @@ void store_floats(MemoryView& mem, const TensorRef& t, std::span<const float> v)
   } else {
     throw InternalError("fp32 kernel output of dtype " + std::string(to_string(t.dtype)));
   }
+}
+
+namespace {
+
+bool share_bytes(const TensorRef& a, const TensorRef& b) {
+  if (a.buffer != b.buffer || a.bytes() <= 0 || b.bytes() <= 0) return false;
+  return a.byte_offset() < b.byte_offset() + b.bytes() && b.byte_offset() < a.byte_offset() + a.bytes();
+}
+
+float* f32_bytes(MemoryView& mem, const TensorRef& t) {
+  if (t.dtype != DType::f32 || t.numel <= 0) return nullptr;
+  std::byte* p = mem.data(t);
+  if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0) return nullptr;
+  return reinterpret_cast<float*>(p);
+}
+
+}  // namespace
+
+const float* f32_in_place(MemoryView& mem, const TensorRef& t) { return f32_bytes(mem, t); }
+
+float* f32_output_from(MemoryView& mem, const TensorRef& in, const TensorRef& out,
+                       std::initializer_list<TensorRef> others) {
+  if (in.numel != out.numel) return nullptr;
+  const float* src = f32_bytes(mem, in);
+  float* dst = f32_bytes(mem, out);
+  if (src == nullptr || dst == nullptr) return nullptr;
+  const bool same = in.buffer == out.buffer && in.byte_offset() == out.byte_offset();
+  for (const TensorRef& o : others) {
+    if (share_bytes(o, out)) return nullptr;
+  }
+  // memmove: `in` may overlap `out` in part; each element is then computed from its own value.
+  if (!same) std::memmove(dst, src, static_cast<size_t>(out.numel) * sizeof(float));
+  return dst;
 }
 
 std::vector<int32_t> load_ids(MemoryView& mem, const KernelCall& c, size_t i, int64_t bound) {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <utility>
@@ -197,6 +198,17 @@ class Floats {
 
 Floats load_floats(MemoryView& mem, const TensorRef& t);
 void store_floats(MemoryView& mem, const TensorRef& t, std::span<const float> v);
+
+// ---- In place: elementwise kernels on f32 compute in the output's own memory, without the two
+// scratch copies, where that reads every input as it was before any output is written.
+
+// t's bytes as floats when t is f32 and its memory float-aligned, else null.
+const float* f32_in_place(MemoryView& mem, const TensorRef& t);
+// `out`'s own memory holding `in`'s values (moved over, unless `in` is `out`; they may overlap),
+// when both are f32 and aligned and no tensor of `others` (the kernel's other inputs, read
+// during the loop) shares a byte with `out`; else null, and nothing was written.
+float* f32_output_from(MemoryView& mem, const TensorRef& in, const TensorRef& out,
+                       std::initializer_list<TensorRef> others = {});
 
 // v with each element rounded to bf16 precision when `round` (a gradient's mixed-precision
 // rounding, fused into the kernel that makes it: kernels.hpp's round_bf16 flags).
