@@ -1,5 +1,8 @@
 // Writes a file atomically: the content goes to a temporary file in the same folder, which is
-// flushed and renamed over the target, so a reader never sees half a report.
+// flushed and renamed over the target, so a reader never sees half a report. A symlink is
+// followed (the link stays, its target gets the content); a path that is a character device
+// or FIFO (/dev/null, /dev/stdout, a pipe) is streamed into as such, never replaced; a write
+// error there (/dev/full) is an error naming the user's path.
 //   Status s = write_file_atomic("out/demo/report.json", json_text);
 #pragma once
 
@@ -10,6 +13,9 @@
 
 namespace shardcheck::core {
 
+// Refuses an output path that can never take a file (a folder, a block device), so a command
+// can check its outputs before it runs.
+[[nodiscard]] Status check_output_path(const std::string& path);
 Status write_file_atomic(const std::string& path, std::string_view content);
 // Creates a folder and its parents (like mkdir -p).
 Status make_dirs(const std::string& path);
