@@ -3,7 +3,13 @@
 // into its rank's compact records. Every refusal names the file and line.
 #include "core/scenario/captured_program.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -64,22 +70,74 @@ std::string ranks_text(const std::vector<int>& r) {
   return s + "]";
 }
 
-// Reads the lines of one file, counting them for messages.
+// Reads the lines of one regular file, counting them for messages. A FIFO, device or folder
+// is refused when opened (a FIFO would block forever, /dev/zero would never end), and a line
+// is refused as soon as it passes the line limit, so memory stays bounded by the limit.
 class Lines {
  public:
-  explicit Lines(const std::string& path) : in_(path, std::ios::binary) {}
-  bool ok() const { return static_cast<bool>(in_); }
+  explicit Lines(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd_ < 0) {
+      error_ = std::string("cannot be read: ") + std::strerror(errno);
+      return;
+    }
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) {
+      error_ = std::string("cannot be read: ") + std::strerror(errno);
+    } else if (S_ISDIR(st.st_mode)) {
+      error_ = "is a folder, not a rank file";
+    } else if (!S_ISREG(st.st_mode)) {
+      error_ = std::string(S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)" : "a device or socket") +
+               ", not a regular file; a capture is read from files";
+    }
+  }
+  ~Lines() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Lines(const Lines&) = delete;
+  Lines& operator=(const Lines&) = delete;
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
   // False at the end of the file.
   bool next(std::string& line) {
     line.clear();
-    if (!std::getline(in_, line)) return false;
-    ++number_;
-    return true;
+    bool any = false;
+    for (;;) {
+      if (pos_ == len_ && !fill()) return any ? (++number_, true) : false;
+      any = true;
+      const char* start = buf_ + pos_;
+      const void* nl = std::memchr(start, '\n', len_ - pos_);
+      const size_t take = nl ? static_cast<size_t>(static_cast<const char*>(nl) - start) : len_ - pos_;
+      if (line.size() + take > CaptureLimits::kMaxLineBytes) {
+        throw Refusal{number_ + 1,
+                      "a line past the limit of " + std::to_string(CaptureLimits::kMaxLineBytes) + " bytes"};
+      }
+      line.append(start, take);
+      pos_ += take;
+      if (nl) {
+        ++pos_;
+        ++number_;
+        return true;
+      }
+    }
   }
   int64_t number() const { return number_; }
 
  private:
-  std::ifstream in_;
+  bool fill() {
+    for (;;) {
+      const ssize_t n = ::read(fd_, buf_, sizeof buf_);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw Refusal{number_ + 1, std::string("cannot read the file: ") + std::strerror(errno)};
+      pos_ = 0;
+      len_ = static_cast<size_t>(n);
+      return n > 0;
+    }
+  }
+  int fd_ = -1;
+  std::string error_;
+  char buf_[1 << 16];
+  size_t pos_ = 0, len_ = 0;
   int64_t number_ = 0;
 };
 
@@ -621,7 +679,7 @@ Expected<CapturedProgram> load_captured_program(const std::string& dir_in) {
   std::string first_file;
   for (const auto& [r, path] : files) {
     Lines lines(path);
-    if (!lines.ok()) return Error(path + ": cannot be read");
+    if (!lines.ok()) return Error(path + ": " + lines.error());
     try {
       const Header h = read_header(lines, path, r);
       if (first_file.empty()) {
@@ -654,7 +712,7 @@ Expected<CapturedProgram> load_captured_program(const std::string& dir_in) {
     CapturedRank& rank = p.ranks[static_cast<size_t>(r)];
     rank.file = path;
     Lines lines(path);
-    if (!lines.ok()) return Error(path + ": cannot be read");
+    if (!lines.ok()) return Error(path + ": " + lines.error());
     RankLoader loader(p, rank, r, strings, sources, group_where);
     try {
       loader.load(lines, &total, &ranges);

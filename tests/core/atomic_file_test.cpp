@@ -3,7 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch_test_macros.hpp>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -54,7 +54,7 @@ TEST_CASE("a FIFO output path would become a regular file if renamed over: it is
 }
 
 TEST_CASE("a device output path that fails to take the bytes (/dev/full) is an error, and stays a device") {
-  if (!fs::exists("/dev/full")) SKIP("no /dev/full here");
+  if (!fs::exists("/dev/full")) return;  // not every machine has it
   const auto s = write_file_atomic("/dev/full", "x");
   REQUIRE_FALSE(s.ok());
   CHECK(s.error().message().find("/dev/full") != std::string::npos);

@@ -1,5 +1,6 @@
 // The capture loader (docs/capture-format.md): the JSON line reader, every refusal of "What a
 // reader must refuse" with its file and line, and the compact records of a folder that loads.
+#include <sys/stat.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -245,4 +246,35 @@ TEST_CASE("the captured-program limits are enforced at load", "[core][capture]")
   REQUIRE_THAT(refusal("{\"k\": \"alloc\", \"buf\": 1, \"bytes\": " +
                        std::to_string(CaptureLimits::kMaxLiveBytes) + ", \"stream\": 0, \"at\": 0}\n"),
                Catch::Contains("bytes at once, past the limit"));
+}
+
+TEST_CASE("a FIFO rank file would hang the loader forever: it is refused at once", "[core][capture]") {
+  Folder f;
+  REQUIRE(::mkfifo((f.dir + "/rank-0.jsonl").c_str(), 0600) == 0);
+  auto p = load_captured_program(f.dir);
+  REQUIRE_FALSE(p);
+  REQUIRE_THAT(p.error().message(), Catch::Contains("rank-0.jsonl: a FIFO (named pipe), not a regular file"));
+}
+
+TEST_CASE("a folder named like a rank file is called a folder, not an empty file", "[core][capture]") {
+  Folder f;
+  fs::create_directory(f.dir + "/rank-0.jsonl");
+  auto p = load_captured_program(f.dir);
+  REQUIRE_FALSE(p);
+  REQUIRE_THAT(p.error().message(), Catch::Contains("rank-0.jsonl: is a folder"));
+}
+
+TEST_CASE("a rank file linked to /dev/zero would grow memory without end: it is refused", "[core][capture]") {
+  if (!fs::exists("/dev/zero")) return;  // not every machine has it
+  Folder f;
+  fs::create_symlink("/dev/zero", f.dir + "/rank-0.jsonl");
+  auto p = load_captured_program(f.dir);
+  REQUIRE_FALSE(p);
+  REQUIRE_THAT(p.error().message(), Catch::Contains("a device or socket, not a regular file"));
+}
+
+TEST_CASE("a line past the line limit is refused while it is read, with its line number", "[core][capture]") {
+  const std::string longline = "{\"k\": \"site\", \"pad\": \"" + std::string(3u << 20, 'x') + "\"}\n";
+  const std::string m = refusal(longline);
+  REQUIRE_THAT(m, Catch::Contains("5: a line past the limit of 1048576 bytes"));
 }
