@@ -52,22 +52,28 @@ Status write_stream(const std::string& path, std::string_view content) {
   return s;
 }
 
-}  // namespace
-
-Status check_output_path(const std::string& path) {
-  const std::string target = resolve_links(path);
-  struct stat st {};
-  if (::stat(target.c_str(), &st) != 0) return {};
-  if (S_ISDIR(st.st_mode)) return fail("cannot write ", path, ": it is a folder");
-  if (S_ISBLK(st.st_mode)) return fail("cannot write ", path, ": it is a block device");
+// What `path` names now (stat follows links); refuses what can never take a file.
+Status check_existing(const std::string& path, bool* exists, struct stat* st) {
+  *exists = ::stat(path.c_str(), st) == 0;
+  if (*exists && S_ISDIR(st->st_mode)) return fail("cannot write ", path, ": it is a folder");
+  if (*exists && S_ISBLK(st->st_mode)) return fail("cannot write ", path, ": it is a block device");
   return {};
 }
 
-Status write_file_atomic(const std::string& path, std::string_view content) {
-  if (Status s = check_output_path(path); !s.ok()) return s;
-  const std::string target = resolve_links(path);
+}  // namespace
+
+Status check_output_path(const std::string& path) {
+  bool exists = false;
   struct stat st {};
-  if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return write_stream(target, content);
+  return check_existing(path, &exists, &st);
+}
+
+Status write_file_atomic(const std::string& path, std::string_view content) {
+  bool exists = false;
+  struct stat st {};
+  if (Status s = check_existing(path, &exists, &st); !s.ok()) return s;
+  const std::string target = resolve_links(path);
+  if (exists && !S_ISREG(st.st_mode)) return write_stream(target, content);
   const std::string tmp = target + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return fail("cannot write ", path, ": ", std::strerror(errno));
