@@ -128,6 +128,8 @@ std::string testcase_xml(const CiInput& in, size_t i) {
   if (!s.error.empty()) {
     x += "      <error" + attr("message", "internal error: " + s.error) + attr("type", "internal_error") +
          "/>\n";
+  } else if (!s.judged) {
+    x += "      <skipped" + attr("message", "stopped before a schedule finished: no verdict") + "/>\n";
   } else if (!s.met) {
     const std::string message = stated(in, i) ? "expected " + s.expected + ", found " + kinds_text(s.found)
                                               : "found " + kinds_text(s.found);
@@ -245,7 +247,8 @@ std::string junit_xml(const CiInput& in) {
   double seconds = 0;
   for (const auto& s : r.scenarios) {
     errors += s.error.empty() ? 0 : 1;
-    failures += s.error.empty() && !s.met ? 1 : 0;
+    failures += s.error.empty() && s.judged && !s.met ? 1 : 0;
+    skipped += s.error.empty() && !s.judged ? 1 : 0;
     seconds += s.seconds;
   }
   for (const auto& n : in.not_run) (n.error ? errors : skipped) += 1;

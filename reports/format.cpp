@@ -182,9 +182,13 @@ std::string compare_verdict(const ScenarioResult& s, const CompareData& c) {
   return out;
 }
 
-std::string result_text(const ScenarioResult& s) { return s.met && s.error.empty() ? "ok" : "FAILED"; }
+std::string result_text(const ScenarioResult& s) {
+  if (!s.judged && s.error.empty()) return kNoVerdict;
+  return s.met && s.error.empty() ? "ok" : "FAILED";
+}
 
 std::string stopped_text(const ScenarioResult& s) {
+  if (s.schedules == 0) return "before its first schedule finished: nothing was judged";
   return "after " + std::to_string(s.schedules) + (s.schedules == 1 ? " schedule" : " schedules") +
          "; those that ran are judged here, the rest did not run";
 }
@@ -200,8 +204,11 @@ Totals totals(const Report& r) {
   Totals t;
   for (const auto& s : r.scenarios) {
     ++t.scenarios;
-    if (result_text(s) == "ok")
+    const std::string result = result_text(s);
+    if (result == "ok")
       ++t.met;
+    else if (result == kNoVerdict)
+      ++t.no_verdict;
     else
       ++t.failed;
     t.findings += static_cast<int>(s.findings.size());
@@ -211,8 +218,11 @@ Totals totals(const Report& r) {
 
 std::string totals_text(const Totals& t) {
   return std::to_string(t.scenarios) + (t.scenarios == 1 ? " scenario: " : " scenarios: ") +
-         std::to_string(t.met) + " met expectations, " + std::to_string(t.failed) + " failed; " +
-         std::to_string(t.findings) + (t.findings == 1 ? " finding" : " findings");
+         std::to_string(t.met) + " met expectations, " + std::to_string(t.failed) + " failed" +
+         (t.no_verdict > 0
+              ? ", " + std::to_string(t.no_verdict) + " stopped before a schedule finished (no verdict)"
+              : std::string()) +
+         "; " + std::to_string(t.findings) + (t.findings == 1 ? " finding" : " findings");
 }
 
 size_t compare_steps(const CompareData& c) {

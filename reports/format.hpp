@@ -35,7 +35,7 @@ size_t char_count(std::string_view s);
 std::string truncate(std::string_view s, size_t chars);
 
 std::string kinds_text(const std::vector<core::FindingKind>& kinds);  // "a, b" or "clean"
-std::string result_text(const ScenarioResult& s);                     // "ok" or "FAILED"
+std::string result_text(const ScenarioResult& s);                     // "ok", "FAILED" or kNoVerdict
 // A scenario cut short: "after 12 schedules; those that ran are judged, the rest did not run".
 std::string stopped_text(const ScenarioResult& s);
 // "20 schedules rerun with the same seeds: every trace digest matched", or the mismatch.
@@ -58,8 +58,11 @@ struct Totals {
   int scenarios = 0;
   int met = 0;
   int failed = 0;
+  int no_verdict = 0;  // stopped before a schedule finished (ScenarioResult::judged false)
   int findings = 0;
 };
+// result_text of a scenario that was never judged.
+inline constexpr const char* kNoVerdict = "stopped, no verdict";
 Totals totals(const Report& r);
 std::string totals_text(const Totals& t);  // "3 scenarios: 2 met expectations, 1 failed; 4 findings"
 

@@ -19,7 +19,7 @@ h3{font-size:15px;margin:0 0 6px}code,pre{font:12.5px/1.4 ui-monospace,"DejaVu S
 pre{background:#f5f7f8;border:1px solid #e0e6e8;border-radius:4px;padding:8px 10px;white-space:pre-wrap;overflow-wrap:anywhere;margin:6px 0}
 table{border-collapse:collapse;margin:8px 0}th,td{border:1px solid #cfd8dc;padding:4px 10px;text-align:left}
 th{background:#eceff1}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-.ok{color:#2e7d32;font-weight:600}.failed{color:#c62828;font-weight:700}
+.ok{color:#2e7d32;font-weight:600}.failed{color:#c62828;font-weight:700}.noverdict{color:#ef6c00;font-weight:600}
 .banner{background:#fff3e0;border:2px solid #ef6c00;border-radius:4px;padding:10px 14px;margin:12px 0;font-weight:600}
 .error{background:#ffebee;border:1px solid #c62828;border-radius:4px;padding:8px 12px}
 .stopped{background:#fff3e0;border:1px solid #ef6c00;border-radius:4px;padding:6px 12px}
@@ -46,6 +46,11 @@ svg .series.line.series-0,svg .series.line.series-1,svg .series.line.series-2,sv
 svg .series.mark.series-0,svg .series.mark.series-1,svg .series.mark.series-2,svg .series.mark.series-3,svg .series.mark.series-4,svg .series.mark.series-5{fill:none}
 )css";
 
+// The CSS class of a result_text.
+const char* result_class(const string& result) {
+  return result == "ok" ? "ok" : result == "FAILED" ? "failed" : "noverdict";
+}
+
 string td(const string& text, std::string_view cls = {}) {
   return cls.empty() ? "<td>" + html_escape(text) + "</td>"
                      : "<td class=\"" + string(cls) + "\">" + html_escape(text) + "</td>";
@@ -60,7 +65,7 @@ string summary_table(const Report& r) {
     const string result = result_text(s);
     out += "<tr><td><a href=\"#scenario-" + std::to_string(i) + "\">" + html_escape(s.name) + "</a></td>" +
            td(s.expected) + td(kinds_text(s.found)) + td(std::to_string(s.schedules), "num") +
-           td(seconds_text(s.seconds), "num") + td(result, result == "ok" ? "ok" : "failed") + "</tr>";
+           td(seconds_text(s.seconds), "num") + td(result, result_class(result)) + "</tr>";
   }
   return out + "</tbody></table><p>" + html_escape(totals_text(totals(r))) + ".</p>\n";
 }
@@ -145,7 +150,7 @@ string checked_html(const ScenarioResult& s, const CheckedData& c) {
 string scenario_html(const ScenarioResult& s, size_t i, const std::vector<string>& traces) {
   const string result = result_text(s);
   string out = "<section class=\"scenario\" id=\"scenario-" + std::to_string(i) + "\"><h2>" +
-               html_escape(s.name) + " <span class=\"" + (result == "ok" ? "ok" : "failed") + "\">" + result +
+               html_escape(s.name) + " <span class=\"" + (result_class(result)) + "\">" + result +
                "</span></h2>";
   if (!s.description.empty()) out += "<p>" + html_escape(s.description) + "</p>";
   out += "<p class=\"meta\"><code>" + html_escape(s.file) + "</code> (" + html_escape(s.kind) +

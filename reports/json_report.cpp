@@ -119,6 +119,7 @@ ordered_json scenario_json(const ScenarioResult& s, const std::vector<std::strin
           {"expected", s.expected},
           {"found", std::move(found)},
           {"met", s.met},
+          {"judged", s.judged},
           {"schedules", s.schedules},
           {"trace_digest", digest_text(s.trace_digest)},
           {"seconds", s.seconds},
@@ -139,17 +140,20 @@ std::string to_json(const Report& r) {
   for (size_t i = 0; i < r.scenarios.size(); ++i)
     scenarios.push_back(scenario_json(r.scenarios[i], traces[i]));
   const Totals t = totals(r);
-  ordered_json root = {
-      {"schema", "shardcheck-report"},
-      {"schema_version", Report::kSchemaVersion},
-      {"title", r.title},
-      {"command", r.command},
-      {"complete", r.complete},
-      {"incomplete_reason", r.incomplete_reason},
-      {"stopped", r.stopped.empty() ? ordered_json(nullptr) : ordered_json(r.stopped)},
-      {"scenarios", std::move(scenarios)},
-      {"totals",
-       {{"scenarios", t.scenarios}, {"met", t.met}, {"failed", t.failed}, {"findings", t.findings}}}};
+  ordered_json root = {{"schema", "shardcheck-report"},
+                       {"schema_version", Report::kSchemaVersion},
+                       {"title", r.title},
+                       {"command", r.command},
+                       {"complete", r.complete},
+                       {"incomplete_reason", r.incomplete_reason},
+                       {"stopped", r.stopped.empty() ? ordered_json(nullptr) : ordered_json(r.stopped)},
+                       {"scenarios", std::move(scenarios)},
+                       {"totals",
+                        {{"scenarios", t.scenarios},
+                         {"met", t.met},
+                         {"failed", t.failed},
+                         {"no_verdict", t.no_verdict},
+                         {"findings", t.findings}}}};
   // Invalid UTF-8 in a name or message must not lose the whole report: replace it (U+FFFD).
   return root.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
 }

@@ -23,7 +23,7 @@ void summary_table(std::ostringstream& out, const Report& r) {
     const std::string result = result_text(s);
     out << "| " << md_cell(s.name) << " | " << md_cell(s.expected) << " | " << md_cell(kinds_text(s.found))
         << " | " << s.schedules << " | " << seconds_text(s.seconds) << " | "
-        << (result == "ok" ? "ok" : "**FAILED**") << " |\n";
+        << (result == "FAILED" ? "**FAILED**" : result) << " |\n";
   }
   out << "\n" << totals_text(totals(r)) << ".\n\n";
 }

@@ -58,6 +58,9 @@ struct ScenarioResult {
   std::string expected;     // core::describe(expect): "stream_race", "clean", ...
   std::vector<core::FindingKind> found;
   bool met = false;
+  // false when the run stopped before its first schedule finished: nothing was judged, so it
+  // neither met its expectation nor failed it (met is false, and every output says "no verdict").
+  bool judged = true;
   int schedules = 0;          // schedules explored
   uint64_t trace_digest = 0;  // sim::combined_digest of the schedules' trace digests (0 when none ran)
   double seconds = 0;         // wall time of this scenario

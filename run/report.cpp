@@ -140,7 +140,9 @@ reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioO
   r.description = s.description;
   r.expected = core::describe(s.expect);
   r.found = o.judged.found;
-  r.met = o.judged.met && o.explored.error.empty();
+  // Stopped before a schedule finished: nothing was judged (a long first schedule, a signal).
+  r.judged = !(o.explored.cancelled && o.explored.runs_done == 0);
+  r.met = r.judged && o.judged.met && o.explored.error.empty();
   r.schedules = o.explored.runs_done;
   if (!o.explored.digests.empty()) r.trace_digest = sim::combined_digest(o.explored.digests);
   r.seconds = o.seconds;

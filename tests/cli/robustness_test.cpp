@@ -360,6 +360,37 @@ TEST_CASE("SIGINT inside one long kernel stops it midway: report marked incomple
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("an interrupt before any schedule finished is no verdict anywhere: a pass would be a lie",
+          "[cli][interrupt]") {
+  const std::string dir = fresh_dir("no-verdict"), junit = dir + ".xml";
+  const std::string file = long_kernel_scenario();
+  Child c({"run", file, "--report", dir, "--junit", junit});
+  REQUIRE(c.wait_for_line("== long-kernel"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // inside the first schedule's kernel
+  c.signal(SIGTERM);
+  const int code = c.wait_exit();
+  std::remove(file.c_str());
+  INFO(c.out());
+  REQUIRE(code == 3);  // SIGTERM's exit (docs/cli.md)
+  REQUIRE_THAT(c.out(), Catch::Contains("STOPPED long-kernel"));
+  REQUIRE_THAT(c.out(), Catch::Contains("1 stopped before a schedule finished: no verdict"));
+  REQUIRE_THAT(c.out(), !Catch::Contains("1 met expectations"));
+  const std::string md = read_text(dir + "/report.md");
+  REQUIRE_THAT(md, Catch::Contains("| stopped, no verdict |"));
+  REQUIRE_THAT(md, Catch::Contains("0 met expectations, 0 failed, 1 stopped before a schedule finished"));
+  REQUIRE_THAT(md, !Catch::Contains("| ok |"));
+  const auto j = read_json(dir + "/report.json");
+  REQUIRE(j["scenarios"][0]["met"] == false);
+  REQUIRE(j["scenarios"][0]["judged"] == false);
+  REQUIRE(j["totals"]["met"] == 0);
+  REQUIRE(j["totals"]["no_verdict"] == 1);
+  const std::string xml = read_text(junit);
+  REQUIRE_THAT(xml, Catch::Contains("skipped=\"1\""));
+  REQUIRE_THAT(xml, Catch::Contains("<skipped message=\"stopped before a schedule finished: no verdict\"/>"));
+  std::filesystem::remove_all(dir);
+  std::remove(junit.c_str());
+}
+
 TEST_CASE("SIGTERM while compare computes a long single-rank reference stops it promptly, exit 3",
           "[cli][interrupt]") {
   const std::string dir = fresh_dir("sigterm-reference");
