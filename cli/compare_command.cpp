@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/output_paths.hpp"
 #include "cli/progress.hpp"
 #include "core/base/text.hpp"
 #include "run/compare.hpp"
@@ -103,6 +104,7 @@ void print_table(const CompareResult& r) {
 }
 
 int run_compare(const CompareArgs& a) {
+  if (!outputs_ok({}, {"--report", a.report})) return kBadInput;
   auto s = load_scenario(a.file);
   if (!s) {
     std::cerr << core::printable(s.error().message()) << "\n";

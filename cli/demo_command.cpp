@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/output_paths.hpp"
 #include "cli/progress.hpp"
 #include "cli/table.hpp"
 #include "core/base/text.hpp"
@@ -127,6 +128,7 @@ void print_ending(const DemoTally& t, size_t total) {
 }
 
 int run_demo(const DemoArgs& a) {
+  if (!outputs_ok({}, {"--out", a.out})) return kBadInput;
   const std::string root = scenario_root(a.scenarios);
   std::vector<std::string> files = yaml_files(root + "/catalog");
   for (auto& f : yaml_files(root + "/trace")) files.push_back(f);

@@ -5,6 +5,7 @@
 #include "cli/ci_outputs.hpp"
 #include "cli/commands.hpp"
 #include "cli/findings_text.hpp"
+#include "cli/output_paths.hpp"
 #include "cli/progress.hpp"
 #include "cli/table.hpp"
 #include "core/base/atomic_file.hpp"
@@ -121,9 +122,14 @@ struct Tally {
   int captures_found = 0;       // captured programs with findings
   size_t open = 0;              // of `ran`: files without `expect:`
   int open_found = 0;           // of those, with findings
+  size_t unjudged = 0;          // of `ran`: stopped before a schedule finished, no verdict
 
   void add(const LoadedScenario& s, const CheckedRun& c) {
     ++ran;
+    if (c.stopped && c.outcome.explored.runs_done == 0 && c.error.empty() && c.bad_input.empty()) {
+      ++unjudged;  // neither met nor failed: nothing ran to judge
+      return;
+    }
     if (s.kind == "capture") {
       ++captures;
       captures_found += c.outcome.judged.met ? 0 : 1;
@@ -148,9 +154,9 @@ struct Tally {
 // or not) counted apart: "1 captured program: 1 with findings, 0 clean".
 std::string summary_line(const Tally& t) {
   std::string line;
-  const size_t files = t.ran - t.captures - t.open;
+  const size_t files = t.ran - t.captures - t.open - t.unjudged;
   const int files_failed = t.failed - t.captures_found - t.open_found;
-  if (files > 0 || (t.captures == 0 && t.open == 0)) {
+  if (files > 0 || (t.captures == 0 && t.open == 0 && t.unjudged == 0)) {
     line = std::to_string(files) + " scenario" + (files == 1 ? "" : "s") + ": " +
            std::to_string(static_cast<int>(files) - files_failed) + " met expectations, " +
            std::to_string(files_failed) + " did not";
@@ -164,6 +170,10 @@ std::string summary_line(const Tally& t) {
     line += (line.empty() ? "" : "; ") + std::to_string(t.open) + " scenario" + (t.open == 1 ? "" : "s") +
             " without an expectation: " + std::to_string(t.open_found) + " with findings, " +
             std::to_string(static_cast<int>(t.open) - t.open_found) + " clean";
+  }
+  if (t.unjudged > 0) {
+    line += (line.empty() ? "" : "; ") + std::to_string(t.unjudged) + " stopped before a schedule finished" +
+            ": no verdict";
   }
   return line;
 }
@@ -226,6 +236,8 @@ void print_run(const LoadedScenario& s, const CheckedRun& c, const std::string& 
 }
 
 int run_files(const RunArgs& a) {
+  if (!outputs_ok({{"--junit", a.ci.junit}, {"--sarif", a.ci.sarif}}, {"--report", a.report}))
+    return kBadInput;
   std::vector<LoadedScenario> scenarios;
   std::vector<reports::NotRun> refused;
   const std::string command = command_line("run", a.files, a.schedule,
@@ -335,6 +347,8 @@ void print_explored(const LoadedScenario& s, const CheckedRun& c, const sim::Opt
 }
 
 int explore_file(const ExploreArgs& a) {
+  if (!outputs_ok({{"--junit", a.ci.junit}, {"--sarif", a.ci.sarif}}, {"--report", a.report}))
+    return kBadInput;
   std::vector<LoadedScenario> scenarios;
   std::vector<reports::NotRun> refused;
   const std::string command =
@@ -392,6 +406,7 @@ struct ReplayArgs {
 };
 
 int replay_file(const ReplayArgs& a) {
+  if (!outputs_ok({{"--trace", a.trace}})) return kBadInput;
   std::vector<LoadedScenario> scenarios;
   if (!load_all({a.file}, a.schedule, scenarios)) return kBadInput;
   const LoadedScenario& s = scenarios.front();

@@ -24,8 +24,16 @@ std::string to_json(const Report& r);
 // to [A-Za-z0-9._-] and made unique across scenarios.
 std::vector<std::vector<std::string>> trace_file_names(const Report& r);
 
+// Whether `dir` may take a report: a new folder (its existing ancestors folders), an empty
+// one, or one an earlier report made (marked by a .shardcheck-report file) holding files and
+// links only. Anything else, such as `/` or a working folder of the user's, is refused with
+// the reason; check it before a run, so a refusal costs nothing.
+core::Status check_report_folder(const std::string& dir);
+
 // Writes report.md, report.html, report.json and the trace files into `dir` (created if
-// missing), each atomically. Tries every file; returns the first error.
+// missing and marked as a report folder), swapping the whole folder in at once; the user's
+// files in it are kept. A folder check_report_folder refuses is left untouched. Tries every
+// file; returns the first error.
 core::Status write_report(const Report& r, const std::string& dir);
 
 }  // namespace shardcheck::reports

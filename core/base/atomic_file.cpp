@@ -65,7 +65,30 @@ Status check_existing(const std::string& path, bool* exists, struct stat* st) {
 Status check_output_path(const std::string& path) {
   bool exists = false;
   struct stat st {};
-  return check_existing(path, &exists, &st);
+  if (Status s = check_existing(path, &exists, &st); !s.ok()) return s;
+  if (exists && S_ISCHR(st.st_mode)) {
+    // A device tells a write error only when written to: an empty write asks it (/dev/full
+    // says ENOSPC) without sending it anything. Non-blocking, so a terminal or a device no one
+    // serves does not hold the command here.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return fail("cannot write ", path, ": ", std::strerror(errno));
+    const bool refused = ::write(fd, "", 0) < 0 && errno != EAGAIN;
+    const std::string why = refused ? std::strerror(errno) : "";
+    ::close(fd);
+    if (refused) return fail("cannot write ", path, ": ", why);
+    return {};
+  }
+  if (exists) return {};  // a file (replaced) or a FIFO (streamed into when the output is ready)
+  // A new file: its folder must exist, so a typo in it is refused now, not after the run.
+  const std::filesystem::path parent = std::filesystem::path(resolve_links(path)).parent_path();
+  struct stat ps {};
+  const std::string folder = parent.empty() ? "." : parent.string();
+  if (::stat(folder.c_str(), &ps) != 0)
+    return fail("cannot write ", path, ": folder ", folder, " does not exist");
+  if (!S_ISDIR(ps.st_mode)) return fail("cannot write ", path, ": ", folder, " is not a folder");
+  if (::access(folder.c_str(), W_OK | X_OK) != 0)
+    return fail("cannot write ", path, ": folder ", folder, ": ", std::strerror(errno));
+  return {};
 }
 
 Status write_file_atomic(const std::string& path, std::string_view content) {

@@ -13,8 +13,9 @@
 
 namespace shardcheck::core {
 
-// Refuses an output path that can never take a file (a folder, a block device), so a command
-// can check its outputs before it runs.
+// Refuses, before a command runs, an output path that will not take its file: a folder, a
+// block device, a device that refuses writes (/dev/full), a new file in a folder that does not
+// exist or cannot be written.
 [[nodiscard]] Status check_output_path(const std::string& path);
 Status write_file_atomic(const std::string& path, std::string_view content);
 // Creates a folder and its parents (like mkdir -p).

@@ -1,14 +1,19 @@
 // The report renderers on a hand-built report holding every detail type: the Markdown summary
 // rows, the JSON schema field by field, the HTML page's table, pictures and escaping, and the
 // report folder that write_report leaves behind.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fcntl.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -113,7 +118,8 @@ TEST_CASE("JSON report carries the schema, its version, the totals and each scen
   REQUIRE(j["title"] == "shardcheck report <sample>");
   REQUIRE(j["complete"] == false);
   REQUIRE(j["incomplete_reason"] == "interrupted by SIGINT");
-  REQUIRE(j["totals"] == nlohmann::json({{"scenarios", 4}, {"met", 3}, {"failed", 1}, {"findings", 10}}));
+  REQUIRE(j["totals"] ==
+          nlohmann::json({{"scenarios", 4}, {"met", 3}, {"failed", 1}, {"no_verdict", 0}, {"findings", 10}}));
   const auto& s = j["scenarios"][0];
   REQUIRE(s["name"] == "reuse-race");
   REQUIRE(s["file"] == "scenarios/trace/reuse-race.yaml");
@@ -121,6 +127,7 @@ TEST_CASE("JSON report carries the schema, its version, the totals and each scen
   REQUIRE(s["expected"] == "stream_race");
   REQUIRE(s["found"] == nlohmann::json({"stream_race", "deadlock"}));
   REQUIRE(s["met"] == true);
+  REQUIRE(s["judged"] == true);
   REQUIRE(s["schedules"] == 12);
   REQUIRE(s["seconds"] == 0.25);
   REQUIRE(s["error"] == "");
@@ -309,8 +316,8 @@ TEST_CASE("write_report writes every file atomically and leaves no temporary fil
   REQUIRE(s.ok());
   std::set<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(dir)) names.insert(e.path().filename().string());
-  REQUIRE(names ==
-          std::set<std::string>{"report.md", "report.html", "report.json", "trace-reuse-race-0.json"});
+  REQUIRE(names == std::set<std::string>{".shardcheck-report", "report.md", "report.html", "report.json",
+                                         "trace-reuse-race-0.json"});
   REQUIRE(read(dir + "/report.md") == reports::to_markdown(r));
   REQUIRE(read(dir + "/report.html") == reports::to_html(r));
   REQUIRE(nlohmann::json::parse(read(dir + "/report.json"))["schema_version"] == 1);
@@ -332,29 +339,143 @@ TEST_CASE("write_report into a reused folder leaves no trace of the earlier repo
   REQUIRE(reports::write_report(clean, dir).ok());
   std::set<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(dir)) names.insert(e.path().filename().string());
-  REQUIRE(names == std::set<std::string>{"report.md", "report.html", "report.json", "notes.txt"});
+  REQUIRE(names == std::set<std::string>{".shardcheck-report", "report.md", "report.html", "report.json",
+                                         "notes.txt"});
   std::filesystem::remove_all(root);
 }
 
-TEST_CASE(
-    "write_report swaps the whole folder in: earlier leftovers go, other entries stay, no sibling remains",
-    "[reports]") {
+// Every entry under `dir`, each with its inode: what a report must leave exactly as it was.
+std::map<std::string, ino_t> entries_under(const std::string& dir) {
+  std::map<std::string, ino_t> out;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    struct stat st {};
+    ::lstat(e.path().c_str(), &st);
+    out[e.path().string()] = st.st_ino;
+  }
+  return out;
+}
+
+TEST_CASE("write_report swaps the whole folder in: earlier leftovers go, the user's files and links stay",
+          "[reports]") {
   const std::string root = temp_dir(), dir = root + "/out";
   REQUIRE(reports::write_report(sample_report(), dir).ok());
+  REQUIRE(std::filesystem::exists(dir + "/.shardcheck-report"));
   std::ofstream(dir + "/report.json.tmp.99999") << "half";  // what a killed writer left
   std::ofstream(dir + "/trace-gone-7.json") << "{}";
-  std::filesystem::create_directory(dir + "/mine");
-  std::ofstream(dir + "/mine/keep.txt") << "mine";
-  std::filesystem::create_directory(root + "/.out.tmp.99999.0");  // a killed writer's new folder
+  std::ofstream(dir + "/notes.txt") << "mine";
+  std::filesystem::create_symlink("notes.txt", dir + "/latest");
+  // A killed writer's new folder (marked: it is the report's) and a user's folder of a like name.
+  std::filesystem::create_directory(root + "/.out.tmp.99999.0");
+  std::ofstream(root + "/.out.tmp.99999.0/.shardcheck-report") << "";
+  std::filesystem::create_directory(root + "/.out.tmp.12.3");
+  std::ofstream(root + "/.out.tmp.12.3/keep.txt") << "mine";
   REQUIRE(reports::write_report(sample_report(), dir).ok());
   std::set<std::string> names, siblings;
   for (const auto& e : std::filesystem::directory_iterator(dir)) names.insert(e.path().filename().string());
   for (const auto& e : std::filesystem::directory_iterator(root))
     siblings.insert(e.path().filename().string());
-  REQUIRE(names == std::set<std::string>{"report.md", "report.html", "report.json", "trace-reuse-race-0.json",
-                                         "mine"});
-  REQUIRE(read(dir + "/mine/keep.txt") == "mine");
-  REQUIRE(siblings == std::set<std::string>{"out"});
+  REQUIRE(names == std::set<std::string>{".shardcheck-report", "report.md", "report.html", "report.json",
+                                         "trace-reuse-race-0.json", "notes.txt", "latest"});
+  REQUIRE(read(dir + "/notes.txt") == "mine");
+  REQUIRE(std::filesystem::read_symlink(dir + "/latest") == "notes.txt");
+  REQUIRE(siblings == std::set<std::string>{"out", ".out.tmp.12.3"});
+  REQUIRE(read(root + "/.out.tmp.12.3/keep.txt") == "mine");
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("write_report refuses a folder it did not make, so --report / would move nothing", "[reports]") {
+  const std::string root = temp_dir(), dir = root + "/home";
+  std::filesystem::create_directories(dir + "/projects/src");
+  std::ofstream(dir + "/projects/src/main.cpp") << "int main() {}";
+  std::ofstream(dir + "/.bashrc") << "export A=1";
+  const auto before = entries_under(root);
+  const core::Status s = reports::write_report(sample_report(), dir);
+  REQUIRE_FALSE(s.ok());
+  REQUIRE_THAT(s.message(), Catch::Contains("holds files no report of shardcheck's wrote"));
+  REQUIRE_FALSE(reports::check_report_folder(dir).ok());
+  REQUIRE(entries_under(root) == before);
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("write_report refuses a report folder that holds a folder, which a swap would strand",
+          "[reports]") {
+  const std::string root = temp_dir(), dir = root + "/out";
+  REQUIRE(reports::write_report(sample_report(), dir).ok());
+  std::filesystem::create_directory(dir + "/mine");
+  std::ofstream(dir + "/mine/keep.txt") << "mine";
+  const auto before = entries_under(root);
+  const core::Status s = reports::write_report(sample_report(), dir);
+  REQUIRE_FALSE(s.ok());
+  REQUIRE_THAT(s.message(), Catch::Contains("'mine'"));
+  REQUIRE(entries_under(root) == before);
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("write_report accepts a new, an empty and an older version's report folder", "[reports]") {
+  const std::string root = temp_dir();
+  REQUIRE(reports::check_report_folder(root + "/new/deeper").ok());
+  std::filesystem::create_directory(root + "/empty");
+  REQUIRE(reports::check_report_folder(root + "/empty").ok());
+  std::filesystem::create_directory(root + "/older");  // report files only, no mark
+  std::ofstream(root + "/older/report.json") << "{}";
+  std::ofstream(root + "/older/report.md") << "#";
+  REQUIRE(reports::write_report(sample_report(), root + "/older").ok());
+  std::ofstream(root + "/file") << "x";
+  REQUIRE_THAT(reports::check_report_folder(root + "/file").message(), Catch::Contains("is a file"));
+  REQUIRE_THAT(reports::check_report_folder(root + "/file/out").message(),
+               Catch::Contains("is not a folder"));
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("a report into the working folder writes in place, so the shell is not left in a removed folder",
+          "[reports]") {
+  const std::string root = temp_dir(), dir = root + "/here";
+  std::filesystem::create_directory(dir);
+  struct stat before {
+  }, after{};
+  REQUIRE(::stat(dir.c_str(), &before) == 0);
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  const core::Status first = reports::write_report(sample_report(), ".");
+  reports::Report clean = sample_report();
+  for (auto& sc : clean.scenarios) {
+    sc.findings.clear();
+    sc.finding_traces.clear();
+  }
+  const core::Status second = reports::write_report(clean, ".");
+  std::filesystem::current_path(cwd);
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  REQUIRE(::stat(dir.c_str(), &after) == 0);
+  REQUIRE(after.st_ino == before.st_ino);
+  REQUIRE_FALSE(std::filesystem::exists(dir + "/trace-reuse-race-0.json"));  // the first run's trace
+  REQUIRE(read(dir + "/report.md") == reports::to_markdown(clean));
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("a report write killed at any moment loses none of the user's files in the folder", "[reports]") {
+  const std::string root = temp_dir(), dir = root + "/out";
+  REQUIRE(reports::write_report(sample_report(), dir).ok());
+  for (int i = 0; i < 50; ++i) std::ofstream(dir + "/note-" + std::to_string(i) + ".txt") << i;
+  // Kills a writer after 0, 0.2, 0.4, ... ms: before, inside and after the swap.
+  for (int k = 0; k < 40; ++k) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      for (;;) (void)reports::write_report(sample_report(), dir);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200 * k));
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    for (int i = 0; i < 50; ++i) {
+      INFO("killed after " << 200 * k << " us");
+      REQUIRE(read(dir + "/note-" + std::to_string(i) + ".txt") == std::to_string(i));
+    }
+  }
+  REQUIRE(reports::write_report(sample_report(), dir).ok());
+  size_t siblings = 0;
+  for (const auto& e : std::filesystem::directory_iterator(root)) siblings += e.path().filename() != "out";
+  REQUIRE(siblings == 0);  // what the killed writers left is cleared by the next
   std::filesystem::remove_all(root);
 }
 
