@@ -1,5 +1,6 @@
-// MPI glue for sharing a command among processes; see processes.hpp. With the GPU backend
-// built, gpu/mpi.cpp owns MPI's initialization and this file uses it.
+// Sharing a command among processes; see processes.hpp. MPI itself is a backend
+// (run/backends.hpp): `shardcheck-gpu` installs it, and `shardcheck` hands a launch of several
+// processes to that binary.
 #include "run/processes.hpp"
 
 #include <algorithm>
@@ -9,12 +10,7 @@
 #include <iostream>
 #include <stdexcept>
 
-#ifdef SHARDCHECK_HAVE_MPI
-#include <mpi.h>
-#endif
-#ifdef SHARDCHECK_HAVE_GPU
-#include "gpu/mpi.hpp"
-#endif
+#include "run/backends.hpp"
 
 namespace shardcheck::run {
 
@@ -25,8 +21,9 @@ int env_int(const char* name, int otherwise) {
   return v && *v ? std::atoi(v) : otherwise;
 }
 
-// What the launcher says: this process's index and the count, {0, 1} when not launched.
-std::pair<int, int> launched() {
+}  // namespace
+
+std::pair<int, int> launch_of_environment() {
   const char* force = std::getenv("SHARDCHECK_MPI");
   if (force && std::string(force) == "0") return {0, 1};
   if (int n = env_int("OMPI_COMM_WORLD_SIZE", 0); n > 0) return {env_int("OMPI_COMM_WORLD_RANK", 0), n};
@@ -38,38 +35,7 @@ std::pair<int, int> launched() {
   return {0, 1};
 }
 
-#ifdef SHARDCHECK_HAVE_MPI
-void check(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int n = 0;
-  MPI_Error_string(rc, text, &n);
-  throw std::runtime_error(std::string(what) + ": " + std::string(text, static_cast<size_t>(n)));
-}
-
-Processes start_mpi() {
-  Processes p;
-  p.built = true;
-  if (launched().second < 2) return p;
-#ifdef SHARDCHECK_HAVE_GPU
-  const gpu::MpiProcess& g = gpu::mpi_process();
-  p.index = g.rank;
-  p.count = g.size;
-#else
-  int provided = 0;
-  // Only the thread that runs the command calls MPI; the worker threads never do.
-  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
-  std::atexit([] {
-    int done = 0;
-    MPI_Finalized(&done);
-    if (!done) MPI_Finalize();
-  });
-  check(MPI_Comm_rank(MPI_COMM_WORLD, &p.index), "MPI_Comm_rank");
-  check(MPI_Comm_size(MPI_COMM_WORLD, &p.count), "MPI_Comm_size");
-#endif
-  return p;
-}
-#endif
+namespace {
 
 // A little-endian byte stream of integers and strings.
 struct Writer {
@@ -107,17 +73,13 @@ struct Reader {
 }  // namespace
 
 const Processes& processes() {
-#ifdef SHARDCHECK_HAVE_MPI
-  static const Processes p = start_mpi();
-#else
-  static const Processes p;
-#endif
+  static const Processes p = backends().start_processes ? backends().start_processes() : Processes{};
   return p;
 }
 
 bool alone_in_launch() {
   if (processes().built) return false;
-  const auto [index, count] = launched();
+  const auto [index, count] = launch_of_environment();
   if (count < 2) return false;
   if (index > 0) return true;
   std::cerr << "shardcheck: launched as one of " << count
@@ -128,27 +90,7 @@ bool alone_in_launch() {
 std::vector<std::string> all_gather(const std::string& mine) {
   const Processes& p = processes();
   if (p.count < 2) return {mine};
-#ifdef SHARDCHECK_HAVE_MPI
-  const int n = static_cast<int>(mine.size());
-  std::vector<int> sizes(static_cast<size_t>(p.count)), offsets(static_cast<size_t>(p.count));
-  check(MPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
-  int total = 0;
-  for (int i = 0; i < p.count; ++i) {
-    offsets[static_cast<size_t>(i)] = total;
-    total += sizes[static_cast<size_t>(i)];
-  }
-  std::string all(static_cast<size_t>(total), '\0');
-  check(MPI_Allgatherv(mine.data(), n, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE,
-                       MPI_COMM_WORLD),
-        "MPI_Allgatherv");
-  std::vector<std::string> out;
-  for (int i = 0; i < p.count; ++i)
-    out.push_back(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(i)]),
-                             static_cast<size_t>(sizes[static_cast<size_t>(i)])));
-  return out;
-#else
-  return {mine};
-#endif
+  return backends().all_gather ? backends().all_gather(mine) : std::vector<std::string>{mine};
 }
 
 sim::Share share_across_processes(int jobs, bool stop_early) {

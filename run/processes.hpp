@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/explore.hpp"
@@ -17,13 +18,16 @@ namespace shardcheck::run {
 struct Processes {
   int index = 0;  // this process: 0 merges and prints
   int count = 1;
-  bool built = false;  // MPI was found at build time
+  bool built = false;  // this binary has MPI (shardcheck-gpu, where MPI was found at build time)
 };
 
 // The processes of this launch; initializes MPI on the first call when launched with more
 // than one (MPI_Finalize runs at exit). Built without MPI, a process launched as one of
 // several is told its launcher index and count, and `alone_in_launch` says what to do.
 const Processes& processes();
+// What the launcher's environment says: this process's index and the count, {0, 1} when it was
+// not launched as one of several.
+std::pair<int, int> launch_of_environment();
 // Built without MPI but launched as one of several: process 0 runs alone and says so on
 // stderr; the others return true (they should exit at once, printing nothing).
 bool alone_in_launch();
