@@ -227,6 +227,7 @@ void print_run(const LoadedScenario& s, const CheckedRun& c, const std::string& 
   } else if (runs < planned) {
     std::cout << "ran " << runs << " of " << planned << " schedules\n";
   }
+  if (!c.outcome.jobs_note.empty()) std::cerr << core::printable(c.outcome.jobs_note) << "\n";
   print_findings(std::cout, s, c.outcome.explored.findings, policy);
   if (!c.error.empty()) std::cout << "internal error: " << c.error << "\n";
   if (!c.bad_input.empty()) std::cout << core::printable(c.bad_input) << "\n";
@@ -290,6 +291,7 @@ int run_files(const RunArgs& a) {
         [&](size_t i) {
           ScheduleOverrides o = overrides(a.schedule);
           o.jobs = std::max(1, jobs / side_by_side);
+          o.sharing = side_by_side;
           o.progress = line.scenario();
           o.across_processes = role.shared;
           return run_checked(scenarios[i], o, a.check_determinism,
@@ -377,6 +379,7 @@ int explore_file(const ExploreArgs& a) {
     o.progress = line.scenario();
     c = run_checked(s, o, a.check_determinism, ro);
   }
+  if (!c.outcome.jobs_note.empty()) std::cerr << core::printable(c.outcome.jobs_note) << "\n";
   print_explored(s, c, opt);
   print_findings(std::cout, s, c.outcome.explored.findings, policy_flag(a.schedule));
   if (!c.error.empty()) std::cout << "internal error: " << c.error << "\n";

@@ -46,6 +46,9 @@ struct ScheduleOverrides {
   std::optional<int> runs;
   bool stop_at_first = false;
   int jobs = 1;  // threads running schedules at once (sim::ExploreOptions::jobs; 0: every core)
+  // Scenarios running side by side in this process, sharing its memory: each caps its threads
+  // to its share (run/memory_budget.hpp).
+  int sharing = 1;
   // Share the seeds among the processes of an MPI launch (run/processes.hpp). Every process
   // must then run the same scenarios in the same order, one at a time.
   bool across_processes = false;

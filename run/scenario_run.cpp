@@ -7,19 +7,24 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "run/memory_budget.hpp"
 #include "run/processes.hpp"
 
 namespace shardcheck::run {
 
 namespace {
 
-sim::ExploreOptions explore_options(const LoadedScenario& s, const ScheduleOverrides& o) {
+// `note`, when given, says why fewer schedules run at once than asked (run/memory_budget.hpp).
+sim::ExploreOptions explore_options(const LoadedScenario& s, const ScheduleOverrides& o,
+                                    std::string* note = nullptr) {
   sim::ExploreOptions e;
   e.base = options_for(s, o).value();
   e.runs = o.runs.value_or(s.schedule.runs);
   e.stop_at_first = o.stop_at_first;
   e.stop_at_error = true;  // after an internal error nothing that follows can be trusted
-  e.jobs = o.jobs;
+  const JobsCap cap = cap_jobs(s, std::min(sim::resolve_jobs(o.jobs), std::max(1, e.runs)), o.sharing);
+  e.jobs = cap.jobs;
+  if (note) *note = cap.note;
   e.progress = o.progress;
   if (o.across_processes) e.share = share_across_processes(o.jobs, o.stop_at_first);
   return e;
@@ -84,7 +89,7 @@ TestFault test_fault() {
 
 ScenarioOutcome run_scenario(const LoadedScenario& s, const ScheduleOverrides& o) {
   ScenarioOutcome out;
-  const sim::ExploreOptions e = explore_options(s, o);
+  const sim::ExploreOptions e = explore_options(s, o, &out.jobs_note);
   const auto t0 = std::chrono::steady_clock::now();
   out.explored = sim::explore(factory_with_fault(s, e.base.seed), e);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -27,6 +27,7 @@ struct ScenarioOutcome {
   core::ExpectationResult judged;
   double seconds = 0;
   std::optional<DeterminismCheck> determinism;  // set when the check ran
+  std::string jobs_note;                        // why fewer schedules ran at once than asked (memory), or ""
 };
 
 // Explores a scenario's schedules; exploration ends at the first internal error.

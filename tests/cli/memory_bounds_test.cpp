@@ -5,13 +5,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "run/memory_budget.hpp"
 #include "tests/support/run_command.hpp"
 
+using shardcheck::testing::run_command;
 using shardcheck::testing::run_shardcheck;
 
 namespace {
@@ -40,13 +47,18 @@ struct Peak {
   long max_rss_kib = 0;
 };
 
-// Runs `shardcheck run FILE` in a child and reads its peak resident set from wait4.
-Peak run_measured(const std::string& file) {
+// Runs `shardcheck run FILE ARGS...` in a child and reads its peak resident set from wait4.
+Peak run_measured(const std::string& file, std::vector<std::string> args = {}) {
+  args.insert(args.begin(), {SHARDCHECK_BINARY, "run", file});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     std::freopen("/dev/null", "w", stdout);
-    ::execl(SHARDCHECK_BINARY, SHARDCHECK_BINARY, "run", file.c_str(), static_cast<char*>(nullptr));
+    std::freopen("/dev/null", "w", stderr);
+    ::execv(SHARDCHECK_BINARY, argv.data());
     ::_exit(127);
   }
   int status = 0;
@@ -88,4 +100,67 @@ TEST_CASE("training files at the memory bounds run within the host memory README
     REQUIRE(p.exit_code == 0);
     REQUIRE(p.max_rss_kib < kStatedKiB);
   }
+}
+
+namespace {
+// A synthetic capture (bench/gen_capture.py) of `records` per rank on 2 ranks, and the bound
+// run/memory_budget.hpp states for one schedule of it, counted from its files.
+struct Capture {
+  std::string dir;
+  int64_t stated_bytes = 0;
+};
+Capture synthetic_capture(int records) {
+  Capture c;
+  c.dir = "/tmp/shardcheck-memory-capture-" + std::to_string(::getpid());
+  const auto r =
+      run_command("python3 " + std::string(SHARDCHECK_SOURCE_DIR) + "/bench/gen_capture.py --out " + c.dir +
+                  " --ranks 2 --records " + std::to_string(records));
+  REQUIRE(r.exit_code == 0);
+  int64_t n = 0, ranges = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(c.dir + "/rank-" + std::to_string(rank) + ".jsonl");
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line);
+      ++n;
+      for (const char* key : {"r", "w"})
+        if (j.contains(key)) ranges += static_cast<int64_t>(j[key].size());
+      for (const char* key : {"in", "out"}) ranges += j.contains(key) ? 1 : 0;
+    }
+  }
+  c.stated_bytes =
+      shardcheck::run::kWorkerBytesPerRecord * n + shardcheck::run::kWorkerBytesPerRange * ranges;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("each schedule of a captured program in flight stays within its stated bound, so -j can be sized",
+          "[cli][limits][memory]") {
+  const Capture c = synthetic_capture(150000);
+  const Peak one = run_measured(c.dir, {"--runs", "3", "-j", "1"});
+  const Peak three = run_measured(c.dir, {"--runs", "3", "-j", "3"});
+  std::filesystem::remove_all(c.dir);
+  REQUIRE(one.exit_code == 0);
+  REQUIRE(three.exit_code == 0);
+  const long two_more_kib = three.max_rss_kib - one.max_rss_kib;
+  INFO("peak " << one.max_rss_kib << " KiB with one schedule at once, " << three.max_rss_kib
+               << " KiB with three; stated bound " << c.stated_bytes / 1024 << " KiB each");
+  REQUIRE(two_more_kib <= 2 * c.stated_bytes / 1024);
+  // Held to something: the workers do take memory, and the bound is within twice of it.
+  REQUIRE(2 * c.stated_bytes / 1024 <= 4 * std::max(two_more_kib, 1L));
+}
+
+TEST_CASE("-j is capped to the workers that fit, and says so: every core at once would exhaust the machine",
+          "[cli][limits][memory]") {
+  const Capture c = synthetic_capture(150000);
+  // An address space of 400 MiB beside the loaded program leaves room for about one worker.
+  const auto r = run_command("ulimit -v " + std::to_string(420 * 1024 + c.stated_bytes / 1024) + "; " +
+                             SHARDCHECK_BINARY + " run " + c.dir + " --runs 4 -j 4");
+  std::filesystem::remove_all(c.dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE_THAT(r.err,
+               Catch::Contains("schedules at once, not 4") || Catch::Contains("schedule at once, not 4"));
+  REQUIRE_THAT(r.out, Catch::Contains("1 captured program: 0 with findings, 1 clean"));
 }
