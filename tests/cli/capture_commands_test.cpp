@@ -22,7 +22,7 @@ TEST_CASE("run DIR exits 1 and prints the reuse race with its Python lines", "[c
                                       "'nccl:dp' may still read it"));
   REQUIRE_THAT(r.out, Catch::Contains("aten::normal_ at train.py:42 on stream 'default' writes"));
   REQUIRE_THAT(r.out, Catch::Contains("call work.wait() on the work handle of reduce_scatter 'grad'"));
-  REQUIRE_THAT(r.out, Catch::Contains("reproduce: " + std::string(SHARDCHECK_BINARY) + " replay " +
+  REQUIRE_THAT(r.out, Catch::Contains("reproduce: " + shardcheck::testing::printed_binary() + " replay " +
                                       fixture("megatron-6137") + " --seed 1"));
   REQUIRE_THAT(r.out, Catch::Contains("FOUND   megatron-6137: stream_race"));
 }

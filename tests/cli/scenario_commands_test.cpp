@@ -33,7 +33,7 @@ TEST_CASE("run exits 0 when expectations hold and prints each finding with its r
       run_shardcheck("run " + scenario("reuse-race.yaml") + " " + scenario("reuse-fix-record-stream.yaml"));
   REQUIRE(r.exit_code == 0);
   REQUIRE_THAT(r.out, Catch::Contains("[stream_race]"));
-  REQUIRE_THAT(r.out, Catch::Contains("reproduce: " + std::string(SHARDCHECK_BINARY) + " replay " +
+  REQUIRE_THAT(r.out, Catch::Contains("reproduce: " + shardcheck::testing::printed_binary() + " replay " +
                                       scenario("reuse-race.yaml") + " --seed 1"));
   REQUIRE_THAT(r.out, Catch::Contains("2 scenarios: 2 met expectations, 0 did not"));
 }
@@ -135,7 +135,7 @@ TEST_CASE("a reproducer line quotes a path that needs it, so it runs as printed"
   quoted += "'";
   auto r = run_shardcheck("run " + quoted);
   REQUIRE(r.exit_code == 0);
-  REQUIRE_THAT(r.out, Catch::Contains("reproduce: " + std::string(SHARDCHECK_BINARY) + " replay " + quoted +
+  REQUIRE_THAT(r.out, Catch::Contains("reproduce: " + shardcheck::testing::printed_binary() + " replay " + quoted +
                                       " --seed 1"));
   REQUIRE(run_shardcheck("replay " + quoted + " --seed 1").exit_code == 0);
   std::remove(path.c_str());

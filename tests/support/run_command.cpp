@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -32,6 +33,14 @@ CommandResult run_command(const std::string& command) {
 
 CommandResult run_shardcheck(const std::string& args) {
   return run_command(std::string(SHARDCHECK_BINARY) + " " + args);
+}
+
+std::string printed_binary() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::canonical(SHARDCHECK_BINARY, ec);
+  const std::filesystem::path rel = exe.lexically_relative(std::filesystem::current_path(ec));
+  if (!rel.empty() && *rel.begin() != "..") return "./" + rel.string();
+  return exe.string();
 }
 
 }  // namespace shardcheck::testing

@@ -15,5 +15,8 @@ struct CommandResult {
 
 CommandResult run_command(const std::string& command);
 CommandResult run_shardcheck(const std::string& args);
+// The name reproducer lines give the binary when it runs from this test's working folder:
+// `./PATH` below it, the absolute path elsewhere (cli/invocation.cpp).
+std::string printed_binary();
 
 }  // namespace shardcheck::testing
