@@ -151,8 +151,10 @@ TEST_CASE("each schedule of a captured program in flight stays within its stated
   REQUIRE(2 * c.stated_bytes / 1024 <= 4 * std::max(two_more_kib, 1L));
 }
 
-TEST_CASE("-j is capped to the workers that fit, and says so: every core at once would exhaust the machine",
-          "[cli][limits][memory]") {
+TEST_CASE(
+    "the threads are capped to the workers that fit, and say so: every core at once would exhaust the "
+    "machine",
+    "[cli][limits][memory]") {
   const Capture c = synthetic_capture(150000);
   // An address space of 400 MiB beside the loaded program leaves room for about one worker.
   const auto r = run_command("ulimit -v " + std::to_string(420 * 1024 + c.stated_bytes / 1024) + "; " +

@@ -135,8 +135,8 @@ TEST_CASE("a reproducer line quotes a path that needs it, so it runs as printed"
   quoted += "'";
   auto r = run_shardcheck("run " + quoted);
   REQUIRE(r.exit_code == 0);
-  REQUIRE_THAT(r.out, Catch::Contains("reproduce: " + shardcheck::testing::printed_binary() + " replay " + quoted +
-                                      " --seed 1"));
+  REQUIRE_THAT(r.out, Catch::Contains("reproduce: " + shardcheck::testing::printed_binary() + " replay " +
+                                      quoted + " --seed 1"));
   REQUIRE(run_shardcheck("replay " + quoted + " --seed 1").exit_code == 0);
   std::remove(path.c_str());
   rmdir(dir);
