@@ -120,6 +120,7 @@ struct Tally {
   int nondeterministic = 0;     // scenarios
   size_t captures = 0;          // of `ran`: captured programs, which have no expectation
   int captures_found = 0;       // captured programs with findings
+  int captures_partial = 0;     // captured programs whose ranks did not all finish, without findings
   size_t open = 0;              // of `ran`: files without `expect:`
   int open_found = 0;           // of those, with findings
   size_t unjudged = 0;          // of `ran`: stopped before a schedule finished, no verdict
@@ -132,7 +133,9 @@ struct Tally {
     }
     if (s.kind == "capture") {
       ++captures;
-      captures_found += c.outcome.judged.met ? 0 : 1;
+      const bool partial_only = !s.partial.empty() && c.outcome.explored.findings.empty();
+      captures_partial += partial_only ? 1 : 0;
+      captures_found += c.outcome.judged.met || partial_only ? 0 : 1;
     } else if (!s.expect.given) {
       ++open;
       open_found += c.outcome.judged.met ? 0 : 1;
@@ -155,7 +158,7 @@ struct Tally {
 std::string summary_line(const Tally& t) {
   std::string line;
   const size_t files = t.ran - t.captures - t.open - t.unjudged;
-  const int files_failed = t.failed - t.captures_found - t.open_found;
+  const int files_failed = t.failed - t.captures_found - t.captures_partial - t.open_found;
   if (files > 0 || (t.captures == 0 && t.open == 0 && t.unjudged == 0)) {
     line = std::to_string(files) + " scenario" + (files == 1 ? "" : "s") + ": " +
            std::to_string(static_cast<int>(files) - files_failed) + " met expectations, " +
@@ -164,7 +167,9 @@ std::string summary_line(const Tally& t) {
   if (t.captures > 0) {
     line += (line.empty() ? "" : "; ") + std::to_string(t.captures) + " captured program" +
             (t.captures == 1 ? "" : "s") + ": " + std::to_string(t.captures_found) + " with findings, " +
-            std::to_string(static_cast<int>(t.captures) - t.captures_found) + " clean";
+            std::to_string(static_cast<int>(t.captures) - t.captures_found - t.captures_partial) + " clean" +
+            (t.captures_partial > 0 ? ", " + std::to_string(t.captures_partial) + " partial without findings"
+                                    : std::string());
   }
   if (t.open > 0) {
     line += (line.empty() ? "" : "; ") + std::to_string(t.open) + " scenario" + (t.open == 1 ? "" : "s") +

@@ -120,6 +120,7 @@ ordered_json scenario_json(const ScenarioResult& s, const std::vector<std::strin
           {"found", std::move(found)},
           {"met", s.met},
           {"judged", s.judged},
+          {"partial", s.partial},
           {"schedules", s.schedules},
           {"trace_digest", digest_text(s.trace_digest)},
           {"seconds", s.seconds},

@@ -92,6 +92,9 @@ void scenario_section(std::ostringstream& out, const ScenarioResult& s,
       << kinds_text(s.found) << "; " << s.schedules << (s.schedules == 1 ? " schedule" : " schedules")
       << " in " << seconds_text(s.seconds) << ".\n\n";
   if (!s.error.empty()) out << "**Internal error:** " << md_text(s.error) << "\n\n";
+  if (!s.partial.empty())
+    out << "**Partial capture** (not every rank finished, so it is not clean): " << md_text(s.partial)
+        << "\n\n";
   if (!s.complete) out << "**Stopped early:** " << md_text(stopped_text(s)) << "\n\n";
   if (s.determinism)
     out << (s.determinism->matched ? "Determinism: " : "**Nondeterministic:** ")

@@ -61,6 +61,8 @@ struct ScenarioResult {
   // false when the run stopped before its first schedule finished: nothing was judged, so it
   // neither met its expectation nor failed it (met is false, and every output says "no verdict").
   bool judged = true;
+  // A captured program whose ranks did not all finish: where and why each stopped; "" otherwise.
+  std::string partial;
   int schedules = 0;          // schedules explored
   uint64_t trace_digest = 0;  // sim::combined_digest of the schedules' trace digests (0 when none ran)
   double seconds = 0;         // wall time of this scenario

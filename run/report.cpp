@@ -138,6 +138,7 @@ reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioO
   r.file = s.file;
   r.kind = s.kind;
   r.description = s.description;
+  r.partial = s.partial;
   r.expected = core::describe(s.expect);
   r.found = o.judged.found;
   // Stopped before a schedule finished: nothing was judged (a long first schedule, a signal).
@@ -206,6 +207,7 @@ CheckedRun run_checked(const LoadedScenario& s, const ScheduleOverrides& o, bool
     c.outcome = run_scenario(s, o);
     const sim::ExploreResult& e = c.outcome.explored;
     c.stopped = e.cancelled;
+    if (!s.partial.empty()) c.outcome.judged.met = false;  // a program that did not finish is not clean
     if (e.limit) {
       c.bad_input = s.file +
                     ": bad input: this file needs more than the simulator allows one run: " + e.error +

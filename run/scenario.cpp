@@ -87,6 +87,8 @@ LoadedScenario from_capture(core::CapturedProgram c) {
   s.kind = "capture";
   s.description = "a captured program: " + std::to_string(owned->world_size) + " ranks, " +
                   std::to_string(owned->records()) + " records";
+  s.partial = owned->partial();
+  if (!s.partial.empty()) s.description += "; partial: " + s.partial;
   s.schedule.policy = "random";
   s.schedule.seed = 1;
   s.schedule.runs = kCaptureRuns;

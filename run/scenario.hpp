@@ -29,6 +29,9 @@ struct LoadedScenario {
   std::shared_ptr<const void> keep;         // owns what `factory` refers to
   std::shared_ptr<TrainingState> training;  // set for training scenarios
   int64_t bytes_per_run = 0;                // a trace's bytes touched per schedule (TraceLimits)
+  // A captured program whose ranks did not all finish: where and why each stopped
+  // (core::CapturedProgram::partial). Such a program is never clean.
+  std::string partial;
 };
 
 // Loads and validates a scenario; the error message is `file:line:column: message`. A folder of

@@ -98,12 +98,19 @@ class Lines {
   Lines& operator=(const Lines&) = delete;
   bool ok() const { return error_.empty(); }
   const std::string& error() const { return error_; }
+  // Whether the last line next() gave ended the file without its newline: a line cut while it
+  // was written.
+  bool unterminated() const { return unterminated_; }
   // False at the end of the file.
   bool next(std::string& line) {
     line.clear();
     bool any = false;
+    unterminated_ = false;
     for (;;) {
-      if (pos_ == len_ && !fill()) return any ? (++number_, true) : false;
+      if (pos_ == len_ && !fill()) {
+        unterminated_ = any;
+        return any ? (++number_, true) : false;
+      }
       any = true;
       const char* start = buf_ + pos_;
       const void* nl = std::memchr(start, '\n', len_ - pos_);
@@ -139,6 +146,7 @@ class Lines {
   char buf_[1 << 16];
   size_t pos_ = 0, len_ = 0;
   int64_t number_ = 0;
+  bool unterminated_ = false;
 };
 
 struct Header {
@@ -218,7 +226,11 @@ class RankLoader {
                                  std::to_string(CaptureLimits::kMaxLineBytes)};
       }
       if (line.empty() || line == "\r") throw Refusal{line_, "a blank line (every line is one JSON object)"};
-      if (std::string e = j_.parse(line); !e.empty()) throw Refusal{line_, e};
+      if (std::string e = j_.parse(line); !e.empty()) {
+        // The last line, cut while the rank was killed writing it: the record in flight is lost.
+        if (lines.unterminated()) break;
+        throw Refusal{line_, e};
+      }
       const Value* k = j_.find("k");
       if (!k) throw Refusal{line_, "a record without 'k', its kind"};
       if (k->type != Type::string) throw Refusal{line_, "field 'k' must be a string"};
@@ -228,6 +240,11 @@ class RankLoader {
         if (n != records_) {
           f.fail("the end record counts " + std::to_string(n) + " records but the file holds " +
                  std::to_string(records_) + " (truncated or corrupt)");
+        }
+        if (f.has("partial")) {
+          r_.partial = std::string(f.str("partial"));
+          if (r_.partial.empty()) r_.partial = "stopped";
+          if (f.has("at")) r_.partial_source = site_ref(f);
         }
         ended = true;
         continue;
@@ -244,9 +261,10 @@ class RankLoader {
       record(k->s);
     }
     if (!ended) {
-      throw Refusal{
-          std::max<int64_t>(lines.number(), 1),
-          "the file ends without its end record (truncated: the capture did not finish writing it)"};
+      // Killed or crashed before it could end its file: what reached the file is the rank's
+      // program up to there (records reach it at every collective and synchronization).
+      r_.partial = "the file ends without its end record after " + std::to_string(records_) +
+                   " records: the rank was killed, or crashed, before the capture could end it";
     }
   }
 
@@ -643,6 +661,18 @@ int64_t CapturedProgram::records() const {
   int64_t n = 0;
   for (const auto& r : ranks) n += static_cast<int64_t>(r.records.size());
   return n;
+}
+
+std::string CapturedProgram::partial() const {
+  std::string out;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const CapturedRank& k = ranks[r];
+    if (k.partial.empty()) continue;
+    out += (out.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " + k.partial;
+    if (k.partial_source >= 0 && static_cast<size_t>(k.partial_source) < sources.size())
+      out += " at " + sources[static_cast<size_t>(k.partial_source)];
+  }
+  return out;
 }
 
 bool is_capture_dir(const std::string& path) {

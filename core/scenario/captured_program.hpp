@@ -100,6 +100,10 @@ struct CapturedRank {
   int32_t buffers = 0;  // buffer ids 0 .. buffers-1
   int32_t events = 0;   // event ids 0 .. events-1
   int64_t peak_live_bytes = 0;
+  // Why the rank did not finish ("" when it did): its end record's `partial` (an exception, a
+  // signal, a hang past the timeout), or a file cut before its end record. Where, when known.
+  std::string partial;
+  int32_t partial_source = -1;  // index into CapturedProgram::sources
 };
 
 struct CapturedGroup {
@@ -115,6 +119,9 @@ struct CapturedProgram {
   std::vector<std::string> strings;  // operator and collective names, tags; 0 is ""
   std::vector<std::string> sources;  // "train.py:31": a site's file and line
   int64_t records() const;           // summed over the ranks
+  // "rank 1: raised ValueError: ... at train.py:31; rank 2: ..." for the ranks that did not
+  // finish; "" when every rank did.
+  std::string partial() const;
 };
 
 // True when `path` is a folder holding at least one rank-*.jsonl file.

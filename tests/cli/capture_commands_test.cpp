@@ -62,9 +62,19 @@ TEST_CASE("run with --report writes a report of a captured program", "[cli][capt
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("a capture whose rank was killed is checked and never called clean", "[cli][capture]") {
+  auto r = run_shardcheck("run " + fixture("partial-killed"));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(r.out, Catch::Contains("PARTIAL partial-killed:"));
+  REQUIRE_THAT(
+      r.out, Catch::Contains(
+                 "the capture is partial, so it is not clean: rank 1: the file ends without its end record"));
+  REQUIRE_THAT(r.out, !Catch::Contains("clean   partial-killed"));
+}
+
 TEST_CASE("a bad capture folder exits 2 with the file and line", "[cli][capture]") {
   const std::pair<const char*, const char*> cases[] = {
-      {"bad-truncated", "/rank-1.jsonl:20: the file ends without its end record"},
       {"bad-corrupt-line", "/rank-1.jsonl:12: not a JSON object: column 96"},
       {"bad-world-size", "/rank-1.jsonl:1: world_size is 3 here but 2 in"},
       {"bad-missing-rank", "/rank-1.jsonl:1: world_size is 2 but"},

@@ -181,12 +181,6 @@ TEST_CASE("collectives are checked against their group, dtype and count", "[core
 }
 
 TEST_CASE("a folder's shape is refused with the file and line that show it", "[core][capture]") {
-  SECTION("a truncated file") {
-    auto p = load_captured_program(fixture("bad-truncated"));
-    REQUIRE_FALSE(p.ok());
-    REQUIRE_THAT(p.error().message(), Catch::StartsWith(fixture("bad-truncated") +
-                                                        "/rank-1.jsonl:20: the file ends without its end"));
-  }
   SECTION("a corrupt line") {
     auto p = load_captured_program(fixture("bad-corrupt-line"));
     REQUIRE_FALSE(p.ok());
@@ -246,6 +240,53 @@ TEST_CASE("the captured-program limits are enforced at load", "[core][capture]")
   REQUIRE_THAT(refusal("{\"k\": \"alloc\", \"buf\": 1, \"bytes\": " +
                        std::to_string(CaptureLimits::kMaxLiveBytes) + ", \"stream\": 0, \"at\": 0}\n"),
                Catch::Contains("bytes at once, past the limit"));
+}
+
+TEST_CASE(
+    "a rank that did not finish loads as partial, with why and where: refusing it would lose the program",
+    "[core][capture]") {
+  const std::string body =
+      kPrologue +
+      "{\"k\": \"op\", \"name\": \"aten::add\", \"stream\": 0, \"r\": [[0, 0, 64]], \"w\": [], \"at\": 0}\n";
+  SECTION("an end record marked partial names the reason and the Python line") {
+    Folder f;
+    f.write("rank-0.jsonl",
+            header(0, 1) + body +
+                "{\"k\": \"end\", \"records\": 4, \"partial\": \"raised ValueError: no\", \"at\": 0}\n");
+    auto p = load_captured_program(f.dir);
+    REQUIRE(p.ok());
+    REQUIRE(p->ranks[0].partial == "raised ValueError: no");
+    REQUIRE(p->partial() == "rank 0: raised ValueError: no at t.py:7");
+  }
+  SECTION("a file cut before its end record (the rank was killed) keeps every whole line") {
+    Folder f;
+    f.write("rank-0.jsonl", header(0, 1) + body);
+    auto p = load_captured_program(f.dir);
+    REQUIRE(p.ok());
+    REQUIRE(p->ranks[0].records.size() == 2);
+    REQUIRE_THAT(p->partial(),
+                 Catch::StartsWith("rank 0: the file ends without its end record after 4 records"));
+  }
+  SECTION("a last line cut while it was written is the record in flight: dropped") {
+    Folder f;
+    f.write("rank-0.jsonl", header(0, 1) + body + "{\"k\": \"op\", \"name\": \"aten::m");
+    auto p = load_captured_program(f.dir);
+    REQUIRE(p.ok());
+    REQUIRE(p->ranks[0].records.size() == 2);
+    REQUIRE_THAT(p->partial(), Catch::Contains("after 4 records"));
+  }
+  SECTION("a corrupt line that is not the file's cut end is still refused") {
+    Folder f;
+    f.write("rank-0.jsonl", header(0, 1) + body + "{\"k\": \"op\", \"name\n");
+    REQUIRE_FALSE(load_captured_program(f.dir).ok());
+  }
+  SECTION("the shipped fixture of a killed rank") {
+    auto p = load_captured_program(fixture("partial-killed"));
+    REQUIRE(p.ok());
+    REQUIRE(p->ranks[0].partial.empty());
+    REQUIRE_THAT(p->partial(),
+                 Catch::StartsWith("rank 1: the file ends without its end record after 19 records"));
+  }
 }
 
 TEST_CASE("a FIFO rank file would hang the loader forever: it is refused at once", "[core][capture]") {

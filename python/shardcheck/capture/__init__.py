@@ -10,6 +10,10 @@ torch.distributed. Files follow docs/capture-format.md.
 
 import contextlib
 import os
+import signal
+import sys
+import threading
+import time
 
 from .writer import rank_file
 
@@ -30,14 +34,34 @@ def rank_and_world():
     return 0, 1
 
 
+# How long a rank may sit inside one collective before the capture calls it hung: NCCL's own
+# default timeout. SHARDCHECK_CAPTURE_TIMEOUT (seconds) or the launcher's --timeout set it.
+DEFAULT_TIMEOUT = 600.0
+
+
+def _timeout():
+    try:
+        return float(os.environ.get("SHARDCHECK_CAPTURE_TIMEOUT", DEFAULT_TIMEOUT))
+    except ValueError:
+        return DEFAULT_TIMEOUT
+
+
 class Capture:
-    def __init__(self, out_dir, device=None, argv=None):
+    """Records into out_dir/rank-<R>.jsonl. However the rank ends, its file is whole: finished,
+    or marked partial with why and where (an exception and its line, a signal, a collective
+    that hung past the timeout)."""
+
+    def __init__(self, out_dir, device=None, argv=None, timeout=None):
         self.out_dir = out_dir
         self.device = device
         self.argv = argv
+        self.timeout = _timeout() if timeout is None else timeout
         self.recorder = None
         self._hooks = None
         self.path = None
+        self._done = threading.Event()
+        self._closed = threading.Lock()
+        self._threads = []
 
     def __enter__(self):
         import torch
@@ -58,15 +82,121 @@ class Capture:
         self.recorder = Recorder(self.path, header)
         self._hooks = Hooks(self.recorder, device)
         self._hooks.install()
+        self._start_guards()
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        self._stop_guards()
         self._hooks.uninstall()
-        if self._hooks.cuda:
+        if exc_type is None and self._hooks.cuda:
             import torch
             torch.cuda.synchronize()
-        self.recorder.close()
+        if exc_type is None:
+            self._close(None, None)
+        else:
+            why = "raised %s" % exc_type.__name__
+            if str(exc):
+                why += ": %s" % exc
+            self._close(why, _raise_site(tb))
         return False
+
+    # -- ending whole, however the rank ends ----------------------------------------------
+    def _close(self, partial, where):
+        """Writes the end record once, whichever thread gets here first."""
+        if not self._closed.acquire(blocking=False):
+            return False
+        self.recorder.close(partial, where)
+        return True
+
+    def _start_guards(self):
+        # SIGINT and SIGTERM reach a thread of ours through the signal module's wakeup fd
+        # (whichever thread the kernel delivers them to), which ends the file even while the
+        # main thread sits inside a collective, where a Python handler would never run.
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            r, w = os.pipe()
+            os.set_blocking(w, False)
+            self._pipe = (r, w)
+            self._previous = ({sig: signal.signal(sig, _ignore) for sig in _STOP_SIGNALS},
+                              signal.set_wakeup_fd(w))
+            self._spawn(self._on_signal)
+        if self.timeout > 0:
+            self._spawn(self._watch)
+
+    def _spawn(self, fn):
+        t = threading.Thread(target=fn, name="shardcheck-capture", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _stop_guards(self):
+        self._done.set()
+        for t in self._threads:
+            t.join()
+        self._threads = []
+        if self._previous is not None:
+            handlers, fd = self._previous
+            signal.set_wakeup_fd(fd)
+            for sig, h in handlers.items():
+                signal.signal(sig, h if h is not None else signal.SIG_DFL)
+            for end in self._pipe:
+                os.close(end)
+            self._previous = None
+
+    def _on_signal(self):
+        import select
+        while not self._done.is_set():
+            ready, _, _ = select.select([self._pipe[0]], [], [], 0.1)
+            if not ready:
+                continue
+            got = os.read(self._pipe[0], 1)
+            if not got or got[0] not in _STOP_SIGNALS:
+                continue
+            signo = got[0]
+            flight = self._hooks.in_flight
+            why = "stopped by %s" % signal.Signals(signo).name
+            if flight is not None:
+                why += " inside %s" % flight[0]
+            if self._close(why, flight[2] if flight else _main_site()):
+                print("shardcheck.capture: rank file %s ended: %s" % (self.path, why),
+                      file=sys.stderr, flush=True)
+            os._exit(128 + signo)
+
+    def _watch(self):
+        while not self._done.wait(0.5):
+            flight = self._hooks.in_flight
+            if flight is None or time.monotonic() - flight[1] < self.timeout:
+                continue
+            why = ("hung: %.0f s inside %s, which the other ranks never completed "
+                   "(SHARDCHECK_CAPTURE_TIMEOUT, --timeout)" % (self.timeout, flight[0]))
+            if self._close(why, flight[2]):
+                print("shardcheck.capture: rank file %s ended: %s at %s:%d"
+                      % (self.path, why, flight[2][0], flight[2][1]), file=sys.stderr, flush=True)
+            os._exit(EXIT_HUNG)
+
+
+# A rank the capture ended because it hung (as GNU timeout exits).
+EXIT_HUNG = 124
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _ignore(signo, frame):
+    """The Python-level handler: the wakeup fd has told our thread, which does the work."""
+
+
+def _raise_site(tb):
+    """(file, line, func) of the user's line the exception came through, innermost."""
+    from .hooks import where
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    return where(last.tb_frame) if last is not None else None
+
+
+def _main_site():
+    from .hooks import where
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    return where(frame) if frame is not None else None
 
 
 def capture(out_dir, device=None):

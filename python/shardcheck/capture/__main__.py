@@ -1,9 +1,16 @@
-"""python3 -m shardcheck.capture --out DIR [--device cuda|cpu] [--check] -- script.py ARGS...
+"""python3 -m shardcheck.capture [--nproc-per-node N] --out DIR [--device cuda|cpu]
+                                 [--timeout S] [--check] -- script.py ARGS...
 
 Runs script.py as __main__ (as `python3 script.py ARGS...` would) inside a capture, then
 prints where the files are and the command that checks them. With --check (one process, the
 whole world) it then runs that command too, and exits with its code: capture and check in
 one command.
+
+With --nproc-per-node N it is the launcher: it starts N ranks with torchrun's environment
+(RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), each captured; when one rank
+ends badly (it raises, crashes, or hangs past --timeout inside a collective) the others are
+stopped with SIGTERM, so every rank's file ends whole and marked partial; SIGINT or SIGTERM to
+the launcher reaches every rank the same way. Then, with --check, `shardcheck run DIR`.
 """
 
 import argparse
@@ -13,7 +20,7 @@ import shutil
 import subprocess
 import sys
 
-from . import Capture
+from . import DEFAULT_TIMEOUT, Capture
 
 
 def main(argv=None):
@@ -25,7 +32,12 @@ def main(argv=None):
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="which tensors to follow (default: cuda when available)")
     p.add_argument("--check", action="store_true",
-                   help="then run `shardcheck run DIR` (one process only) and exit with its code")
+                   help="then run `shardcheck run DIR` and exit with its code")
+    p.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
+                   help="start N ranks on this machine, as torchrun --nproc-per-node N does")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="a rank inside one collective for longer than S seconds is hung: its "
+                        "file ends marked partial (default %d, NCCL's own)" % DEFAULT_TIMEOUT)
     if "--" in argv:
         i = argv.index("--")
         args, target = p.parse_args(argv[:i]), argv[i + 1:]
@@ -38,11 +50,22 @@ def main(argv=None):
     script = target[0]
     if not os.path.isfile(script):
         p.error("%s: no such file" % script)
+    if args.timeout is not None and not args.timeout > 0:
+        p.error("--timeout must be a positive number of seconds")
+    if args.nproc_per_node is not None:
+        if not 1 <= args.nproc_per_node <= 64:
+            p.error("--nproc-per-node must be between 1 and 64 (the checker's bound on ranks)")
+        from .launch import launch
+        return launch(args, target)
+    if args.timeout is not None:
+        os.environ["SHARDCHECK_CAPTURE_TIMEOUT"] = str(args.timeout)
     sys.argv = target
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     cap = Capture(args.out, device=args.device, argv=target)
     with cap:
         runpy.run_path(script, run_name="__main__")
+    if os.environ.get("SHARDCHECK_LAUNCHED"):
+        return 0  # the launcher reports for every rank
     st = cap.recorder.stats
     print("shardcheck.capture: %s: %d records (%d ops, %d allocations, %d frees, %d collectives)"
           % (cap.path, cap.recorder._w.records, st["ops"], st["allocs"], st["frees"],

@@ -18,6 +18,7 @@ import os
 import sys
 import sysconfig
 import threading
+import time
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -87,6 +88,14 @@ def _user_frame(frame):
             return frame
         frame = frame.f_back
     return None
+
+
+def where(frame):
+    """(file, line, func) of the user's frame at or above ``frame``, as sites name them."""
+    frame = _user_frame(frame)
+    if frame is None:
+        return ("<torch>", 0, "")
+    return (_relpath(frame.f_code.co_filename), frame.f_lineno, frame.f_code.co_name)
 
 
 def _relpath(path):
@@ -165,6 +174,17 @@ class Hooks:
         self._plans = {}
         self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self._device_index = torch.cuda.current_device() if self.cuda else 0
+        # The collective the main thread is inside, if any: (what, since, (file, line, func)),
+        # for the hang watchdog (Capture).
+        self.in_flight = None
+
+    def _enter_collective(self, what):
+        if threading.current_thread() is _main_thread:
+            self.in_flight = (what, time.monotonic(), where(sys._getframe(2)))
+
+    def _leave_collective(self):
+        if threading.current_thread() is _main_thread:
+            self.in_flight = None
 
     # -- where ---------------------------------------------------------------------------
     def site(self):
@@ -348,7 +368,9 @@ class Hooks:
             try:
                 name = dist.distributed_c10d._get_process_group_name(pg)
             except Exception:
-                pass
+                # torch 1.x: the names c10d gives its groups in creation order ("0" is WORLD),
+                # which tell apart two groups of the same ranks.
+                name = getattr(dist.distributed_c10d, "_pg_names", {}).get(pg)
         if not name or name == "None":
             name = "ranks " + ranks_name(ranks)
         elif pg is dist.group.WORLD or name == "0":
@@ -419,9 +441,11 @@ class Hooks:
         if not outer:
             self._tls.deferred = []
         self._tls.inside = True
+        self._enter_collective(name)
         try:
             out = func(*args, **kwargs)
         finally:
+            self._leave_collective()
             self._tls.inside = False
             self._tls.depth -= 1
         during = self._tls.deferred if not outer else []
@@ -538,9 +562,11 @@ class Hooks:
                                     group, reduce, root, None, 0, hooks.current_stream(),
                                     hooks.site())
                 hooks._tls.inside = True
+                hooks._enter_collective("torch.distributed." + fname)
                 try:
                     return orig(*args, **kwargs)
                 finally:
+                    hooks._leave_collective()
                     hooks._tls.inside = False
 
             setattr(dist, fname, wrapped)

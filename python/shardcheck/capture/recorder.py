@@ -198,14 +198,17 @@ class Recorder:
     def event_sync(self, handle, site):
         with self._lock:
             self._w.write({"k": "event_sync", "event": self.event(handle), "at": site})
+            self._w.flush()  # a rank that hangs or dies here keeps it
 
     def stream_sync(self, stream_handle, site):
         with self._lock:
             self._w.write({"k": "stream_sync", "stream": self.stream(stream_handle), "at": site})
+            self._w.flush()  # a rank that hangs or dies here keeps it
 
     def device_sync(self, site):
         with self._lock:
             self._w.write({"k": "device_sync", "at": site})
+            self._w.flush()  # a rank that hangs or dies here keeps it
 
     def collective(self, op, group_id, stream_handle, inp, out, dtype, count, reduce, root, name,
                    site):
@@ -230,6 +233,7 @@ class Recorder:
                         "name": name, "at": site})
             self._w.write(rec)
             self.stats["collectives"] += 1
+            self._w.flush()  # a rank that hangs or dies here keeps it
 
     def p2p(self, kind, peer, group_id, stream_handle, span, dtype, count, tag, name, site):
         with self._lock:
@@ -237,11 +241,14 @@ class Recorder:
                            "stream": self.stream(stream_handle), "buf": self.ranges([span])[0],
                            "dtype": dtype, "count": count, "tag": tag, "name": name, "at": site})
             self.stats["collectives"] += 1
+            self._w.flush()  # a rank that hangs or dies here keeps it
 
     # -- end -----------------------------------------------------------------------------
-    def close(self):
+    def close(self, partial=None, where=None):
+        """partial: why the rank did not finish; where: (file, line, func) it stopped at."""
         with self._lock:
-            self._w.close()
+            site = self.site(*where) if where is not None and partial is not None else None
+            self._w.close(partial, site)
 
     def abandon(self):
         with self._lock:

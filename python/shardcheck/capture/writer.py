@@ -2,7 +2,11 @@
 
 One JSON object per line. Ids (sites, streams, groups, buffers, events) are dense and defined by
 their own record before any record uses them. The file ends with an ``end`` record holding the
-number of records before it, so a reader can tell a finished file from a truncated one.
+number of records before it, so a reader can tell a finished file from a truncated one. A rank
+that did not finish (it raised, was stopped by a signal, or hung past the timeout) ends its file
+with ``partial`` in the end record: why, and where. Records reach the file (the kernel's page
+cache) at every collective and synchronization, so a rank killed outright loses only what it
+recorded since; the checker reads a file cut there as partial.
 """
 
 import json
@@ -35,15 +39,27 @@ class Writer:
         self._f.write(self._dump(record))
         self.records += 1
 
+    def flush(self):
+        """Hands what is buffered to the kernel: it survives the process, whatever kills it."""
+        if self._f is not None:
+            self._f.flush()
+
     def write_line(self, text):
         """A record already formatted as one line of JSON (without the newline)."""
         self._f.write(text + "\n")
         self.records += 1
 
-    def close(self):
+    def close(self, partial=None, site=None):
+        """partial: why the rank did not finish (None: it did); site: where, a site id."""
         if self._f is None:
             return
-        self._f.write(self._dump({"k": "end", "records": self.records}))
+        end = {"k": "end", "records": self.records}
+        if partial is not None:
+            # One line of plain text: an exception's message may hold line breaks.
+            end["partial"] = " ".join(str(partial).split())[:1024] or "stopped"
+            if site is not None:
+                end["at"] = site
+        self._f.write(self._dump(end))
         self._f.close()
         self._f = None
 

@@ -1,0 +1,191 @@
+"""The launcher (python3 -m shardcheck.capture --nproc-per-node N) on 4 CPU ranks over gloo: real
+programs that finish, hang, raise or are signalled end with every rank's file whole, and the
+checker names what went wrong with the Python lines and never calls such a program clean."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYROOT = os.path.dirname(HERE)
+
+try:
+    import torch  # noqa: F401
+    import torch.distributed as dist
+    HAVE_GLOO = dist.is_available() and dist.is_gloo_available()
+except ImportError:
+    if os.environ.get("SHARDCHECK_REQUIRE_TORCH"):
+        raise
+    HAVE_GLOO = False
+
+PROGRAMS = {
+    "clean.py": """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.full((8,), float(dist.get_rank()))
+for _ in range(3):
+    dist.all_reduce(t)
+dist.barrier()
+""",
+    # Rank 0 reduces on group a, then b; the others on b, then a: an order cycle.
+    "cross_group.py": """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+a = dist.new_group([0, 1, 2, 3])
+b = dist.new_group([0, 1, 2, 3])
+t = torch.ones(8)
+first, second = (a, b) if dist.get_rank() == 0 else (b, a)
+dist.all_reduce(t, group=first)
+dist.all_reduce(t, group=second)
+""",
+    "raises.py": """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(8)
+dist.all_reduce(t)
+if dist.get_rank() == 2:
+    raise ValueError("rank 2 cannot go on")
+dist.all_reduce(t)
+""",
+    # Every rank but 3 waits in a collective that rank 3 is late to: time to signal.
+    "slow.py": """
+import time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(8)
+dist.all_reduce(t)
+if dist.get_rank() == 3:
+    time.sleep(60)
+dist.all_reduce(t)
+""",
+}
+
+
+def text_of(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
+
+
+def end_record(path):
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    last = json.loads(lines[-1])
+    return last if last.get("k") == "end" else None
+
+
+@unittest.skipUnless(HAVE_GLOO, "torch with gloo is not installed")
+class LauncherTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+        for name, text in PROGRAMS.items():
+            with open(os.path.join(self.dir, name), "w") as f:
+                f.write(text.lstrip())
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def launch(self, program, *extra, check=True):
+        cmd = [sys.executable, "-m", "shardcheck.capture", "--nproc-per-node", "4", "--out",
+               "cap", "--device", "cpu", "--timeout", "4"] + (["--check"] if check else []) + \
+            list(extra) + ["--", program]
+        return subprocess.Popen(cmd, cwd=self.dir, env=dict(os.environ, PYTHONPATH=PYROOT),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def run_launch(self, program, *extra, check=True):
+        p = self.launch(program, *extra, check=check)
+        out, err = p.communicate(timeout=120)
+        return p.returncode, out, err
+
+    def rank_ends(self):
+        return [end_record(os.path.join(self.dir, "cap", "rank-%d.jsonl" % r)) for r in range(4)]
+
+    def test_a_program_that_finishes_is_captured_whole_on_every_rank_and_checks_clean(self):
+        code, out, err = self.run_launch("clean.py", check=bool(os.environ.get("SHARDCHECK_BIN")))
+        self.assertEqual(code, 0, out + err)
+        for end in self.rank_ends():
+            self.assertIsNotNone(end)
+            self.assertNotIn("partial", end)
+        if os.environ.get("SHARDCHECK_BIN"):
+            self.assertIn("clean   cap: no findings", out)
+
+    def test_a_cross_group_deadlock_ends_after_the_timeout_and_is_named_with_its_lines(self):
+        start = time.monotonic()
+        code, out, err = self.run_launch("cross_group.py", check=bool(os.environ.get("SHARDCHECK_BIN")))
+        self.assertLess(time.monotonic() - start, 60, "a hang must end after the timeout")
+        ends = self.rank_ends()
+        self.assertTrue(all(e is not None and "partial" in e for e in ends), ends)
+        self.assertTrue(any(e["partial"].startswith("hung: 4 s inside") for e in ends), ends)
+        if os.environ.get("SHARDCHECK_BIN"):
+            self.assertEqual(code, 1, out + err)
+            self.assertIn("[deadlock]", out)
+            self.assertIn("at cross_group.py:7", out)
+            self.assertIn("PARTIAL cap: found deadlock", out)
+
+    def test_a_rank_that_raises_leaves_its_exception_and_line_and_the_program_is_not_clean(self):
+        code, out, err = self.run_launch("raises.py", check=bool(os.environ.get("SHARDCHECK_BIN")))
+        self.assertNotEqual(code, 0)
+        ends = self.rank_ends()
+        self.assertEqual(ends[2]["partial"], "raised ValueError: rank 2 cannot go on")
+        self.assertTrue(all(e is not None and "partial" in e for e in ends), ends)
+        if os.environ.get("SHARDCHECK_BIN"):
+            self.assertIn("rank 2: raised ValueError: rank 2 cannot go on at raises.py:6", out)
+            self.assertNotIn("clean   cap", out)
+
+    def test_sigterm_to_the_launcher_ends_every_rank_with_its_file_whole(self):
+        p = self.launch("slow.py", check=False)
+        deadline = time.monotonic() + 60
+        cap = os.path.join(self.dir, "cap")
+        # Wait until every rank has recorded its first collective.
+        while time.monotonic() < deadline:
+            files = [os.path.join(cap, "rank-%d.jsonl" % r) for r in range(4)]
+            if all(os.path.exists(f) and '"coll"' in text_of(f) for f in files):
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 128 + signal.SIGTERM, err)
+        ends = self.rank_ends()
+        self.assertTrue(all(e is not None and e["partial"].startswith("stopped by SIGTERM")
+                            for e in ends), ends)
+
+    def test_a_rank_killed_outright_leaves_what_it_recorded_and_the_others_are_ended(self):
+        p = self.launch("slow.py", check=False)
+        deadline = time.monotonic() + 60
+        pid_of_rank3 = None
+        while time.monotonic() < deadline and pid_of_rank3 is None:
+            for line in subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True,
+                                       text=True).stdout.splitlines()[1:]:
+                pid, ppid, args = line.split(None, 2)
+                if int(ppid) == p.pid and "slow.py" in args:
+                    f = os.path.join(self.dir, "cap", "rank-3.jsonl")
+                    if os.path.exists(f) and '"coll"' in text_of(f):
+                        env = text_of("/proc/%s/environ" % pid, "rb").split(b"\0")
+                        if b"RANK=3" in env:
+                            pid_of_rank3 = int(pid)
+            time.sleep(0.1)
+        self.assertIsNotNone(pid_of_rank3)
+        os.kill(pid_of_rank3, signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("rank 3 ended badly (killed by SIGKILL)", err)
+        ends = self.rank_ends()
+        self.assertIsNone(ends[3])  # killed outright: no end record, but its collective is there
+        self.assertIn('"coll"', text_of(os.path.join(self.dir, "cap", "rank-3.jsonl")))
+        self.assertTrue(all(e is not None and "partial" in e for e in ends[:3]), ends)
+        shardcheck = os.environ.get("SHARDCHECK_BIN")
+        if shardcheck:
+            r = subprocess.run([shardcheck, "run", os.path.join(self.dir, "cap")],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("rank 3: the file ends without its end record", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
