@@ -127,19 +127,39 @@ void print_ending(const DemoTally& t, size_t total) {
   }
 }
 
-int run_demo(const DemoArgs& a) {
-  if (!outputs_ok({}, {"--out", a.out})) return kBadInput;
-  const std::string root = scenario_root(a.scenarios);
+// The catalog's and the trace folder's scenarios under `root`, loaded; false (after saying
+// why) when there are none or one is bad input.
+bool demo_scenarios(const std::string& root, std::vector<LoadedScenario>& loaded) {
   std::vector<std::string> files = yaml_files(root + "/catalog");
   for (auto& f : yaml_files(root + "/trace")) files.push_back(f);
   if (files.empty()) {
     std::cerr << "shardcheck demo: no scenarios under " << core::printable(root) << "/catalog or "
               << core::printable(root) << "/trace\n";
-    return kBadInput;
+    return false;
   }
   bool ok = false;
-  const std::vector<LoadedScenario> loaded = load_demo(files, ok);
-  if (!ok) return kBadInput;
+  loaded = load_demo(files, ok);
+  return ok;
+}
+
+// Marks the report incomplete when the demo stopped early.
+void mark_stop(reports::Report& report, const DemoTally& t, size_t total) {
+  if (!t.internal_error.empty()) {
+    mark_incomplete(report, reports::Report::kInternalError, "internal error in " + t.internal_error);
+  } else if (!t.bad_input.empty()) {
+    mark_incomplete(report, reports::Report::kBadInput, t.bad_input);
+  } else if (interrupted()) {
+    mark_incomplete(report, reports::Report::kInterrupted,
+                    interrupt_reason() + ", after " + std::to_string(t.ran) + " of " + std::to_string(total) +
+                        " scenarios");
+  }
+}
+
+int run_demo(const DemoArgs& a) {
+  if (!outputs_ok({}, {"--out", a.out})) return kBadInput;
+  const std::string root = scenario_root(a.scenarios);
+  std::vector<LoadedScenario> loaded;
+  if (!demo_scenarios(root, loaded)) return kBadInput;
   InterruptScope interrupts;
   std::cout
       << "shardcheck demo: " << loaded.size() << " scenarios from " << root
@@ -185,15 +205,7 @@ int run_demo(const DemoArgs& a) {
   line.clear();
   print_table(report);
   print_ending(t, loaded.size());
-  if (!t.internal_error.empty()) {
-    mark_incomplete(report, reports::Report::kInternalError, "internal error in " + t.internal_error);
-  } else if (!t.bad_input.empty()) {
-    mark_incomplete(report, reports::Report::kBadInput, t.bad_input);
-  } else if (interrupted()) {
-    mark_incomplete(report, reports::Report::kInterrupted,
-                    interrupt_reason() + ", after " + std::to_string(t.ran) + " of " +
-                        std::to_string(loaded.size()) + " scenarios");
-  }
+  mark_stop(report, t, loaded.size());
   if (!write_report_to(report, a.out)) return kInternalError;
   return exit_code(!t.internal_error.empty(), !t.nondeterministic.empty(),
                    t.failed ? kExpectationFailed : kOk, !t.bad_input.empty());

@@ -241,6 +241,28 @@ void print_run(const LoadedScenario& s, const CheckedRun& c, const std::string& 
   std::cout << std::flush;  // a reader of a pipe sees each scenario as it finishes
 }
 
+// `run --backend gpu`: what applies to the simulator alone is refused, the rest runs on GPUs.
+int run_files_on_gpu(const RunArgs& a, const std::vector<LoadedScenario>& scenarios) {
+  if (a.ci.any()) {
+    std::cerr << "shardcheck: --junit and --sarif report the simulator's findings; they do not apply to "
+                 "--backend gpu\n";
+    return kBadInput;
+  }
+  for (const auto& s : scenarios) {
+    if (s.kind != "capture") continue;
+    std::cerr << "shardcheck: " << core::printable(s.file)
+              << " is a captured program, which runs on the simulator only (drop --backend "
+              << core::printable(a.gpu.backend) << ")\n";
+    return kBadInput;
+  }
+  if (a.check_determinism) {
+    std::cerr << "shardcheck: --check-determinism reruns simulated schedules; it does not apply to --backend "
+              << core::printable(a.gpu.backend) << "\n";
+    return kBadInput;
+  }
+  return run_on_gpu(scenarios, a.gpu, a.schedule.runs > 0 ? a.schedule.runs : 1);
+}
+
 int run_files(const RunArgs& a) {
   if (!outputs_ok({{"--junit", a.ci.junit}, {"--sarif", a.ci.sarif}}, {"--report", a.report}))
     return kBadInput;
@@ -251,27 +273,7 @@ int run_files(const RunArgs& a) {
                                                (a.report.empty() ? "" : " --report " + a.report));
   if (!load_all(a.files, a.schedule, scenarios, &refused))
     return refused_input(a.ci, command, scenarios, std::move(refused));
-  if (a.gpu.backend != "sim" && a.ci.any()) {
-    std::cerr << "shardcheck: --junit and --sarif report the simulator's findings; they do not apply to "
-                 "--backend gpu\n";
-    return kBadInput;
-  }
-  if (a.gpu.backend != "sim") {
-    for (const auto& s : scenarios) {
-      if (s.kind != "capture") continue;
-      std::cerr << "shardcheck: " << core::printable(s.file)
-                << " is a captured program, which runs on the simulator only (drop --backend "
-                << core::printable(a.gpu.backend) << ")\n";
-      return kBadInput;
-    }
-    if (a.check_determinism) {
-      std::cerr
-          << "shardcheck: --check-determinism reruns simulated schedules; it does not apply to --backend "
-          << core::printable(a.gpu.backend) << "\n";
-      return kBadInput;
-    }
-    return run_on_gpu(scenarios, a.gpu, a.schedule.runs > 0 ? a.schedule.runs : 1);
-  }
+  if (a.gpu.backend != "sim") return run_files_on_gpu(a, scenarios);
   const LaunchRole role = join_launch();
   if (role.leave) return kOk;
   const std::string report_dir = role.prints ? a.report : "";
