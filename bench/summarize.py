@@ -30,7 +30,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_RESULTS = os.path.join(ROOT, "bench", "results")
-DEFAULT_FILES = ["README.md", os.path.join("bench", "README.md")]
+DEFAULT_FILES = [os.path.join("docs", "limits.md"), os.path.join("bench", "README.md")]
 BLOCK = re.compile(r"<!-- bench:([a-z0-9-]+) -->\n(.*?)<!-- /bench:\1 -->", re.S)
 
 TARGET_OPS_PER_S = 1e6

@@ -13,7 +13,7 @@ namespace shardcheck::reports {
 
 namespace {
 
-// What each finding kind means, for SARIF's rules (README, "What it finds").
+// What each finding kind means, for SARIF's rules (docs/findings.md).
 const char* rule_text(core::FindingKind k) {
   using K = core::FindingKind;
   switch (k) {

@@ -76,7 +76,7 @@ static_assert(core::CaptureLimits::kMaxStreams <= sim::Options::kMaxStreamsPerRa
 static_assert(core::CaptureLimits::kMaxRanks <= sim::Options::kMaxRanks);
 
 // A captured program (docs/capture-format.md): no expectation (clean is what it should be),
-// the schedule defaults of README's "Check your own PyTorch program", and a shadow-only run over
+// the schedule defaults of docs/capture.md, and a shadow-only run over
 // a simulated address space as large as a real GPU's.
 LoadedScenario from_capture(core::CapturedProgram c) {
   auto owned = std::make_shared<const core::CapturedProgram>(std::move(c));
@@ -129,8 +129,8 @@ core::Expected<LoadedScenario> load_scenario(const std::string& path) {
 }
 
 core::Expected<sim::Options> options_for(const LoadedScenario& s, const ScheduleOverrides& o) {
-  // Every override passes the bounds the file's own value passed when it loaded (README,
-  // "Limits"): no command can run a schedule the file could not have asked for.
+  // Every override passes the bounds the file's own value passed when it loaded (docs/limits.md): no command
+  // can run a schedule the file could not have asked for.
   using L = core::ScheduleLimits;
   sim::Options opt = s.options;
   const std::string policy = o.policy.value_or(s.schedule.policy);

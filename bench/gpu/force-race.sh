@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the README's forced-replay commands on a GPU machine and writes them with their output,
-# the machine and the date as a Markdown block; bench/gpu/paste-block.py puts it in README.md.
+# Runs the forced-replay commands of docs/gpu.md on a GPU machine and writes them with their
+# output, the machine and the date as a Markdown block; bench/gpu/paste-block.py puts it in docs/gpu.md.
 #   bench/gpu/force-race.sh ./build/cli/shardcheck OUT.md        (from the repository root)
 set -uo pipefail
 bin=${1:?usage: force-race.sh SHARDCHECK_BINARY OUT.md}

@@ -37,7 +37,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_JSON = os.path.join(ROOT, "bench", "gpu", "results", "gpu-bench.json")
-DEFAULT_FILES = ["README.md", os.path.join("bench", "gpu", "README.md")]
+DEFAULT_FILES = [os.path.join("docs", "gpu.md"), os.path.join("bench", "gpu", "README.md")]
 SCHEMA = "shardcheck-gpu-bench/1"
 PARTS = ["measure", "agreement", "multi", "torch"]
 TORCH_MODES = [  # (name, tinylm_torch.py options, what it is)

@@ -2,7 +2,7 @@
 """Replaces what lies between `<!-- NAME:begin ... -->` and `<!-- NAME:end -->` in a Markdown
 file with the contents of another file (a block a measurement script wrote on a GPU machine).
 
-    bench/gpu/paste-block.py README.md force-race OUT.md
+    bench/gpu/paste-block.py docs/gpu.md force-race OUT.md
 """
 import re
 import sys

@@ -252,11 +252,11 @@ class RankLoader {
       ++records_;
       if (records_ > CaptureLimits::kMaxRecordsPerRank) {
         throw Refusal{line_, "more than " + std::to_string(CaptureLimits::kMaxRecordsPerRank) +
-                                 " records for one rank (README, \"Limits\")"};
+                                 " records for one rank (docs/limits.md)"};
       }
       if (++*total_records > CaptureLimits::kMaxRecords) {
         throw Refusal{line_, "more than " + std::to_string(CaptureLimits::kMaxRecords) +
-                                 " records summed over the ranks (README, \"Limits\")"};
+                                 " records summed over the ranks (docs/limits.md)"};
       }
       record(k->s);
     }
@@ -344,7 +344,7 @@ class RankLoader {
     *ranges_total_ += n;
     if (*ranges_total_ > CaptureLimits::kMaxRanges) {
       f.fail("more than " + std::to_string(CaptureLimits::kMaxRanges) +
-             " byte ranges summed over the ranks (README, \"Limits\")");
+             " byte ranges summed over the ranks (docs/limits.md)");
     }
   }
 
@@ -374,7 +374,7 @@ class RankLoader {
       define_dense(f, "stream", r_.streams.size());
       if (r_.streams.size() >= static_cast<size_t>(CaptureLimits::kMaxStreams)) {
         f.fail("more than " + std::to_string(CaptureLimits::kMaxStreams) +
-               " streams on one rank (README, \"Limits\")");
+               " streams on one rank (docs/limits.md)");
       }
       std::string n(f.str("name"));
       if (n.empty()) n = "stream " + std::to_string(r_.streams.size());
@@ -403,7 +403,7 @@ class RankLoader {
       if (it == group_where_.end()) {
         if (p_.groups.size() >= static_cast<size_t>(CaptureLimits::kMaxGroups)) {
           f.fail("more than " + std::to_string(CaptureLimits::kMaxGroups) +
-                 " process groups (README, \"Limits\")");
+                 " process groups (docs/limits.md)");
         }
         p_.groups.push_back({n, ranks});
         it = group_where_
@@ -437,7 +437,7 @@ class RankLoader {
       if (live_bytes_ > CaptureLimits::kMaxLiveBytes) {
         f.fail("rank " + std::to_string(rank_) + " holds " + std::to_string(live_bytes_) +
                " bytes at once, past the limit of " + std::to_string(CaptureLimits::kMaxLiveBytes) +
-               " (README, \"Limits\")");
+               " (docs/limits.md)");
       }
       r_.peak_live_bytes = std::max(r_.peak_live_bytes, live_bytes_);
       if (f.flag("pre")) {
@@ -469,7 +469,7 @@ class RankLoader {
       const Value& w = f.need("w", Type::array);
       if (r.count + w.count > static_cast<uint32_t>(CaptureLimits::kMaxRangesPerOp)) {
         f.fail("an op with " + std::to_string(r.count + w.count) + " ranges, past the limit of " +
-               std::to_string(CaptureLimits::kMaxRangesPerOp) + " (README, \"Limits\")");
+               std::to_string(CaptureLimits::kMaxRangesPerOp) + " (docs/limits.md)");
       }
       count_ranges(f, r.count + w.count);
       rec.first = static_cast<uint32_t>(r_.ranges.size());

@@ -19,7 +19,7 @@
 
 namespace shardcheck::core {
 
-// Bounds on what a captured program may hold, checked while loading (README, "Limits").
+// Bounds on what a captured program may hold, checked while loading (docs/limits.md).
 // Simulated memory of a captured program is address space only (a shadow-only run), so its
 // bound is far above the trace scenarios' 4 GiB.
 struct CaptureLimits {

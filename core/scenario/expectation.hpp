@@ -30,7 +30,7 @@ struct ScheduleSpec {
   int depth = 3;
 };
 
-// Bounds of `schedule:` and of the command line's --seed and --runs (README, "Limits"). Run
+// Bounds of `schedule:` and of the command line's --seed and --runs (docs/limits.md). Run
 // i of an exploration uses seed + i, and each of those seeds must be one `replay --seed`
 // takes, so seed + runs - 1 stays at or below kMaxSeed.
 struct ScheduleLimits {

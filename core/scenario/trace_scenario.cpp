@@ -537,7 +537,7 @@ class Validator {
   // ordered before that stream, which this check does not count on) and makes a new segment,
   // which the simulator also counts against its limit. Replayed in program order with every
   // record_stream use done; a schedule that holds blocks back longer and needs more stops with
-  // the simulator's own bound (README, "Limits").
+  // the simulator's own bound (docs/limits.md).
   void pooled_bytes(const TraceStep& t, int r) {
     const std::string& name = t.stream.empty() ? s_.streams.front() : t.stream;
     const int stream =

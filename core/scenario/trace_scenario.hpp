@@ -17,7 +17,7 @@
 namespace shardcheck::core {
 
 // Bounds that keep loading, checking and simulating a trace scenario finite in memory and
-// time; each is checked before anything runs and named in its error (README, "Limits").
+// time; each is checked before anything runs and named in its error (docs/limits.md).
 // The simulator keeps real host bytes behind every simulated device byte, so device memory
 // is bounded in total, not only per buffer.
 struct TraceLimits {

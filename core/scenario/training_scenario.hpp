@@ -15,7 +15,7 @@
 namespace shardcheck::core {
 
 // Bounds on what a training scenario may ask for, so that a scenario that loads cannot make
-// the run exhaust host memory (README, "Limits"). Model dimensions are bounded by
+// the run exhaust host memory (docs/limits.md). Model dimensions are bounded by
 // ModelLayout::kMaxDim and kMaxLayers; simulated device memory by sim::Options.
 struct TrainingLimits {
   // Up to 64 ranks only the bounds below apply. Past 64 (up to 1024) the simulator's own
@@ -28,7 +28,7 @@ struct TrainingLimits {
   static constexpr int kMaxSteps = 10000;
   static constexpr int kMaxMicrobatches = 256;
   static constexpr int kMaxMicroBatchSize = 1024;
-  // The bounds below keep every file that loads within the host memory README's Limits table
+  // The bounds below keep every file that loads within the host memory the Limits table of docs/limits.md
   // states, measured at each bound by tests/cli/memory_bounds_test.cpp.
   static constexpr int64_t kMaxParameters = int64_t{1} << 22;
   // What one microbatch keeps for its backward pass, in elements: seq * micro_batch_size *

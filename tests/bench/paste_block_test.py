@@ -26,8 +26,8 @@ class PasteBlock(unittest.TestCase):
         with self.assertRaises(SystemExit):
             paste_block.paste("nothing here\n", "x", "block")
 
-    def test_readme_has_the_force_race_block(self):
-        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    def test_the_gpu_page_has_the_force_race_block(self):
+        with open(os.path.join(ROOT, "docs", "gpu.md"), encoding="utf-8") as f:
             readme = f.read()
         self.assertIn("<!-- force-race:begin", readme)
         self.assertIn("<!-- force-race:end -->", readme)

@@ -44,7 +44,7 @@ class SummarizeTest(unittest.TestCase):
         with open(os.path.join(ROOT, "bench", "README.md")) as f:
             names = {m[0] for m in summarize.BLOCK.findall(f.read())}
         self.assertEqual(names, {"results", "targets", "scaling", "scaling-16"})
-        with open(os.path.join(ROOT, "README.md")) as f:
+        with open(os.path.join(ROOT, "docs", "limits.md")) as f:
             self.assertEqual({m[0] for m in summarize.BLOCK.findall(f.read())}, {"scale"})
 
     def test_a_figure_changed_by_hand_fails_the_check(self):

@@ -1,4 +1,4 @@
-// Training files at the bounds of README's Limits table run within the host memory it states:
+// Training files at the bounds of the Limits table of docs/limits.md run within the host memory it states:
 // each file below is exactly at its bounds (one more step, rank or parameter is refused), and
 // its peak resident memory, read from the child's rusage, is held to the stated figure.
 #include <sys/resource.h>
@@ -23,7 +23,7 @@ using shardcheck::testing::run_shardcheck;
 
 namespace {
 
-// README, "Limits": a training run (run, explore, replay, compare against single_rank) peaks
+// docs/limits.md: a training run (run, explore, replay, compare against single_rank) peaks
 // below this much host memory.
 constexpr long kStatedKiB = 2L << 20;  // 2 GiB
 
@@ -69,7 +69,7 @@ Peak run_measured(const std::string& file, std::vector<std::string> args = {}) {
 
 }  // namespace
 
-TEST_CASE("training files at the memory bounds run within the host memory README states",
+TEST_CASE("training files at the memory bounds run within the host memory docs/limits.md states",
           "[cli][limits][memory]") {
   struct Case {
     const char* what;

@@ -1,6 +1,6 @@
 // The judgments behind the fuzz targets: loads and parses go through the same functions
 // users reach (run::load_scenario, cli::CommandLine), and the outcome is held against the
-// contract of docs/semantics.md §5-6 and the limits in the README.
+// contract of docs/semantics.md §5-6 and the limits in docs/limits.md.
 #include "tests/fuzz/checks.hpp"
 
 #include <unistd.h>

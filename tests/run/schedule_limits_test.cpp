@@ -1,5 +1,5 @@
 // The run layer holds every command-line override of a file's value to the file's own bounds
-// (README, "Limits"), so no command can run what the file could not have asked for: the
+// (docs/limits.md), so no command can run what the file could not have asked for: the
 // schedule overrides in options_for, `compare --steps` in compare_steps_problem. A run that
 // reaches the simulator's own bound is bad input with no verdict, not an internal error.
 #include <unistd.h>
