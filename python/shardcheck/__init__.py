@@ -7,6 +7,8 @@
 See docs/capture.md.
 """
 
-from .capture import capture
+# The module itself, which is callable: shardcheck.capture("DIR") is the context manager, and
+# `import shardcheck.capture` (or `from shardcheck import capture`) gives the module.
+from . import capture
 
 __all__ = ["capture"]

@@ -306,3 +306,15 @@ class GlooTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ImportTest(unittest.TestCase):
+    def test_import_gives_the_module_and_calling_it_captures(self):
+        import types
+
+        import shardcheck
+        import shardcheck.capture as module
+        self.assertIsInstance(module, types.ModuleType)
+        self.assertIs(shardcheck.capture, module)
+        self.assertTrue(hasattr(module, "Capture"))
+        self.assertTrue(callable(module))

@@ -205,3 +205,14 @@ def capture(out_dir, device=None):
 
 
 __all__ = ["capture", "Capture", "rank_and_world"]
+
+
+class _CallableModule(type(sys)):
+    """`shardcheck.capture("DIR")` is capture("DIR"); the name still denotes this module, so
+    `import shardcheck.capture` and `shardcheck.capture.Capture` work too."""
+
+    def __call__(self, out_dir, device=None):
+        return capture(out_dir, device=device)
+
+
+sys.modules[__name__].__class__ = _CallableModule
