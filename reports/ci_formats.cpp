@@ -13,38 +13,8 @@ namespace shardcheck::reports {
 
 namespace {
 
-// What each finding kind means, for SARIF's rules (docs/findings.md).
-const char* rule_text(core::FindingKind k) {
-  using K = core::FindingKind;
-  switch (k) {
-    case K::stream_race:
-      return "Two accesses to the same device bytes, at least one a write, with no happens-before between "
-             "them "
-             "(also across a memory block's lifetimes, when the caching allocator hands a freed block on).";
-    case K::collective_mismatch:
-      return "The k-th collective of a process group differs across ranks (op, dtype, count, reduce op, "
-             "root): "
-             "a hang or corrupted memory on real hardware.";
-    case K::collective_swap:
-      return "The ranks' collectives match in shape but not in meaning: the ranks silently exchange the "
-             "wrong "
-             "tensors.";
-    case K::deadlock:
-      return "Nothing can run but work remains: a cycle of waits through ranks and streams.";
-    case K::grad_norm_miscount:
-      return "The gradient norm counts some logical elements other than once (e.g. a tied embedding on two "
-             "pipeline stages).";
-    case K::layout_mismatch:
-      return "A reduction across ranks combines elements of different logical positions.";
-    case K::uninitialized_read:
-      return "Never-written bytes (a fresh block, layout gaps or padding) are read into a result.";
-    case K::numerics_divergence:
-      return "Weights differ from the single-rank reference (bitwise in exact mode).";
-    case K::replica_divergence:
-      return "Replicated buffers differ across the ranks that should hold copies.";
-  }
-  return "";
-}
+// What each finding kind means, for SARIF's rules: the kind table's sentence.
+std::string_view rule_text(core::FindingKind k) { return core::info(k).meaning; }
 
 // "stream_race" -> "StreamRace": SARIF's rule names are identifiers.
 std::string rule_name(std::string_view id) {

@@ -139,8 +139,7 @@ GpuTally run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
       }
       std::string difference = baseline.bitwise ? first_weight_difference(*s.training, r, baseline) : "";
       for (const auto& f : r.findings) {
-        if (f.kind == core::FindingKind::numerics_divergence ||
-            f.kind == core::FindingKind::replica_divergence) {
+        if (core::info(f.kind).shows_in_values) {  // the judge's differences in values
           if (difference.empty()) difference = f.summary;
           continue;
         }

@@ -83,9 +83,7 @@ core::TraceLog window(core::TraceLog log, const core::Finding& f) {
 // norm finding (what the curves can show), else the first finding of any kind.
 const core::Finding* curve_finding(const std::vector<core::Finding>& findings) {
   for (const auto& f : findings) {
-    if (f.kind == core::FindingKind::numerics_divergence || f.kind == core::FindingKind::replica_divergence ||
-        f.kind == core::FindingKind::grad_norm_miscount)
-      return &f;
+    if (core::info(f.kind).drawn_by_curves) return &f;
   }
   return findings.empty() ? nullptr : &findings.front();
 }
@@ -122,11 +120,12 @@ std::optional<reports::CompareData> loss_curves(const LoadedScenario& s,
 // The finding kinds a scenario's runs look for: the simulator's detectors, and for training
 // the oracles (numerics only against a reference).
 std::vector<std::string> detectors_of(const LoadedScenario& s) {
-  std::vector<std::string> out = {"stream_race",     "uninitialized_read", "collective_mismatch",
-                                  "collective_swap", "deadlock",           "layout_mismatch"};
-  if (s.training) {
-    out.insert(out.end(), {"grad_norm_miscount", "replica_divergence"});
-    if (s.training->scenario.reference != "none") out.push_back("numerics_divergence");
+  std::vector<std::string> out;
+  for (const auto& row : core::kFindingKindTable) {
+    const bool runs =
+        row.found_by == core::FoundBy::detector || (s.training && row.found_by == core::FoundBy::training) ||
+        (s.training && row.found_by == core::FoundBy::reference && s.training->scenario.reference != "none");
+    if (runs) out.emplace_back(row.name);
   }
   return out;
 }

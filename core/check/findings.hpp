@@ -29,6 +29,27 @@ enum class FindingKind : uint8_t {
 };
 inline constexpr int kFindingKinds = 9;
 
+// Who finds a kind: the simulator's detectors on every run (sim/detect_*.cpp), the training
+// judge on training runs, or the judge against the single-rank reference.
+enum class FoundBy : uint8_t { detector, training, reference };
+
+// Everything a consumer needs to know of a kind, in one row per kind (kFindingKindTable): a
+// new kind is one row here plus its detector, and tests/core/finding_kinds_test.cpp fails when
+// a consumer misses it.
+struct FindingKindInfo {
+  FindingKind kind;
+  std::string_view name;    // as scenario files, reports and SARIF spell it
+  std::string_view family;  // the detector family: sim/detect_<family>.cpp, or the judge
+  FoundBy found_by;
+  bool shows_in_values;      // a difference in values (on hardware, a run whose values differ)
+  bool values_may_miss;      // values on hardware may not show it even when it is there
+  bool drawn_by_curves;      // loss curves against the reference can show it
+  std::string_view meaning;  // one sentence: SARIF's rule text, docs/findings.md's table
+};
+
+extern const FindingKindInfo kFindingKindTable[kFindingKinds];
+const FindingKindInfo& info(FindingKind k);
+
 std::string_view to_string(FindingKind k);
 std::optional<FindingKind> parse_finding_kind(std::string_view s);
 

@@ -1,0 +1,81 @@
+// The finding kind table (core/check/findings.hpp) is the one list of kinds: every row is
+// whole, and each consumer (names, SARIF rules, the detectors a run lists, detector files)
+// covers every kind, so a new kind that misses one fails here.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "core/check/findings.hpp"
+#include "reports/ci_formats.hpp"
+#include "run/report.hpp"
+#include "run/scenario.hpp"
+
+using namespace shardcheck;
+
+TEST_CASE("every finding kind has one whole row: its name, family, meaning and who finds it",
+          "[run][findings]") {
+  std::set<std::string_view> names;
+  for (int i = 0; i < core::kFindingKinds; ++i) {
+    const core::FindingKindInfo& row = core::kFindingKindTable[i];
+    INFO(row.name);
+    REQUIRE(static_cast<int>(row.kind) == i);  // info(k) indexes the table
+    REQUIRE(!row.name.empty());
+    REQUIRE(names.insert(row.name).second);
+    REQUIRE(core::parse_finding_kind(row.name) == row.kind);
+    REQUIRE(core::to_string(row.kind) == row.name);
+    REQUIRE(!row.family.empty());
+    REQUIRE(row.meaning.size() > 20);
+    if (row.found_by == core::FoundBy::detector) {
+      const std::string file =
+          std::string(SHARDCHECK_SOURCE_DIR) + "/sim/detect_" + std::string(row.family) + ".cpp";
+      INFO(file);
+      REQUIRE(std::filesystem::exists(file));
+    }
+  }
+}
+
+TEST_CASE("a training run against the reference looks for every kind, a trace run for the detectors' only",
+          "[run][findings]") {
+  auto training = run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) +
+                                     "/scenarios/catalog/grad-divisor-on-running-sum.yaml");
+  REQUIRE(training.ok());
+  auto trace = run::load_scenario(std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/trace/reuse-race.yaml");
+  REQUIRE(trace.ok());
+  const auto all = run::detectors_of(*training);
+  const auto some = run::detectors_of(*trace);
+  for (const auto& row : core::kFindingKindTable) {
+    INFO(row.name);
+    if (training->training->scenario.reference != "none" || row.found_by != core::FoundBy::reference)
+      REQUIRE(std::count(all.begin(), all.end(), std::string(row.name)) == 1);
+    REQUIRE(std::count(some.begin(), some.end(), std::string(row.name)) ==
+            (row.found_by == core::FoundBy::detector ? 1 : 0));
+  }
+}
+
+TEST_CASE("SARIF has a rule with its meaning for every kind a report holds", "[run][findings]") {
+  reports::Report report;
+  reports::ScenarioResult s;
+  s.name = "all-kinds";
+  s.file = "all-kinds.yaml";
+  for (const auto& row : core::kFindingKindTable) {
+    core::Finding f;
+    f.kind = row.kind;
+    f.summary = std::string(row.name) + " here";
+    f.key = std::string(row.name);
+    s.findings.push_back(f);
+    s.found.push_back(row.kind);
+  }
+  report.scenarios.push_back(s);
+  const reports::CiInput in{report, {}, {}, {}};
+  const auto sarif = nlohmann::json::parse(reports::sarif_json(in, "test"));
+  const auto& rules = sarif["runs"][0]["tool"]["driver"]["rules"];
+  for (const auto& row : core::kFindingKindTable) {
+    INFO(row.name);
+    bool found = false;
+    for (const auto& rule : rules) found |= rule["fullDescription"]["text"] == std::string(row.meaning);
+    REQUIRE(found);
+  }
+}
