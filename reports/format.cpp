@@ -10,28 +10,32 @@
 
 namespace shardcheck::reports {
 
+std::string_view markup_entity(char c, bool apostrophe) {
+  switch (c) {
+    case '&':
+      return "&amp;";
+    case '<':
+      return "&lt;";
+    case '>':
+      return "&gt;";
+    case '"':
+      return "&quot;";
+    case '\'':
+      return apostrophe ? "&#39;" : "";
+    default:
+      return "";
+  }
+}
+
 std::string html_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + s.size() / 8);
   for (const char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
+    const std::string_view e = markup_entity(c, true);
+    if (e.empty()) {
+      out += c;
+    } else {
+      out += e;
     }
   }
   return out;

@@ -14,6 +14,8 @@
 namespace shardcheck::reports {
 
 std::string html_escape(std::string_view s);
+// The entity markup writes for c (&, <, >, ", and ' where `apostrophe`), or "" for any other.
+std::string_view markup_entity(char c, bool apostrophe);
 // Markdown prose on one line: characters that would start markup (\ ` * [ ] < >) escaped,
 // line breaks turned into spaces.
 std::string md_text(std::string_view s);
