@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 #include <unordered_map>
 
 #include "core/base/text.hpp"
@@ -57,11 +58,6 @@ int rank_of_file(const std::string& name) {
   const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
   if (digits.empty() || digits.size() > 6 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
   return std::stoi(digits);
-}
-
-std::string kind_list() {
-  return "site, stream, group, alloc, free, op, record_stream, event_record, event_wait, event_sync, "
-         "stream_sync, device_sync, coll, send, recv, end";
 }
 
 std::string ranks_text(const std::vector<int>& r) {
@@ -358,214 +354,280 @@ class RankLoader {
     }
   }
 
-  void record(std::string_view k) {
-    CapturedRecord rec;
-    if (k == "site") {
-      Fields f(j_, line_, "site");
-      define_dense(f, "site", sites_.size());
-      const std::string_view file = f.str("file");
-      const int64_t line = f.integer("line", 0, INT32_MAX);
-      f.str("func");
-      sites_.push_back(intern(sources_, p_.sources, std::string(file) + ":" + std::to_string(line)));
-      return;
-    }
-    if (k == "stream") {
-      Fields f(j_, line_, "stream");
-      define_dense(f, "stream", r_.streams.size());
-      if (r_.streams.size() >= static_cast<size_t>(CaptureLimits::kMaxStreams)) {
-        f.fail("more than " + std::to_string(CaptureLimits::kMaxStreams) +
-               " streams on one rank (docs/limits.md)");
-      }
-      std::string n(f.str("name"));
-      if (n.empty()) n = "stream " + std::to_string(r_.streams.size());
-      // Stream names are how the simulator tells streams apart: a repeated name gets its id.
-      if (std::find(r_.streams.begin(), r_.streams.end(), n) != r_.streams.end())
-        n += " #" + std::to_string(r_.streams.size());
-      r_.streams.push_back(std::move(n));
-      return;
-    }
-    if (k == "group") {
-      Fields f(j_, line_, "group");
-      define_dense(f, "group", r_.groups.size());
-      const std::string n(f.str("name"));
-      const Value& rv = f.need("ranks", Type::array);
-      std::vector<int> ranks;
-      for (uint32_t i = 0; i < rv.count; ++i) {
-        const Value& e = j_.element(rv, i);
-        if (e.type != Type::integer || e.i < 0 || e.i >= p_.world_size)
-          f.fail("group '" + n + "': ranks must be integers in 0.." + std::to_string(p_.world_size - 1));
-        if (!ranks.empty() && e.i <= ranks.back())
-          f.fail("group '" + n + "': ranks must be ascending, each once");
-        ranks.push_back(static_cast<int>(e.i));
-      }
-      if (ranks.empty()) f.fail("group '" + n + "' has no ranks");
-      auto it = group_where_.find(n);
-      if (it == group_where_.end()) {
-        if (p_.groups.size() >= static_cast<size_t>(CaptureLimits::kMaxGroups)) {
-          f.fail("more than " + std::to_string(CaptureLimits::kMaxGroups) +
-                 " process groups (docs/limits.md)");
-        }
-        p_.groups.push_back({n, ranks});
-        it = group_where_
-                 .emplace(n, std::pair{static_cast<int32_t>(p_.groups.size() - 1),
-                                       r_.file + ":" + std::to_string(line_)})
-                 .first;
-      } else if (p_.groups[static_cast<size_t>(it->second.first)].ranks != ranks) {
-        f.fail("group '" + n + "' has ranks " + ranks_text(ranks) + " here but " +
-               ranks_text(p_.groups[static_cast<size_t>(it->second.first)].ranks) + " at " +
-               it->second.second);
-      }
-      r_.groups.push_back(it->second.first);
-      return;
-    }
-    if (k == "alloc") {
-      Fields f(j_, line_, "alloc");
-      const int64_t b = f.integer("buf", 0, CaptureLimits::kMaxIds - 1);
-      if (b < static_cast<int64_t>(sizes_.size()))
-        f.fail("buffer " + std::to_string(b) + " is defined twice");
-      if (b > static_cast<int64_t>(sizes_.size())) {
-        f.fail("buffer " + std::to_string(b) + " is defined before buffer " + std::to_string(sizes_.size()) +
-               " (ids are dense and defined in order)");
-      }
-      const int64_t bytes = f.integer("bytes", 0, CaptureLimits::kMaxLiveBytes);
-      const int32_t stream = stream_ref(f);
-      const int32_t source = site_ref(f);
-      sizes_.push_back(bytes);
-      live_.push_back(1);
-      r_.buffers = static_cast<int32_t>(sizes_.size());
-      live_bytes_ += bytes;
-      if (live_bytes_ > CaptureLimits::kMaxLiveBytes) {
-        f.fail("rank " + std::to_string(rank_) + " holds " + std::to_string(live_bytes_) +
-               " bytes at once, past the limit of " + std::to_string(CaptureLimits::kMaxLiveBytes) +
-               " (docs/limits.md)");
-      }
-      r_.peak_live_bytes = std::max(r_.peak_live_bytes, live_bytes_);
-      if (f.flag("pre")) {
-        r_.pre.push_back({static_cast<int32_t>(b), stream, source, bytes});
-        return;
-      }
-      rec.kind = CapturedKind::alloc;
-      rec.a = static_cast<int32_t>(b);
-      rec.stream = stream;
-      rec.source = source;
-      rec.n = bytes;
-    } else if (k == "free") {
-      Fields f(j_, line_, "free");
-      const int64_t b = f.integer("buf", 0, INT32_MAX);
-      if (b < static_cast<int64_t>(live_.size()) && !live_[static_cast<size_t>(b)])
-        f.fail("buffer " + std::to_string(b) + " is freed twice");
-      rec.kind = CapturedKind::free;
-      rec.a = buffer_ref(f, b, "a free");
-      rec.source = site_ref(f);
-      live_[static_cast<size_t>(b)] = 0;
-      live_bytes_ -= sizes_[static_cast<size_t>(b)];
-    } else if (k == "op") {
-      Fields f(j_, line_, "op");
-      rec.kind = CapturedKind::op;
-      rec.name = name(f);
-      rec.stream = stream_ref(f);
-      rec.source = site_ref(f);
-      const Value& r = f.need("r", Type::array);
-      const Value& w = f.need("w", Type::array);
-      if (r.count + w.count > static_cast<uint32_t>(CaptureLimits::kMaxRangesPerOp)) {
-        f.fail("an op with " + std::to_string(r.count + w.count) + " ranges, past the limit of " +
-               std::to_string(CaptureLimits::kMaxRangesPerOp) + " (docs/limits.md)");
-      }
-      count_ranges(f, r.count + w.count);
-      rec.first = static_cast<uint32_t>(r_.ranges.size());
-      for (uint32_t i = 0; i < r.count; ++i) r_.ranges.push_back(range(f, j_.element(r, i), "r"));
-      for (uint32_t i = 0; i < w.count; ++i) r_.ranges.push_back(range(f, j_.element(w, i), "w"));
-      rec.reads = static_cast<uint16_t>(r.count);
-      rec.writes = static_cast<uint16_t>(w.count);
-    } else if (k == "record_stream") {
-      Fields f(j_, line_, "record_stream");
-      rec.kind = CapturedKind::record_stream;
-      rec.a = buffer_ref(f, f.integer("buf", 0, INT32_MAX), "record_stream");
-      rec.stream = stream_ref(f);
-      rec.source = site_ref(f);
-    } else if (k == "event_record" || k == "event_wait") {
-      Fields f(j_, line_, k);
-      rec.kind = k == "event_record" ? CapturedKind::event_record : CapturedKind::event_wait;
-      rec.a = event_ref(f);
-      rec.stream = stream_ref(f);
-      rec.source = site_ref(f);
-    } else if (k == "event_sync") {
-      Fields f(j_, line_, "event_sync");
-      rec.kind = CapturedKind::event_sync;
-      rec.a = event_ref(f);
-      rec.source = site_ref(f);
-    } else if (k == "stream_sync") {
-      Fields f(j_, line_, "stream_sync");
-      rec.kind = CapturedKind::stream_sync;
-      rec.stream = stream_ref(f);
-      rec.source = site_ref(f);
-    } else if (k == "device_sync") {
-      Fields f(j_, line_, "device_sync");
-      rec.kind = CapturedKind::device_sync;
-      rec.source = site_ref(f);
-    } else if (k == "coll") {
-      collective(rec);
-    } else if (k == "send" || k == "recv") {
-      Fields f(j_, line_, k);
-      rec.kind = k == "send" ? CapturedKind::send : CapturedKind::recv;
-      rec.b = group_ref(f);
-      const CapturedGroup& g = p_.groups[static_cast<size_t>(r_.groups[static_cast<size_t>(rec.b)])];
-      const int64_t peer = f.integer("peer", 0, p_.world_size - 1);
-      if (peer == rank_) f.fail(std::string(k) + " with peer " + std::to_string(peer) + ", this rank itself");
-      if (!std::binary_search(g.ranks.begin(), g.ranks.end(), static_cast<int>(peer)))
-        f.fail("peer " + std::to_string(peer) + " is not a member of group '" + g.name + "'");
-      rec.a = static_cast<int32_t>(peer);
-      rec.stream = stream_ref(f);
-      rec.dtype = dtype(f);
-      rec.n = f.integer("count", 0, CaptureLimits::kMaxLiveBytes);
-      rec.name = name(f);
-      // NCCL matches transfers in issue order per communicator; the tag matches nothing there.
-      if (const Value* tag = j_.find("tag");
-          !tag || (tag->type != Type::integer && tag->type != Type::string))
-        f.fail(std::string(k) + " record without its field 'tag' (an integer)");
-      rec.source = site_ref(f);
-      count_ranges(f, 1);
-      rec.first = static_cast<uint32_t>(r_.ranges.size());
-      const CapturedRange buf = range(f, f.need("buf", Type::array), "buf");
-      if (buf.bytes < rec.n * dtype_bytes(rec.dtype)) {
-        f.fail(std::string(k) + " of " + std::to_string(rec.n) +
-               " elements, more than its buffer range holds (" + std::to_string(buf.bytes) + " bytes)");
-      }
-      r_.ranges.push_back(buf);
-      rec.reads = 1;
-    } else {
-      fail("unknown record kind '" + std::string(k) + "' (expected " + kind_list() + ")");
-    }
-    r_.records.push_back(rec);
+  // One record kind: reads the line's fields into `rec`; true when `rec` is a record to keep
+  // (definitions and pre-existing buffers are kept elsewhere).
+  using Reader = bool (RankLoader::*)(std::string_view kind, CapturedRecord& rec);
+  struct Handler {
+    std::string_view kind;
+    Reader read;
+  };
+  // Every record kind a rank file may hold but `end`, in the order docs/capture-format.md
+  // lists them; kind_list() and the refusal of an unknown kind are made from it.
+  static std::span<const Handler> handlers() {
+    static constexpr Handler kTable[] = {
+        {"site", &RankLoader::site},
+        {"stream", &RankLoader::stream},
+        {"group", &RankLoader::group},
+        {"alloc", &RankLoader::alloc},
+        {"free", &RankLoader::free_record},
+        {"op", &RankLoader::op},
+        {"record_stream", &RankLoader::record_stream},
+        {"event_record", &RankLoader::event},
+        {"event_wait", &RankLoader::event},
+        {"event_sync", &RankLoader::event_sync},
+        {"stream_sync", &RankLoader::stream_sync},
+        {"device_sync", &RankLoader::device_sync},
+        {"coll", &RankLoader::collective},
+        {"send", &RankLoader::p2p},
+        {"recv", &RankLoader::p2p},
+    };
+    return kTable;
   }
 
-  void collective(CapturedRecord& rec) {
-    Fields f(j_, line_, "coll");
-    rec.kind = CapturedKind::coll;
-    const std::string_view op = f.str("op");
+  static std::string kind_list() {
+    std::string out;
+    for (const Handler& h : handlers()) out += std::string(h.kind) + ", ";
+    return out + "end";
+  }
+
+  void record(std::string_view k) {
+    for (const Handler& h : handlers()) {
+      if (h.kind != k) continue;
+      CapturedRecord rec;
+      if ((this->*h.read)(k, rec)) r_.records.push_back(rec);
+      return;
+    }
+    fail("unknown record kind '" + std::string(k) + "' (expected " + kind_list() + ")");
+  }
+
+  bool site(std::string_view, CapturedRecord&) {
+    Fields f(j_, line_, "site");
+    define_dense(f, "site", sites_.size());
+    const std::string_view file = f.str("file");
+    const int64_t line = f.integer("line", 0, INT32_MAX);
+    f.str("func");
+    sites_.push_back(intern(sources_, p_.sources, std::string(file) + ":" + std::to_string(line)));
+    return false;
+  }
+
+  bool stream(std::string_view, CapturedRecord&) {
+    Fields f(j_, line_, "stream");
+    define_dense(f, "stream", r_.streams.size());
+    if (r_.streams.size() >= static_cast<size_t>(CaptureLimits::kMaxStreams)) {
+      f.fail("more than " + std::to_string(CaptureLimits::kMaxStreams) +
+             " streams on one rank (docs/limits.md)");
+    }
+    std::string n(f.str("name"));
+    if (n.empty()) n = "stream " + std::to_string(r_.streams.size());
+    // Stream names are how the simulator tells streams apart: a repeated name gets its id.
+    if (std::find(r_.streams.begin(), r_.streams.end(), n) != r_.streams.end())
+      n += " #" + std::to_string(r_.streams.size());
+    r_.streams.push_back(std::move(n));
+    return false;
+  }
+
+  // A group's ranks: integers of the world, ascending, each once.
+  std::vector<int> group_ranks(const Fields& f, const std::string& n) const {
+    const Value& rv = f.need("ranks", Type::array);
+    std::vector<int> ranks;
+    for (uint32_t i = 0; i < rv.count; ++i) {
+      const Value& e = j_.element(rv, i);
+      if (e.type != Type::integer || e.i < 0 || e.i >= p_.world_size)
+        f.fail("group '" + n + "': ranks must be integers in 0.." + std::to_string(p_.world_size - 1));
+      if (!ranks.empty() && e.i <= ranks.back())
+        f.fail("group '" + n + "': ranks must be ascending, each once");
+      ranks.push_back(static_cast<int>(e.i));
+    }
+    if (ranks.empty()) f.fail("group '" + n + "' has no ranks");
+    return ranks;
+  }
+
+  bool group(std::string_view, CapturedRecord&) {
+    Fields f(j_, line_, "group");
+    define_dense(f, "group", r_.groups.size());
+    const std::string n(f.str("name"));
+    const std::vector<int> ranks = group_ranks(f, n);
+    auto it = group_where_.find(n);
+    if (it == group_where_.end()) {
+      if (p_.groups.size() >= static_cast<size_t>(CaptureLimits::kMaxGroups)) {
+        f.fail("more than " + std::to_string(CaptureLimits::kMaxGroups) + " process groups (docs/limits.md)");
+      }
+      p_.groups.push_back({n, ranks});
+      it = group_where_
+               .emplace(n, std::pair{static_cast<int32_t>(p_.groups.size() - 1),
+                                     r_.file + ":" + std::to_string(line_)})
+               .first;
+    } else if (p_.groups[static_cast<size_t>(it->second.first)].ranks != ranks) {
+      f.fail("group '" + n + "' has ranks " + ranks_text(ranks) + " here but " +
+             ranks_text(p_.groups[static_cast<size_t>(it->second.first)].ranks) + " at " + it->second.second);
+    }
+    r_.groups.push_back(it->second.first);
+    return false;
+  }
+
+  bool alloc(std::string_view, CapturedRecord& rec) {
+    Fields f(j_, line_, "alloc");
+    const int64_t b = f.integer("buf", 0, CaptureLimits::kMaxIds - 1);
+    if (b < static_cast<int64_t>(sizes_.size())) f.fail("buffer " + std::to_string(b) + " is defined twice");
+    if (b > static_cast<int64_t>(sizes_.size())) {
+      f.fail("buffer " + std::to_string(b) + " is defined before buffer " + std::to_string(sizes_.size()) +
+             " (ids are dense and defined in order)");
+    }
+    const int64_t bytes = f.integer("bytes", 0, CaptureLimits::kMaxLiveBytes);
+    const int32_t stream = stream_ref(f);
+    const int32_t source = site_ref(f);
+    sizes_.push_back(bytes);
+    live_.push_back(1);
+    r_.buffers = static_cast<int32_t>(sizes_.size());
+    live_bytes_ += bytes;
+    if (live_bytes_ > CaptureLimits::kMaxLiveBytes) {
+      f.fail("rank " + std::to_string(rank_) + " holds " + std::to_string(live_bytes_) +
+             " bytes at once, past the limit of " + std::to_string(CaptureLimits::kMaxLiveBytes) +
+             " (docs/limits.md)");
+    }
+    r_.peak_live_bytes = std::max(r_.peak_live_bytes, live_bytes_);
+    if (f.flag("pre")) {
+      r_.pre.push_back({static_cast<int32_t>(b), stream, source, bytes});
+      return false;
+    }
+    rec.kind = CapturedKind::alloc;
+    rec.a = static_cast<int32_t>(b);
+    rec.stream = stream;
+    rec.source = source;
+    rec.n = bytes;
+    return true;
+  }
+
+  bool free_record(std::string_view, CapturedRecord& rec) {
+    Fields f(j_, line_, "free");
+    const int64_t b = f.integer("buf", 0, INT32_MAX);
+    if (b < static_cast<int64_t>(live_.size()) && !live_[static_cast<size_t>(b)])
+      f.fail("buffer " + std::to_string(b) + " is freed twice");
+    rec.kind = CapturedKind::free;
+    rec.a = buffer_ref(f, b, "a free");
+    rec.source = site_ref(f);
+    live_[static_cast<size_t>(b)] = 0;
+    live_bytes_ -= sizes_[static_cast<size_t>(b)];
+    return true;
+  }
+
+  bool op(std::string_view, CapturedRecord& rec) {
+    Fields f(j_, line_, "op");
+    rec.kind = CapturedKind::op;
+    rec.name = name(f);
+    rec.stream = stream_ref(f);
+    rec.source = site_ref(f);
+    const Value& r = f.need("r", Type::array);
+    const Value& w = f.need("w", Type::array);
+    if (r.count + w.count > static_cast<uint32_t>(CaptureLimits::kMaxRangesPerOp)) {
+      f.fail("an op with " + std::to_string(r.count + w.count) + " ranges, past the limit of " +
+             std::to_string(CaptureLimits::kMaxRangesPerOp) + " (docs/limits.md)");
+    }
+    count_ranges(f, r.count + w.count);
+    rec.first = static_cast<uint32_t>(r_.ranges.size());
+    for (uint32_t i = 0; i < r.count; ++i) r_.ranges.push_back(range(f, j_.element(r, i), "r"));
+    for (uint32_t i = 0; i < w.count; ++i) r_.ranges.push_back(range(f, j_.element(w, i), "w"));
+    rec.reads = static_cast<uint16_t>(r.count);
+    rec.writes = static_cast<uint16_t>(w.count);
+    return true;
+  }
+
+  bool record_stream(std::string_view, CapturedRecord& rec) {
+    Fields f(j_, line_, "record_stream");
+    rec.kind = CapturedKind::record_stream;
+    rec.a = buffer_ref(f, f.integer("buf", 0, INT32_MAX), "record_stream");
+    rec.stream = stream_ref(f);
+    rec.source = site_ref(f);
+    return true;
+  }
+
+  bool event(std::string_view k, CapturedRecord& rec) {
+    Fields f(j_, line_, k);
+    rec.kind = k == "event_record" ? CapturedKind::event_record : CapturedKind::event_wait;
+    rec.a = event_ref(f);
+    rec.stream = stream_ref(f);
+    rec.source = site_ref(f);
+    return true;
+  }
+
+  bool event_sync(std::string_view, CapturedRecord& rec) {
+    Fields f(j_, line_, "event_sync");
+    rec.kind = CapturedKind::event_sync;
+    rec.a = event_ref(f);
+    rec.source = site_ref(f);
+    return true;
+  }
+
+  bool stream_sync(std::string_view, CapturedRecord& rec) {
+    Fields f(j_, line_, "stream_sync");
+    rec.kind = CapturedKind::stream_sync;
+    rec.stream = stream_ref(f);
+    rec.source = site_ref(f);
+    return true;
+  }
+
+  bool device_sync(std::string_view, CapturedRecord& rec) {
+    Fields f(j_, line_, "device_sync");
+    rec.kind = CapturedKind::device_sync;
+    rec.source = site_ref(f);
+    return true;
+  }
+
+  bool p2p(std::string_view k, CapturedRecord& rec) {
+    Fields f(j_, line_, k);
+    rec.kind = k == "send" ? CapturedKind::send : CapturedKind::recv;
+    rec.b = group_ref(f);
+    const CapturedGroup& g = p_.groups[static_cast<size_t>(r_.groups[static_cast<size_t>(rec.b)])];
+    const int64_t peer = f.integer("peer", 0, p_.world_size - 1);
+    if (peer == rank_) f.fail(std::string(k) + " with peer " + std::to_string(peer) + ", this rank itself");
+    if (!std::binary_search(g.ranks.begin(), g.ranks.end(), static_cast<int>(peer)))
+      f.fail("peer " + std::to_string(peer) + " is not a member of group '" + g.name + "'");
+    rec.a = static_cast<int32_t>(peer);
+    rec.stream = stream_ref(f);
+    rec.dtype = dtype(f);
+    rec.n = f.integer("count", 0, CaptureLimits::kMaxLiveBytes);
+    rec.name = name(f);
+    // NCCL matches transfers in issue order per communicator; the tag matches nothing there.
+    if (const Value* tag = j_.find("tag"); !tag || (tag->type != Type::integer && tag->type != Type::string))
+      f.fail(std::string(k) + " record without its field 'tag' (an integer)");
+    rec.source = site_ref(f);
+    count_ranges(f, 1);
+    rec.first = static_cast<uint32_t>(r_.ranges.size());
+    const CapturedRange buf = range(f, f.need("buf", Type::array), "buf");
+    if (buf.bytes < rec.n * dtype_bytes(rec.dtype)) {
+      f.fail(std::string(k) + " of " + std::to_string(rec.n) +
+             " elements, more than its buffer range holds (" + std::to_string(buf.bytes) + " bytes)");
+    }
+    r_.ranges.push_back(buf);
+    rec.reads = 1;
+    return true;
+  }
+
+  static CollectiveKind collective_kind(const Fields& f, std::string_view op) {
     static constexpr std::pair<std::string_view, CollectiveKind> kOps[] = {
         {"all_reduce", CollectiveKind::all_reduce}, {"reduce_scatter", CollectiveKind::reduce_scatter},
         {"all_gather", CollectiveKind::all_gather}, {"broadcast", CollectiveKind::broadcast},
         {"reduce", CollectiveKind::reduce},         {"all_to_all", CollectiveKind::all_to_all},
         {"barrier", CollectiveKind::barrier}};
-    bool known = false;
     for (const auto& [n, c] : kOps) {
-      if (n == op) {
-        rec.coll = c;
-        known = true;
-      }
+      if (n == op) return c;
     }
-    if (!known) {
-      f.fail("unknown collective '" + std::string(op) +
-             "' (expected all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or barrier)");
-    }
+    f.fail("unknown collective '" + std::string(op) +
+           "' (expected all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or barrier)");
+  }
+
+  bool collective(std::string_view, CapturedRecord& rec) {
+    Fields f(j_, line_, "coll");
+    rec.kind = CapturedKind::coll;
+    const std::string_view op = f.str("op");
+    rec.coll = collective_kind(f, op);
     rec.a = group_ref(f);
     const CapturedGroup& g = p_.groups[static_cast<size_t>(r_.groups[static_cast<size_t>(rec.a)])];
     const auto members = static_cast<int64_t>(g.ranks.size());
     rec.stream = stream_ref(f);
     rec.name = name(f);
     rec.source = site_ref(f);
-    if (rec.coll == CollectiveKind::barrier) return;
+    if (rec.coll == CollectiveKind::barrier) return true;
     rec.dtype = dtype(f);
     rec.n = f.integer("count", 0, CaptureLimits::kMaxLiveBytes);
     const std::string_view reduce = f.str("reduce");
@@ -574,7 +636,7 @@ class RankLoader {
                                                                         {"product", ReduceOp::product},
                                                                         {"min", ReduceOp::min},
                                                                         {"max", ReduceOp::max}};
-    known = reduce == "none";
+    bool known = reduce == "none";
     for (const auto& [n, r] : kReduce) {
       if (n == reduce) {
         rec.reduce = r;
@@ -613,6 +675,7 @@ class RankLoader {
     }
     rec.reads = 1;
     rec.writes = 1;
+    return true;
   }
 
   CapturedProgram& p_;
