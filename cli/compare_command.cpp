@@ -121,8 +121,8 @@ int run_compare(const CompareArgs& a) {
               << " (not '" << core::printable(a.against) << "')\n";
     return kBadInput;
   }
-  if (auto why = compare_steps_problem(*s, a.against, a.steps); !why.empty()) {
-    std::cerr << "shardcheck compare: " << core::printable(why) << "\n";
+  if (auto why = compare_steps_problem(*s, a.against, a.steps); !why) {
+    std::cerr << "shardcheck compare: " << core::printable(why.message()) << "\n";
     return kBadInput;
   }
   if (on_gpu) return compare_on_gpu(*s, a.gpu, a.against, a.steps);

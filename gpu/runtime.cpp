@@ -249,8 +249,8 @@ class GpuRuntime final : public core::Runtime {
 void GpuRuntime::do_collective(core::CollectiveCall call) {
   const int gi = r_.groups.at(call.group);
   Group& g = w_.groups[gi];
-  if (std::string e = core::check_collective_shape(call, static_cast<int>(g.members.size())); !e.empty())
-    throw InternalError(e);
+  if (core::Status e = core::check_collective_shape(call, static_cast<int>(g.members.size())); !e)
+    throw InternalError(e.message());
   // Captured programs' collectives and reductions (docs/capture-format.md) run on the simulator only.
   if (call.kind > core::CollectiveKind::broadcast || call.reduce > core::ReduceOp::avg)
     throw InternalError(core::op_name(call) +

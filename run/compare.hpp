@@ -31,7 +31,7 @@ struct CompareResult {
 // passed (core::training_limits_exceeded: 1..10000 and, with a reference, parameters * steps
 // at most 2^24, and parameters * steps * ranks at most 2^25); else the message, naming the file and --steps.
 // Every compare path checks it before anything runs; compare_on_sim returns it as `bad_input`.
-std::string compare_steps_problem(const LoadedScenario& s, const std::string& against, int steps);
+core::Status compare_steps_problem(const LoadedScenario& s, const std::string& against, int steps);
 
 // `jobs`: threads it may use (0: every core); against DistOpt, the single-rank reference and
 // the two trainings at once when it is not 1. The result is the same either way. `schedule`:

@@ -335,8 +335,8 @@ int gpu_run_on_gpu(const std::vector<LoadedScenario>& scenarios, const GpuArgs& 
 
 int gpu_compare_on_gpu(const LoadedScenario& s, const GpuArgs& a, const std::string& against, int steps) {
   quiet_unless_first_process();
-  if (auto why = compare_steps_problem(s, against, steps); !why.empty()) {
-    std::cerr << "shardcheck compare: " << core::printable(why) << "\n";
+  if (auto why = compare_steps_problem(s, against, steps); !why) {
+    std::cerr << "shardcheck compare: " << core::printable(why.message()) << "\n";
     return kBadInput;
   }
   return in_step(compare_one(s, a, against, steps));

@@ -144,16 +144,16 @@ core::Expected<sim::Options> options_for(const LoadedScenario& s, const Schedule
     return core::fail(s.file, ": ", o.runs ? "--runs " : "the file's runs ", runs, " is out of range 1..",
                       L::kMaxRuns);
   }
-  if (const std::string why = core::trace_bytes_exceeded(s.bytes_per_run, runs); !why.empty())
-    return core::fail(s.file, ": ", o.runs ? "--runs " : "the file's runs ", runs, ": ", why);
+  if (const core::Status why = core::trace_bytes_exceeded(s.bytes_per_run, runs); !why)
+    return core::fail(s.file, ": ", o.runs ? "--runs " : "the file's runs ", runs, ": ", why.message());
   opt.seed = o.seed.value_or(s.schedule.seed);
   if (opt.seed > static_cast<uint64_t>(L::kMaxSeed))
     return core::fail(s.file, ": --seed ", opt.seed, " is out of range 0..", L::kMaxSeed);
-  if (const std::string why = core::schedule_seeds_exceeded(opt.seed, runs); !why.empty()) {
+  if (const core::Status why = core::schedule_seeds_exceeded(opt.seed, runs); !why) {
     const std::string seed_from = (o.seed ? "--seed " : "the file's seed ") + std::to_string(opt.seed);
     const std::string runs_from =
         o.runs ? "--runs " + std::to_string(runs) : "the file's " + std::to_string(runs) + " runs";
-    return core::fail(s.file, ": ", seed_from, " with ", runs_from, ": ", why,
+    return core::fail(s.file, ": ", seed_from, " with ", runs_from, ": ", why.message(),
                       "; choose a smaller seed or fewer runs");
   }
   opt.policy = *p;

@@ -352,9 +352,8 @@ void World::launch(int rank, core::KernelCall call) {
 void World::collective(int rank, core::CollectiveCall call) {
   const int g = group_index(rank, call.group);
   Group& group = groups_[g];
-  if (std::string e = core::check_collective_shape(call, static_cast<int>(group.members.size()));
-      !e.empty()) {
-    throw InternalError(e);
+  if (core::Status e = core::check_collective_shape(call, static_cast<int>(group.members.size())); !e) {
+    throw InternalError(e.message());
   }
   if (call.kind != core::CollectiveKind::barrier) {  // a barrier's references are empty
     check_ref(rank, call.input, "collective input");

@@ -87,7 +87,7 @@ void execute_collective_cpu(const CollectiveCall& c, std::span<std::byte* const>
   const int members = static_cast<int>(inputs.size());
   if (outputs.size() != inputs.size() || members == 0)
     throw InternalError("collective: one input and output per member");
-  if (std::string e = check_collective_shape(c, members); !e.empty()) throw InternalError(e);
+  if (Status e = check_collective_shape(c, members); !e) throw InternalError(e.message());
   const DType t = c.input.dtype;
   const int64_t esize = dtype_bytes(t);
   const int64_t in_n = c.input.numel, out_n = c.output.numel;

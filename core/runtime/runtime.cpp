@@ -91,36 +91,42 @@ Issued<> Runtime::download(TensorRef src, StreamId stream, std::span<std::byte> 
   return Issued<>(this);
 }
 
-std::string check_collective_shape(const CollectiveCall& c, int members) {
+namespace {
+std::string collective_label(const CollectiveCall& c) {
+  return std::string(to_string(c.kind)) + " '" + c.tag + "'";
+}
+}  // namespace
+
+Status check_collective_shape(const CollectiveCall& c, int members) {
   const int64_t in = c.input.numel, out = c.output.numel;
   // Named only when something is wrong: every collective of every rank is checked.
-  const auto what = [&c] { return std::string(to_string(c.kind)) + " '" + c.tag + "'"; };
-  if (c.input.dtype != c.output.dtype) return what() + ": input and output dtypes differ";
+  const auto what = [&c] { return collective_label(c); };
+  if (c.input.dtype != c.output.dtype) return fail(what() + ": input and output dtypes differ");
   switch (c.kind) {
     case CollectiveKind::all_gather:
-      if (out != in * members) return what() + ": output must hold input x group size elements";
+      if (out != in * members) return fail(what() + ": output must hold input x group size elements");
       break;
     case CollectiveKind::reduce_scatter:
-      if (in != out * members) return what() + ": input must hold output x group size elements";
+      if (in != out * members) return fail(what() + ": input must hold output x group size elements");
       break;
     case CollectiveKind::all_reduce:
     case CollectiveKind::broadcast:
     case CollectiveKind::reduce:
-      if (in != out) return what() + ": input and output must have the same length";
+      if (in != out) return fail(what() + ": input and output must have the same length");
       break;
     case CollectiveKind::all_to_all:
-      if (in != out) return what() + ": input and output must have the same length";
-      if (in % members != 0) return what() + ": its length must be a multiple of the group size";
+      if (in != out) return fail(what() + ": input and output must have the same length");
+      if (in % members != 0) return fail(what() + ": its length must be a multiple of the group size");
       break;
     case CollectiveKind::barrier:
-      if (in != 0 || out != 0) return what() + ": a barrier moves no data";
+      if (in != 0 || out != 0) return fail(what() + ": a barrier moves no data");
       break;
   }
   if ((c.kind == CollectiveKind::broadcast || c.kind == CollectiveKind::reduce) &&
       (c.root < 0 || c.root >= members)) {
-    return what() + ": root is not a group rank";
+    return fail(what() + ": root is not a group rank");
   }
-  return "";
+  return {};
 }
 
 }  // namespace shardcheck::core

@@ -194,6 +194,6 @@ std::string op_name(const P2PCall& c, bool send);
 
 // Element counts a collective expects, for validation by every backend.
 // Returns an empty string when the call is consistent, else why not.
-std::string check_collective_shape(const CollectiveCall& c, int members);
+Status check_collective_shape(const CollectiveCall& c, int members);
 
 }  // namespace shardcheck::core

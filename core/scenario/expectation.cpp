@@ -86,18 +86,19 @@ ScheduleSpec read_schedule(const YamlReader& y, const YAML::Node& n) {
   if (n["seed"]) s.seed = static_cast<uint64_t>(y.integer(n["seed"], "schedule.seed", 0, L::kMaxSeed));
   if (n["runs"]) s.runs = static_cast<int>(y.integer(n["runs"], "schedule.runs", 1, L::kMaxRuns));
   if (n["depth"]) s.depth = static_cast<int>(y.integer(n["depth"], "schedule.depth", 1, L::kMaxDepth));
-  if (auto why = schedule_seeds_exceeded(s.seed, s.runs); !why.empty()) y.fail(n["seed"], "schedule: " + why);
+  if (auto why = schedule_seeds_exceeded(s.seed, s.runs); !why)
+    y.fail(n["seed"], "schedule: " + why.message());
   return s;
 }
 
-std::string schedule_seeds_exceeded(uint64_t seed, int64_t runs) {
+Status schedule_seeds_exceeded(uint64_t seed, int64_t runs) {
   const auto max = static_cast<uint64_t>(ScheduleLimits::kMaxSeed);
   const std::string largest = "the largest seed, 2^63-1 (" + std::to_string(max) + ")";
-  if (seed > max) return "seed " + std::to_string(seed) + " is past " + largest;
-  if (runs < 1 || static_cast<uint64_t>(runs - 1) <= max - seed) return "";
-  return std::to_string(runs) + " runs from seed " + std::to_string(seed) + " would use seeds up to " +
-         std::to_string(seed + static_cast<uint64_t>(runs - 1)) + ", past " + largest +
-         ", which replay could not repeat";
+  if (seed > max) return fail("seed " + std::to_string(seed) + " is past " + largest);
+  if (runs < 1 || static_cast<uint64_t>(runs - 1) <= max - seed) return {};
+  return fail(std::to_string(runs) + " runs from seed " + std::to_string(seed) + " would use seeds up to " +
+              std::to_string(seed + static_cast<uint64_t>(runs - 1)) + ", past " + largest +
+              ", which replay could not repeat");
 }
 
 }  // namespace shardcheck::core

@@ -40,7 +40,7 @@ struct ScheduleLimits {
 };
 // "" when `runs` runs from `seed` use only seeds up to ScheduleLimits::kMaxSeed; else why
 // not, as a clause: "20 runs from seed S would use seeds up to T, past the largest, 2^63-1".
-std::string schedule_seeds_exceeded(uint64_t seed, int64_t runs);
+Status schedule_seeds_exceeded(uint64_t seed, int64_t runs);
 
 struct ExpectationResult {
   bool met = true;

@@ -171,8 +171,8 @@ class Parser {
                         "frees, times the ranks running them); the limit is " +
                         std::to_string(TraceLimits::kMaxBytesPerRun) + " (64 GiB)");
     }
-    if (const std::string why = trace_bytes_exceeded(s.bytes_per_run, s.schedule.runs); !why.empty()) {
-      y_.fail(prog, "the file's " + std::to_string(s.schedule.runs) + " runs: " + why);
+    if (const Status why = trace_bytes_exceeded(s.bytes_per_run, s.schedule.runs); !why) {
+      y_.fail(prog, "the file's " + std::to_string(s.schedule.runs) + " runs: " + why.message());
     }
   }
 
@@ -628,11 +628,11 @@ bool TraceScenario::runs_on(const TraceStep& s, int rank) const {
   return s.on.empty() || std::binary_search(s.on.begin(), s.on.end(), rank);
 }
 
-std::string trace_bytes_exceeded(int64_t bytes_per_run, int64_t runs) {
-  if (bytes_per_run <= 0 || runs <= TraceLimits::kMaxBytesPerFile / bytes_per_run) return "";
-  return std::to_string(runs) + " schedules of " + std::to_string(bytes_per_run) +
-         " bytes each touch more than " + std::to_string(TraceLimits::kMaxBytesPerFile) +
-         " bytes (256 GiB), the limit for one file's schedules";
+Status trace_bytes_exceeded(int64_t bytes_per_run, int64_t runs) {
+  if (bytes_per_run <= 0 || runs <= TraceLimits::kMaxBytesPerFile / bytes_per_run) return {};
+  return fail(std::to_string(runs) + " schedules of " + std::to_string(bytes_per_run) +
+              " bytes each touch more than " + std::to_string(TraceLimits::kMaxBytesPerFile) +
+              " bytes (256 GiB), the limit for one file's schedules");
 }
 
 Expected<TraceScenario> load_trace_scenario(const std::string& path) {

@@ -108,7 +108,7 @@ struct TraceScenario {
 Expected<TraceScenario> load_trace_scenario(const std::string& path);
 // Empty when `runs` schedules of a program touching `bytes_per_run` stay within
 // TraceLimits::kMaxBytesPerFile, else why not.
-std::string trace_bytes_exceeded(int64_t bytes_per_run, int64_t runs);
+Status trace_bytes_exceeded(int64_t bytes_per_run, int64_t runs);
 // For tests: parse YAML text as if it were the file `path`.
 Expected<TraceScenario> parse_trace_scenario(const std::string& text, const std::string& path);
 

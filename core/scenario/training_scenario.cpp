@@ -9,12 +9,12 @@ namespace shardcheck::core {
 
 namespace {
 
-std::string model_limits_exceeded(const TrainingConfig& c, const ModelLayout& layout, const Mesh& mesh) {
+Status model_limits_exceeded(const TrainingConfig& c, const ModelLayout& layout, const Mesh& mesh) {
   using L = TrainingLimits;
   const int64_t params = layout.num_logical_elements();
   if (params > L::kMaxParameters) {
-    return "the model has " + std::to_string(params) + " parameters; the limit is 2^22 (" +
-           std::to_string(L::kMaxParameters) + ")";
+    return fail("the model has " + std::to_string(params) + " parameters; the limit is 2^22 (" +
+                std::to_string(L::kMaxParameters) + ")");
   }
   // Each factor is at most 2^16 (layers 2^8, micro_batch_size 2^10): no product overflows.
   const ModelConfig& m = c.model;
@@ -24,49 +24,48 @@ std::string model_limits_exceeded(const TrainingConfig& c, const ModelLayout& la
   const int64_t in_flight = mesh.size_or_one("pp") > 1 ? c.microbatches : 1;
   const int64_t copies = mesh.world_size() * in_flight;  // at most 1024 * 256
   if (rows > L::kMaxActivationElements / per_row / copies) {
-    return "one microbatch keeps seq * micro_batch_size * (2 * vocab + 12 * hidden * layers) = " +
-           std::to_string(rows) + " * " + std::to_string(per_row) + " activation elements, on each of " +
-           std::to_string(mesh.world_size()) + " ranks" +
-           (in_flight > 1 ? " for each of " + std::to_string(in_flight) + " microbatches in the pipeline"
-                          : "") +
-           "; the limit is 2^26 (" + std::to_string(L::kMaxActivationElements) + ") in all";
+    return fail(
+        "one microbatch keeps seq * micro_batch_size * (2 * vocab + 12 * hidden * layers) = " +
+        std::to_string(rows) + " * " + std::to_string(per_row) + " activation elements, on each of " +
+        std::to_string(mesh.world_size()) + " ranks" +
+        (in_flight > 1 ? " for each of " + std::to_string(in_flight) + " microbatches in the pipeline" : "") +
+        "; the limit is 2^26 (" + std::to_string(L::kMaxActivationElements) + ") in all");
   }
-  return "";
+  return {};
 }
 
-std::string reference_limit_exceeded(const TrainingConfig& c, const ModelLayout& layout,
-                                     bool with_reference) {
+Status reference_limit_exceeded(const TrainingConfig& c, const ModelLayout& layout, bool with_reference) {
   using L = TrainingLimits;
   const int64_t params = layout.num_logical_elements();
-  if (!with_reference || c.steps <= L::kMaxReferenceParameterSteps / params) return "";
-  return "the single-rank reference keeps every step's weights and gradients: " + std::to_string(params) +
-         " parameters * " + std::to_string(c.steps) + " steps exceeds the limit of 2^24 (" +
-         std::to_string(L::kMaxReferenceParameterSteps) +
-         "); take fewer steps, a smaller model or `reference: none`";
+  if (!with_reference || c.steps <= L::kMaxReferenceParameterSteps / params) return {};
+  return fail("the single-rank reference keeps every step's weights and gradients: " +
+              std::to_string(params) + " parameters * " + std::to_string(c.steps) +
+              " steps exceeds the limit of 2^24 (" + std::to_string(L::kMaxReferenceParameterSteps) +
+              "); take fewer steps, a smaller model or `reference: none`");
 }
 
 // Past 64 ranks, the length of the run is bounded too (TrainingLimits::kMaxWideMeshWork).
-std::string wide_mesh_limit_exceeded(const TrainingConfig& c, int ranks) {
+Status wide_mesh_limit_exceeded(const TrainingConfig& c, int ranks) {
   using L = TrainingLimits;
-  if (ranks <= L::kMaxRanksUnbounded) return "";
+  if (ranks <= L::kMaxRanksUnbounded) return {};
   // ranks <= 2^10, layers <= 2^8, microbatches <= 2^8, steps < 2^14: no product overflows.
   const int64_t work = int64_t{ranks} * c.model.layers * c.microbatches * c.steps;
-  if (work <= L::kMaxWideMeshWork) return "";
-  return "past " + std::to_string(L::kMaxRanksUnbounded) +
-         " ranks, ranks * layers * microbatches * steps = " + std::to_string(ranks) + " * " +
-         std::to_string(c.model.layers) + " * " + std::to_string(c.microbatches) + " * " +
-         std::to_string(c.steps) + " = " + std::to_string(work) + " exceeds the limit of 2^14 (" +
-         std::to_string(L::kMaxWideMeshWork) + "); take fewer ranks, layers, microbatches or steps";
+  if (work <= L::kMaxWideMeshWork) return {};
+  return fail("past " + std::to_string(L::kMaxRanksUnbounded) +
+              " ranks, ranks * layers * microbatches * steps = " + std::to_string(ranks) + " * " +
+              std::to_string(c.model.layers) + " * " + std::to_string(c.microbatches) + " * " +
+              std::to_string(c.steps) + " = " + std::to_string(work) + " exceeds the limit of 2^14 (" +
+              std::to_string(L::kMaxWideMeshWork) + "); take fewer ranks, layers, microbatches or steps");
 }
 
-std::string judge_limit_exceeded(const TrainingConfig& c, const ModelLayout& layout, int ranks) {
+Status judge_limit_exceeded(const TrainingConfig& c, const ModelLayout& layout, int ranks) {
   using L = TrainingLimits;
   const int64_t per_step = layout.num_logical_elements() * ranks;  // at most 2^22 * 2^10
-  if (c.steps <= L::kMaxJudgedParameterSteps / per_step) return "";
-  return "the training judge keeps what every rank holds after every step: " +
-         std::to_string(layout.num_logical_elements()) + " parameters * " + std::to_string(c.steps) +
-         " steps * " + std::to_string(ranks) + " ranks exceeds the limit of 2^25 (" +
-         std::to_string(L::kMaxJudgedParameterSteps) + "); take fewer steps, ranks or a smaller model";
+  if (c.steps <= L::kMaxJudgedParameterSteps / per_step) return {};
+  return fail("the training judge keeps what every rank holds after every step: " +
+              std::to_string(layout.num_logical_elements()) + " parameters * " + std::to_string(c.steps) +
+              " steps * " + std::to_string(ranks) + " ranks exceeds the limit of 2^25 (" +
+              std::to_string(L::kMaxJudgedParameterSteps) + "); take fewer steps, ranks or a smaller model");
 }
 
 class Parser {
@@ -279,14 +278,13 @@ class Parser {
     }
     auto layout = ModelLayout::create(c.model, m.size_or_one("pp"), m.virtual_stages());
     if (!layout) y_.fail(root["model"], layout.error().message());
-    if (const std::string why = model_limits_exceeded(c, *layout, m); !why.empty())
-      y_.fail(root["model"], why);
-    if (const std::string why = reference_limit_exceeded(c, *layout, s.reference != "none"); !why.empty())
-      y_.fail(root["steps"], why);
-    if (const std::string why = judge_limit_exceeded(c, *layout, m.world_size()); !why.empty())
-      y_.fail(root["steps"], why);
-    if (const std::string why = wide_mesh_limit_exceeded(c, m.world_size()); !why.empty())
-      y_.fail(root["mesh"], why);
+    if (const Status why = model_limits_exceeded(c, *layout, m); !why) y_.fail(root["model"], why.message());
+    if (const Status why = reference_limit_exceeded(c, *layout, s.reference != "none"); !why)
+      y_.fail(root["steps"], why.message());
+    if (const Status why = judge_limit_exceeded(c, *layout, m.world_size()); !why)
+      y_.fail(root["steps"], why.message());
+    if (const Status why = wide_mesh_limit_exceeded(c, m.world_size()); !why)
+      y_.fail(root["mesh"], why.message());
     const int pp = m.size_or_one("pp"), vpp = m.virtual_stages();
     if (vpp > 1 && c.microbatches % pp != 0) {
       y_.fail(
@@ -303,7 +301,7 @@ class Parser {
     }
     // A mutation that cannot change this run would let it report clean for a bug it never had.
     for (const auto& [mu, node] : mutation_nodes_) {
-      if (const std::string why = mutation_unmet_need(mu, c, m); !why.empty()) y_.fail(node, why);
+      if (const Status why = mutation_unmet_need(mu, c, m); !why) y_.fail(node, why.message());
     }
   }
 
@@ -314,16 +312,16 @@ class Parser {
 
 }  // namespace
 
-std::string training_limits_exceeded(const TrainingConfig& c, const Mesh& mesh, bool with_reference) {
+Status training_limits_exceeded(const TrainingConfig& c, const Mesh& mesh, bool with_reference) {
   auto layout = ModelLayout::create(c.model, mesh.size_or_one("pp"), mesh.virtual_stages());
-  if (!layout) return layout.error().message();
+  if (!layout) return fail(layout.error().message());
   if (mesh.world_size() > TrainingLimits::kMaxRanks)
-    return "more than " + std::to_string(TrainingLimits::kMaxRanks) + " ranks";
+    return fail("more than " + std::to_string(TrainingLimits::kMaxRanks) + " ranks");
   if (c.steps < 1 || c.steps > TrainingLimits::kMaxSteps)
-    return "steps must be between 1 and " + std::to_string(TrainingLimits::kMaxSteps);
-  if (auto why = model_limits_exceeded(c, *layout, mesh); !why.empty()) return why;
-  if (auto why = reference_limit_exceeded(c, *layout, with_reference); !why.empty()) return why;
-  if (auto why = judge_limit_exceeded(c, *layout, mesh.world_size()); !why.empty()) return why;
+    return fail("steps must be between 1 and " + std::to_string(TrainingLimits::kMaxSteps));
+  if (auto why = model_limits_exceeded(c, *layout, mesh); !why) return why;
+  if (auto why = reference_limit_exceeded(c, *layout, with_reference); !why) return why;
+  if (auto why = judge_limit_exceeded(c, *layout, mesh.world_size()); !why) return why;
   return wide_mesh_limit_exceeded(c, mesh.world_size());
 }
 

@@ -52,7 +52,7 @@ struct TrainingLimits {
 // The limits above that depend on several fields at once, for a configuration that may have
 // been changed after loading (e.g. `compare --steps`): "" when within them, else what is
 // exceeded, as a sentence.
-std::string training_limits_exceeded(const TrainingConfig& c, const Mesh& mesh, bool with_reference);
+Status training_limits_exceeded(const TrainingConfig& c, const Mesh& mesh, bool with_reference);
 
 struct TrainingScenario {
   std::string file;

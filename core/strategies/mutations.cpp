@@ -216,12 +216,11 @@ std::string unmet(const MutationNeeds& n, const TrainingConfig& c, const Mesh& m
 
 }  // namespace
 
-std::string mutation_unmet_need(Mutation m, const TrainingConfig& c, const Mesh& mesh,
-                                std::string_view where) {
+Status mutation_unmet_need(Mutation m, const TrainingConfig& c, const Mesh& mesh, std::string_view where) {
   const MutationNeeds n = mutation_needs(m);
   const std::string need = unmet(n, c, mesh, where);
-  if (need.empty()) return "";
-  return "mutation '" + std::string(to_string(m)) + "' " + need + ": " + n.why;
+  if (need.empty()) return {};
+  return fail("mutation '" + std::string(to_string(m)) + "' " + need + ": " + n.why);
 }
 
 bool Mutations::any() const {

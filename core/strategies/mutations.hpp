@@ -67,8 +67,8 @@ MutationNeeds mutation_needs(Mutation m);
 // "" when `m` changes what training `c` on `mesh` does; otherwise a sentence naming the first
 // unmet need and what the run has, `where` saying whose it is:
 //   mutation 'post_step_sync_set_order' needs strategy optim, optim_grads or hfsdp (this file: hsdp): ...
-std::string mutation_unmet_need(Mutation m, const TrainingConfig& c, const Mesh& mesh,
-                                std::string_view where = "this file");
+Status mutation_unmet_need(Mutation m, const TrainingConfig& c, const Mesh& mesh,
+                           std::string_view where = "this file");
 
 class Mutations {
  public:

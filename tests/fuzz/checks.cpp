@@ -149,8 +149,8 @@ std::string training_limits_problem(const core::TrainingScenario& t) {
   if (c.steps < 1 || c.steps > L::kMaxSteps) return "accepted " + std::to_string(c.steps) + " steps";
   if (c.microbatches < 1 || c.microbatches > L::kMaxMicrobatches)
     return "accepted " + std::to_string(c.microbatches) + " microbatches";
-  if (auto why = core::training_limits_exceeded(c, *t.mesh, t.reference != "none"); !why.empty())
-    return "accepted: " + why;
+  if (auto why = core::training_limits_exceeded(c, *t.mesh, t.reference != "none"); !why)
+    return "accepted: " + why.message();
   return "";
 }
 

@@ -235,7 +235,7 @@ TEST_CASE("long runs grow past the small space, bounded runs do not", "[properti
       // Still a case the suite can run: layers cover the stages, vpp needs whole rounds.
       REQUIRE(m.layers >= c.pp * c.vpp);
       if (c.vpp > 1) REQUIRE(c.config.microbatches % c.pp == 0);
-      REQUIRE(core::training_limits_exceeded(c.config, *c.mesh(), true).empty());
+      REQUIRE(core::training_limits_exceeded(c.config, *c.mesh(), true).ok());
       return properties::Verdict::pass();
     };
     properties::Property l;
@@ -291,7 +291,7 @@ TEST_CASE("a catalog bug is forced only on cases it can change", "[properties][m
     p.check_training = [&](const properties::TrainingCase& c) {
       ++cases;
       const bool tied_pipeline = c.pp >= 2 && c.config.model.tied;
-      if (!c.config.mutations.has(m) || !core::mutation_unmet_need(m, c.config, *c.mesh()).empty() ||
+      if (!c.config.mutations.has(m) || !core::mutation_unmet_need(m, c.config, *c.mesh()).ok() ||
           (m == core::Mutation::tied_grad_norm_double_count && !tied_pipeline)) {
         wrong.push_back(properties::describe(c));
       }

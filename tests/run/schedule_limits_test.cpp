@@ -78,12 +78,13 @@ TEST_CASE("compare --steps is held to the reference bound before anything runs",
   const std::string path = write_wide_training();
   const run::LoadedScenario s = load(path);
   std::remove(path.c_str());
-  REQUIRE(run::compare_steps_problem(s, "single_rank", 0).empty());
-  REQUIRE(run::compare_steps_problem(s, "single_rank", 3).empty());
-  const std::string why = run::compare_steps_problem(s, "single_rank", 10000);
+  REQUIRE(run::compare_steps_problem(s, "single_rank", 0).ok());
+  REQUIRE(run::compare_steps_problem(s, "single_rank", 3).ok());
+  const std::string why = run::compare_steps_problem(s, "single_rank", 10000).message();
   REQUIRE_THAT(why, Catch::Contains("--steps 10000"));
   REQUIRE_THAT(why, Catch::Contains("2^24"));
-  REQUIRE_THAT(run::compare_steps_problem(s, "single_rank", 10001), Catch::Contains("between 1 and 10000"));
+  REQUIRE_THAT(run::compare_steps_problem(s, "single_rank", 10001).message(),
+               Catch::Contains("between 1 and 10000"));
   // compare_on_sim itself refuses it, without training a step.
   const run::CompareResult r = run::compare_on_sim(s, "single_rank", 10000);
   REQUIRE_THAT(r.bad_input, Catch::Contains("2^24"));
