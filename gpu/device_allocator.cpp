@@ -7,7 +7,7 @@
 
 namespace shardcheck::gpu {
 
-DeviceAllocator::DeviceAllocator(AllocMode mode, core::PoolReuse reuse, int64_t limit_bytes)
+DeviceAllocator::DeviceAllocator(core::Allocator mode, core::PoolReuse reuse, int64_t limit_bytes)
     : mode_(mode),
       pool_(/*merge*/ true, reuse,
             [this](uint64_t size) {
@@ -40,7 +40,7 @@ cudaEvent_t DeviceAllocator::event() {
 }
 
 void* DeviceAllocator::allocate(int64_t bytes, int stream_id, cudaStream_t stream, void* prefer) {
-  if (mode_ == AllocMode::async) {
+  if (mode_ == core::Allocator::stream_ordered) {
     void* p = nullptr;
     SC_CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(bytes > 0 ? bytes : 1), stream));
     return p;
@@ -69,7 +69,7 @@ void* DeviceAllocator::allocate(int64_t bytes, int stream_id, cudaStream_t strea
 }
 
 void DeviceAllocator::release(void* p, const std::vector<cudaStream_t>& recorded, cudaStream_t alloc_stream) {
-  if (mode_ == AllocMode::async) {
+  if (mode_ == core::Allocator::stream_ordered) {
     for (cudaStream_t s : recorded) {
       cudaEvent_t e = event();
       SC_CUDA_CHECK(cudaEventRecord(e, s));

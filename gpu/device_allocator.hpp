@@ -5,7 +5,7 @@
 // event recorded on each recorded stream at the free has completed (core::BlockPool does
 // the bookkeeping). `async`: cudaMallocAsync/cudaFreeAsync on the allocating stream, with
 // record_stream turned into event waits before the free, as PyTorch's async backend does.
-//   DeviceAllocator a(AllocMode::caching, core::PoolReuse::best_fit, limit);
+//   DeviceAllocator a(core::Allocator::caching, core::PoolReuse::best_fit, limit);
 //   void* p = a.allocate(4096, stream_id, stream);
 //   a.release(p, {other_stream}, stream);
 #pragma once
@@ -20,11 +20,9 @@
 
 namespace shardcheck::gpu {
 
-enum class AllocMode : uint8_t { caching, async };
-
 class DeviceAllocator {
  public:
-  DeviceAllocator(AllocMode mode, core::PoolReuse reuse, int64_t limit_bytes);
+  DeviceAllocator(core::Allocator mode, core::PoolReuse reuse, int64_t limit_bytes);
   ~DeviceAllocator();
   DeviceAllocator(const DeviceAllocator&) = delete;
   DeviceAllocator& operator=(const DeviceAllocator&) = delete;
@@ -41,7 +39,7 @@ class DeviceAllocator {
  private:
   cudaEvent_t event();  // a reusable event from the pool
 
-  AllocMode mode_;
+  core::Allocator mode_;
   core::BlockPool pool_;
   int64_t limit_;
   int64_t reserved_ = 0;

@@ -346,7 +346,7 @@ void GpuRuntime::p2p(core::P2PCall call, bool send) {
   const size_t bytes = static_cast<size_t>(call.buffer.bytes());
   if (send && !t.recv) {  // eager: stage the data in this stream's order and go on
     if (!r_.staging)
-      r_.staging = std::make_unique<DeviceAllocator>(AllocMode::caching, core::PoolReuse::best_fit,
+      r_.staging = std::make_unique<DeviceAllocator>(core::Allocator::caching, core::PoolReuse::best_fit,
                                                      w_.options.device_bytes_per_rank);
     t.staging = r_.staging->allocate(std::max<int64_t>(call.buffer.bytes(), 1), call.stream, s);
     SC_CUDA_CHECK(cudaMemcpyAsync(t.staging, mem.ptr(call.buffer), bytes, cudaMemcpyDeviceToDevice, s));

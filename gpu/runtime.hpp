@@ -44,7 +44,7 @@ struct DelaySite {
 struct GpuOptions {
   int ranks = 1;
   CommMode comm = CommMode::local;
-  AllocMode alloc = AllocMode::caching;
+  core::Allocator alloc = core::Allocator::caching;
   core::PoolReuse reuse = core::PoolReuse::best_fit;
   int64_t amplify_cycles = 0;  // spin this long before each delayed operation (see amplify_at)
   AmplifyAt amplify_at = AmplifyAt::collectives;

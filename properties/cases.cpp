@@ -65,8 +65,8 @@ sim::Options TrainingCase::sim_options() const {
   o.policy = policy;
   o.seed = schedule_seed;
   o.pct_depth = pct_depth;
-  o.allocator = sim::AllocatorModel::caching;
-  o.reuse = reuse_earliest ? sim::Reuse::earliest : sim::Reuse::best_fit;
+  o.allocator = core::Allocator::caching;
+  o.reuse = reuse_earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit;
   return o;
 }
 

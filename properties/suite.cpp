@@ -311,7 +311,7 @@ TrainingCase case_of(const core::TrainingScenario& s) {
   c.policy = sim::parse_policy(s.schedule.policy).value_or(sim::Policy::random);
   c.schedule_seed = s.schedule.seed;
   c.pct_depth = s.schedule.depth;
-  c.reuse_earliest = s.reuse == "earliest";
+  c.reuse_earliest = s.reuse == core::PoolReuse::earliest;
   return c;
 }
 

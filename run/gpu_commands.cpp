@@ -53,11 +53,11 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
     return false;
   }
   o.ranks = scenario.ranks;
-  o.reuse = scenario.reuse == sim::Reuse::earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit;
+  o.reuse = scenario.reuse;
   o.comm = a.comm == "nccl" ? gpu::CommMode::nccl : gpu::CommMode::local;
   const bool async =
-      a.alloc.empty() ? scenario.allocator == sim::AllocatorModel::stream_ordered : a.alloc == "async";
-  o.alloc = async ? gpu::AllocMode::async : gpu::AllocMode::caching;
+      a.alloc.empty() ? scenario.allocator == core::Allocator::stream_ordered : a.alloc == "async";
+  o.alloc = async ? core::Allocator::stream_ordered : core::Allocator::caching;
   if (a.amplify_at != "collectives" && a.amplify_at != "race") {
     std::cerr << "shardcheck: --amplify-at is collectives or race, not '" << core::printable(a.amplify_at)
               << "'\n";

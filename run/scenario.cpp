@@ -45,8 +45,8 @@ LoadedScenario from_trace(core::TraceScenario t) {
   s.schedule = owned->schedule;
   s.bytes_per_run = owned->bytes_per_run;
   s.options.ranks = owned->ranks;
-  s.options.allocator = *sim::parse_allocator(owned->allocator);
-  s.options.reuse = *sim::parse_reuse(owned->reuse);
+  s.options.allocator = owned->allocator;
+  s.options.reuse = owned->reuse;
   const core::TraceScenario* raw = owned.get();
   s.factory = sim::plain([raw](core::Runtime& rt) { return core::run_trace_program(rt, *raw); });
   s.keep = owned;
@@ -65,8 +65,8 @@ LoadedScenario from_training(core::TrainingScenario t) {
   s.expect = ts.expect;
   s.schedule = ts.schedule;
   s.options.ranks = ts.mesh->world_size();
-  s.options.allocator = *sim::parse_allocator(ts.allocator);
-  s.options.reuse = *sim::parse_reuse(ts.reuse);
+  s.options.allocator = ts.allocator;
+  s.options.reuse = ts.reuse;
   s.training = state;
   s.keep = state;
   return s;
@@ -93,8 +93,8 @@ LoadedScenario from_capture(core::CapturedProgram c) {
   s.schedule.seed = 1;
   s.schedule.runs = kCaptureRuns;
   s.options.ranks = owned->world_size;
-  s.options.allocator = sim::AllocatorModel::caching;
-  s.options.reuse = sim::Reuse::best_fit;
+  s.options.allocator = core::Allocator::caching;
+  s.options.reuse = core::PoolReuse::best_fit;
   s.options.values = false;
   s.options.max_device_bytes = core::CaptureLimits::kMaxDeviceBytes * owned->world_size;
   const core::CapturedProgram* raw = owned.get();

@@ -65,14 +65,14 @@ void World::touch_range(int rank, int stream, uint32_t op, uint32_t lifetime, ui
   const AccessRec cur{p, s.clock[p], op, lifetime};
   conflicts_.clear();
   ranges_.clear();
-  const bool poison = options_.reuse == Reuse::earliest && options_.values;
+  const bool poison = options_.reuse == core::PoolReuse::earliest && options_.values;
   ranks_[rank]->shadow.access(a, b, cur, kind, s.clock, conflicts_, poison ? &ranges_ : nullptr);
   // reuse: earliest poisons a block when its new lifetime first writes it, in stream order:
   // a correctly ordered program never sees the poison; an operation of the old lifetime
   // that runs later (a race) reads NaN.
   for (const auto& [x, y] : ranges_) std::memset(ranks_[rank]->heap.bytes(x), 0xff, y - x);
   for (const auto& c : conflicts_) report_race(rank, cur, kind, c);
-  if (options_.allocator == AllocatorModel::caching) note_lifetime_access(lifetime, cur, kind, s.clock);
+  if (options_.allocator == core::Allocator::caching) note_lifetime_access(lifetime, cur, kind, s.clock);
 }
 
 void World::touch(int rank, int stream, uint32_t op, const core::TensorRef& t, Access kind) {
@@ -218,7 +218,7 @@ void World::execute_free(int rank, int stream, Op& op) {
   const Lifetime& l = lifetimes_[op.lifetime];
   if (options_.detectors)
     touch_range(rank, stream, op.id, op.lifetime, l.addr, l.addr + l.bytes, Access::free);
-  if (options_.reuse == Reuse::earliest && options_.values)
+  if (options_.reuse == core::PoolReuse::earliest && options_.values)
     std::memset(lifetime_bytes_[op.lifetime], 0xff, l.bytes);
 }
 

@@ -6,15 +6,13 @@
 
 namespace shardcheck::sim {
 
-Heap::Heap(AllocatorModel model, Reuse reuse, int64_t* world_bytes, int64_t world_limit, bool values,
-           int color)
+Heap::Heap(core::Allocator model, core::PoolReuse reuse, int64_t* world_bytes, int64_t world_limit,
+           bool values, int color)
     : world_bytes_(world_bytes),
       world_limit_(world_limit),
       values_(values),
       color_(static_cast<uint64_t>(color)),
-      pool_(model == AllocatorModel::caching,
-            reuse == Reuse::earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit,
-            [this](uint64_t size) { return new_segment(size); }) {}
+      pool_(model == core::Allocator::caching, reuse, [this](uint64_t size) { return new_segment(size); }) {}
 
 uint64_t Heap::new_segment(uint64_t size) {
   if (*world_bytes_ + static_cast<int64_t>(size) > world_limit_) {

@@ -35,8 +35,8 @@ class Heap {
 
   // values = false: segments are address ranges only, with no host bytes behind them.
   // `color` (a rank's index) staggers where the host bytes of its segments start (below).
-  Heap(AllocatorModel model, Reuse reuse, int64_t* world_bytes, int64_t world_limit, bool values = true,
-       int color = 0);
+  Heap(core::Allocator model, core::PoolReuse reuse, int64_t* world_bytes, int64_t world_limit,
+       bool values = true, int color = 0);
 
   // A block of at least `bytes` for `stream`. Throws ResourceError past the memory limit.
   Allocation allocate(uint64_t bytes, int stream, Legal legal) {

@@ -202,13 +202,13 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
   core::InlineVector<const Block*, 8> held;
   auto legal = [&](const Block& b, int s) {
     if (b.stream == s) {
-      if (options_.allocator == AllocatorModel::stream_ordered) return true;  // stream order
+      if (options_.allocator == core::Allocator::stream_ordered) return true;  // stream order
       const bool ready = std::all_of(b.pending.begin(), b.pending.end(),
                                      [&](uint64_t rec) { return records_[rec].executed; });
       if (!ready) held.push_back(&b);
       return ready;
     }
-    if (options_.allocator == AllocatorModel::caching) return false;  // per-stream pools
+    if (options_.allocator == core::Allocator::caching) return false;  // per-stream pools
     // cudaMallocAsync reuses across streams when the free is ordered before the new stream.
     const OpInfo& f = op_info_[b.free_op];
     if (f.exec_step < 0) return false;
@@ -269,7 +269,7 @@ void World::free(int rank, core::BufferId b) {
   l.live = false;
   const auto bname = [&] { return quoted(names_[l.name]); };
   const uint32_t free_name = cached_name(NameForm::free, l.name, 0, [&] { return "free " + bname(); });
-  if (options_.allocator == AllocatorModel::caching) {
+  if (options_.allocator == core::Allocator::caching) {
     std::vector<uint64_t> pending;
     for (int s : l.recorded_streams)
       pending.push_back(record(rank, s, "record (record_stream " + bname() + ")"));

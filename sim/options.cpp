@@ -24,20 +24,4 @@ std::optional<Policy> parse_policy(std::string_view s) {
   return std::nullopt;
 }
 
-std::string_view to_string(AllocatorModel m) {
-  return m == AllocatorModel::caching ? "caching" : "stream_ordered";
-}
-
-std::optional<AllocatorModel> parse_allocator(std::string_view s) {
-  if (s == "caching") return AllocatorModel::caching;
-  if (s == "stream_ordered") return AllocatorModel::stream_ordered;
-  return std::nullopt;
-}
-
-std::optional<Reuse> parse_reuse(std::string_view s) {
-  if (s == "best_fit") return Reuse::best_fit;
-  if (s == "earliest") return Reuse::earliest;
-  return std::nullopt;
-}
-
 }  // namespace shardcheck::sim

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string_view>
 
+#include "core/runtime/allocator.hpp"
+
 namespace shardcheck::sim {
 
 // in_order: as if every launch blocked (one kernel in flight per rank, oldest first);
@@ -19,17 +21,6 @@ enum class Policy : uint8_t { in_order, random, pct, delay_comm };
 std::string_view to_string(Policy p);
 std::optional<Policy> parse_policy(std::string_view s);
 
-// caching: PyTorch's caching allocator (per-stream pools, free at host time, record_stream).
-// stream_ordered: cudaMallocAsync (free is an operation on the allocating stream).
-enum class AllocatorModel : uint8_t { caching, stream_ordered };
-std::string_view to_string(AllocatorModel m);
-std::optional<AllocatorModel> parse_allocator(std::string_view s);
-
-// best_fit: the smallest legal free block (PyTorch's choice). earliest: the most recently
-// freed legal block, and freed memory is poisoned with NaN, so reuse bugs corrupt values.
-enum class Reuse : uint8_t { best_fit, earliest };
-std::optional<Reuse> parse_reuse(std::string_view s);
-
 struct Options {
   static constexpr int kMaxRanks = 1024;
   static constexpr int kMaxStreamsPerRank = 64;
@@ -39,12 +30,12 @@ struct Options {
   uint64_t seed = 1;
   int pct_depth = 3;
   int64_t pct_steps_hint = 0;  // expected steps of a run, for PCT change points (0: a guess)
-  AllocatorModel allocator = AllocatorModel::caching;
-  Reuse reuse = Reuse::best_fit;
-  bool detectors = true;                        // race, uninitialized and collective-order detectors
-  bool record_trace = false;                    // keep every event for a Chrome trace
-  int64_t max_steps = 200'000'000;              // a bound on the scheduler loop
-  int64_t max_device_bytes = int64_t{4} << 30;  // simulated memory across all ranks
+  core::Allocator allocator = core::Allocator::caching;  // core/runtime/allocator.hpp
+  core::PoolReuse reuse = core::PoolReuse::best_fit;     // earliest also poisons freed memory with NaN
+  bool detectors = true;                                 // race, uninitialized and collective-order detectors
+  bool record_trace = false;                             // keep every event for a Chrome trace
+  int64_t max_steps = 200'000'000;                       // a bound on the scheduler loop
+  int64_t max_device_bytes = int64_t{4} << 30;           // simulated memory across all ranks
   // false: a shadow-only run. No host byte stands behind simulated device memory, and kernels,
   // collectives, transfers and poisoning move no data; scheduling, the shadow state and every
   // detector work as before (races, reuse, definedness and collective order need no values).

@@ -141,7 +141,7 @@ struct World::Rank {
   };
   std::vector<EarlyWait> early_waits;
   uint32_t source = kNone;  // Runtime::set_source: the source of the operations issued next
-  Rank(AllocatorModel m, Reuse r, int64_t* bytes, int64_t limit, bool values, int index)
+  Rank(core::Allocator m, core::PoolReuse r, int64_t* bytes, int64_t limit, bool values, int index)
       : heap(m, r, bytes, limit, values, index) {}
 };
 

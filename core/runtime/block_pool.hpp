@@ -14,10 +14,9 @@
 #include <vector>
 
 #include "core/base/function_ref.hpp"
+#include "core/runtime/allocator.hpp"
 
 namespace shardcheck::core {
-
-enum class PoolReuse : uint8_t { best_fit, earliest };
 
 struct PoolBlock {
   uint64_t addr = 0;

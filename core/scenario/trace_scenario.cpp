@@ -106,17 +106,20 @@ class Parser {
       y_.keys(n, {"model", "reuse"}, "allocator");
       y_.require(n, "model", "allocator");
       if (n["reuse"]) {
-        s.reuse = y_.str(n["reuse"], "allocator.reuse");
-        if (s.reuse != "best_fit" && s.reuse != "earliest")
-          y_.fail(n["reuse"], "allocator reuse is best_fit or earliest, not '" + s.reuse + "'");
+        const std::string reuse = y_.str(n["reuse"], "allocator.reuse");
+        const auto parsed = parse_reuse(reuse);
+        if (!parsed) y_.fail(n["reuse"], "allocator reuse is best_fit or earliest, not '" + reuse + "'");
+        s.reuse = *parsed;
       }
     }
     // Never assign one YAML::Node to another: yaml-cpp's operator= overwrites the aliased node.
     const YAML::Node model = n.IsMap() ? n["model"] : n;
-    s.allocator = y_.str(model, "allocator");
-    if (s.allocator != "caching" && s.allocator != "stream_ordered") {
-      y_.fail(model, "unknown allocator '" + s.allocator + "' (expected caching or stream_ordered)");
+    const std::string allocator = y_.str(model, "allocator");
+    const auto parsed = parse_allocator(allocator);
+    if (!parsed) {
+      y_.fail(model, "unknown allocator '" + allocator + "' (expected caching or stream_ordered)");
     }
+    s.allocator = *parsed;
   }
 
   RangeSpec range(const YAML::Node& n, const char* what) {
@@ -418,7 +421,7 @@ class Validator {
       addr_.clear();
       live_bytes_ = peak_bytes_ = segment_bytes_ = 0;
       // The simulator's allocator, replayed in program order: the segments it takes.
-      pool_ = std::make_unique<BlockPool>(s_.allocator == "caching", PoolReuse::best_fit,
+      pool_ = std::make_unique<BlockPool>(s_.allocator == Allocator::caching, PoolReuse::best_fit,
                                           [this](uint64_t size) { return next_segment(size); });
       for (const TraceStep& t : s_.program) {
         if (s_.runs_on(t, r)) check(t, r);

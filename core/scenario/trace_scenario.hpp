@@ -10,6 +10,7 @@
 
 #include "core/base/status.hpp"
 #include "core/layout/placement.hpp"
+#include "core/runtime/allocator.hpp"
 #include "core/runtime/runtime.hpp"
 #include "core/scenario/expectation.hpp"
 #include "core/scenario/yaml_reader.hpp"
@@ -92,8 +93,8 @@ struct TraceScenario {
   int ranks = 1;
   std::vector<std::string> streams;  // the first is the default stream
   std::vector<std::pair<std::string, std::vector<int>>> groups;
-  std::string allocator = "caching";  // caching | stream_ordered
-  std::string reuse = "best_fit";     // best_fit | earliest
+  Allocator allocator = Allocator::caching;
+  PoolReuse reuse = PoolReuse::best_fit;
   ScheduleSpec schedule;
   std::vector<TraceStep> program;
   Expectation expect;

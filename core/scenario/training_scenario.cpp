@@ -249,15 +249,16 @@ class Parser {
       y_.keys(n, {"model", "reuse"}, "allocator");
       y_.require(n, "model", "allocator");
       if (n["reuse"]) {
-        s.reuse = y_.str(n["reuse"], "allocator.reuse");
-        if (s.reuse != "best_fit" && s.reuse != "earliest")
-          y_.fail(n["reuse"], "allocator reuse is best_fit or earliest");
+        const auto reuse = parse_reuse(y_.str(n["reuse"], "allocator.reuse"));
+        if (!reuse) y_.fail(n["reuse"], "allocator reuse is best_fit or earliest");
+        s.reuse = *reuse;
       }
     }
     const YAML::Node model = n.IsMap() ? n["model"] : n;
-    s.allocator = y_.str(model, "allocator");
-    if (s.allocator != "caching" && s.allocator != "stream_ordered")
-      y_.fail(model, "unknown allocator '" + s.allocator + "'");
+    const std::string name = y_.str(model, "allocator");
+    const auto allocator = parse_allocator(name);
+    if (!allocator) y_.fail(model, "unknown allocator '" + name + "'");
+    s.allocator = *allocator;
   }
 
   // Cross-field checks: the mesh fits the strategy, the model fits the pipeline, and every

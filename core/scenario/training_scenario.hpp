@@ -9,6 +9,7 @@
 
 #include "core/base/status.hpp"
 #include "core/layout/mesh.hpp"
+#include "core/runtime/allocator.hpp"
 #include "core/scenario/expectation.hpp"
 #include "core/strategies/training_config.hpp"
 
@@ -60,8 +61,8 @@ struct TrainingScenario {
   std::string description;
   std::shared_ptr<const Mesh> mesh;
   TrainingConfig config;
-  std::string allocator = "caching";
-  std::string reuse = "best_fit";
+  Allocator allocator = Allocator::caching;
+  PoolReuse reuse = PoolReuse::best_fit;
   ScheduleSpec schedule;
   std::string reference = "single_rank";  // single_rank | none
   Expectation expect;

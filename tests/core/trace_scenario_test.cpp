@@ -48,7 +48,7 @@ TEST_CASE("a complete trace scenario loads with every field", "[core][scenario]"
   REQUIRE(s.ok());
   REQUIRE(s->ranks == 2);
   REQUIRE(s->streams == std::vector<std::string>{"compute", "rs"});
-  REQUIRE(s->reuse == "earliest");
+  REQUIRE(s->reuse == PoolReuse::earliest);
   REQUIRE(s->schedule.policy == "pct");
   REQUIRE(s->schedule.runs == 7);
   REQUIRE(s->program.size() == 10);

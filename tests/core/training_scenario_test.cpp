@@ -45,7 +45,7 @@ TEST_CASE("the semantics.md training example loads", "[core][scenario]") {
   REQUIRE(s->config.strategy == Strategy::optim);
   REQUIRE(s->config.precision.exact);
   REQUIRE(s->config.precision.param == DType::f32);
-  REQUIRE(s->reuse == "earliest");
+  REQUIRE(s->reuse == PoolReuse::earliest);
   REQUIRE(s->config.optimizer.beta2 == 0.95);
   REQUIRE(s->config.mutations.has(Mutation::main_grad_alloc_default_stream));
   REQUIRE(s->schedule.runs == 20);

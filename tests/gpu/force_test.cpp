@@ -29,7 +29,8 @@ run::LoadedScenario load(const std::string& rel) {
 gpu::GpuOptions forced(const run::LoadedScenario& s, const std::vector<run::ForcedHold>& holds) {
   gpu::GpuOptions o;
   o.ranks = s.options.ranks;
-  o.reuse = s.options.reuse == sim::Reuse::earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit;
+  o.reuse =
+      s.options.reuse == core::PoolReuse::earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit;
   o.device_bytes_per_rank = int64_t{2} << 30;
   o.hold_deadline_seconds = 10;
   for (const auto& h : holds) {

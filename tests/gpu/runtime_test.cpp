@@ -40,7 +40,8 @@ gpu::GpuOptions options(int ranks) {
 // them: a reuse race reproduces only when the same block is handed out again.
 gpu::GpuOptions options(const run::LoadedScenario& s) {
   gpu::GpuOptions o = options(s.options.ranks);
-  o.reuse = s.options.reuse == sim::Reuse::earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit;
+  o.reuse =
+      s.options.reuse == core::PoolReuse::earliest ? core::PoolReuse::earliest : core::PoolReuse::best_fit;
   return o;
 }
 // Of `runs` replays each of the upstream reuse race and its record_stream fix, how many end
@@ -105,7 +106,7 @@ TEST_CASE("gpu trace programs end with their program-order values, which are the
         "trace/stream-ordered-free-fix.yaml", "trace/reuse-fix-wait-event.yaml"}) {
     const auto s = load(f);
     gpu::GpuOptions o = options(s.options.ranks);
-    if (s.options.allocator == sim::AllocatorModel::stream_ordered) o.alloc = gpu::AllocMode::async;
+    if (s.options.allocator == core::Allocator::stream_ordered) o.alloc = core::Allocator::stream_ordered;
     const run::GpuTraceRun r = run::run_trace_gpu(s, o);
     INFO(f << ": " << r.result.error << " " << r.first_difference);
     REQUIRE(r.result.completed);

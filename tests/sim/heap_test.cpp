@@ -8,6 +8,7 @@
 #include "sim/heap.hpp"
 
 using namespace shardcheck::sim;
+namespace core = shardcheck::core;
 
 namespace {
 auto same_stream() {
@@ -17,7 +18,7 @@ auto same_stream() {
 
 TEST_CASE("caching: a freed block goes back to its stream's pool only", "[sim][heap]") {
   int64_t bytes = 0;
-  Heap h(AllocatorModel::caching, Reuse::best_fit, &bytes, int64_t{1} << 30);
+  Heap h(core::Allocator::caching, core::PoolReuse::best_fit, &bytes, int64_t{1} << 30);
   const uint64_t a = h.allocate(4096, 0, same_stream()).addr;
   h.release(a, {}, 0);
   const auto other = h.allocate(4096, 1, same_stream());  // another stream: fresh block
@@ -29,9 +30,9 @@ TEST_CASE("caching: a freed block goes back to its stream's pool only", "[sim][h
 }
 
 TEST_CASE("best fit takes the smallest block, earliest the most recently freed", "[sim][heap]") {
-  for (Reuse reuse : {Reuse::best_fit, Reuse::earliest}) {
+  for (core::PoolReuse reuse : {core::PoolReuse::best_fit, core::PoolReuse::earliest}) {
     int64_t bytes = 0;
-    Heap h(AllocatorModel::caching, reuse, &bytes, int64_t{1} << 30);
+    Heap h(core::Allocator::caching, reuse, &bytes, int64_t{1} << 30);
     const uint64_t small = h.allocate(1024, 0, same_stream()).addr;
     const uint64_t keep = h.allocate(512, 0, same_stream()).addr;  // separates the two
     const uint64_t big = h.allocate(8192, 0, same_stream()).addr;
@@ -40,13 +41,13 @@ TEST_CASE("best fit takes the smallest block, earliest the most recently freed",
     h.release(small, {}, 0);
     h.release(big, {}, 0);
     const uint64_t got = h.allocate(1024, 0, same_stream()).addr;
-    REQUIRE(got == (reuse == Reuse::best_fit ? small : big));
+    REQUIRE(got == (reuse == core::PoolReuse::best_fit ? small : big));
   }
 }
 
 TEST_CASE("a block with pending record_stream uses is not handed out until legal", "[sim][heap]") {
   int64_t bytes = 0;
-  Heap h(AllocatorModel::caching, Reuse::best_fit, &bytes, int64_t{1} << 30);
+  Heap h(core::Allocator::caching, core::PoolReuse::best_fit, &bytes, int64_t{1} << 30);
   const uint64_t a = h.allocate(4096, 0, same_stream()).addr;
   h.release(a, {42}, 0);
   bool executed = false;
@@ -60,7 +61,7 @@ TEST_CASE("a block with pending record_stream uses is not handed out until legal
 
 TEST_CASE("blocks split on allocation and merge back when freed", "[sim][heap]") {
   int64_t bytes = 0;
-  Heap h(AllocatorModel::caching, Reuse::best_fit, &bytes, int64_t{1} << 30);
+  Heap h(core::Allocator::caching, core::PoolReuse::best_fit, &bytes, int64_t{1} << 30);
   const uint64_t a = h.allocate(1000, 0, same_stream()).addr;  // rounds to 1024, splits a segment
   const uint64_t b = h.allocate(1000, 0, same_stream()).addr;
   REQUIRE(b == a + 1024);
@@ -74,7 +75,7 @@ TEST_CASE("blocks split on allocation and merge back when freed", "[sim][heap]")
 
 TEST_CASE("the world memory limit is a clear error", "[sim][heap]") {
   int64_t bytes = 0;
-  Heap h(AllocatorModel::caching, Reuse::best_fit, &bytes, 1 << 20);
+  Heap h(core::Allocator::caching, core::PoolReuse::best_fit, &bytes, 1 << 20);
   REQUIRE_THROWS_AS(h.allocate(2 << 20, 0, same_stream()), ResourceError);
 }
 
@@ -83,7 +84,7 @@ TEST_CASE("the world memory limit is a clear error", "[sim][heap]") {
 // block's earlier lifetime wrote stays (only never-handed-out bytes are set).
 TEST_CASE("every handed-out byte reads 0xff until written, whichever block reaches it first", "[sim][heap]") {
   int64_t bytes = 0;
-  Heap h(AllocatorModel::caching, Reuse::best_fit, &bytes, int64_t{1} << 30);
+  Heap h(core::Allocator::caching, core::PoolReuse::best_fit, &bytes, int64_t{1} << 30);
   auto all_ff = [&](uint64_t addr, uint64_t n) {
     const std::byte* p = h.bytes(addr);
     for (uint64_t i = 0; i < n; ++i) {
@@ -117,7 +118,7 @@ TEST_CASE("heaps of different ranks stagger their host bytes across cache sets",
   int64_t bytes = 0;
   std::vector<uint64_t> offsets;
   for (int color = 0; color < 64; ++color) {
-    Heap h(AllocatorModel::caching, Reuse::best_fit, &bytes, int64_t{1} << 30, true, color);
+    Heap h(core::Allocator::caching, core::PoolReuse::best_fit, &bytes, int64_t{1} << 30, true, color);
     const uint64_t seg = shardcheck::core::BlockPool::kSegment;
     const uint64_t a = h.allocate(seg, 0, same_stream()).addr;
     std::byte* p = h.bytes(a);

@@ -81,7 +81,7 @@ TEST_CASE("the race is found in every schedule and corrupts values in some", "[s
     sim::Options o;
     o.ranks = 2;
     o.seed = seed;
-    o.reuse = sim::Reuse::earliest;  // poison freed memory, hand out the freed block first
+    o.reuse = core::PoolReuse::earliest;  // poison freed memory, hand out the freed block first
     sim::World w(o);
     const sim::RunResult r = w.run(p);
     REQUIRE(r.completed);
@@ -135,7 +135,7 @@ TEST_CASE("undefined bytes propagate through collectives and copies to the consu
 TEST_CASE("stream-ordered: same-stream reuse is immediate and safe, other streams need ordering",
           "[sim][allocator]") {
   sim::Options o;
-  o.allocator = sim::AllocatorModel::stream_ordered;
+  o.allocator = core::Allocator::stream_ordered;
   sim::World w(o);
   std::vector<BufferId> ids;
   auto r = w.run([&](Runtime& rt) -> Task<> {
