@@ -21,13 +21,13 @@ void print_findings(std::ostream& out, const run::LoadedScenario& s,
 
 void print_verdict(std::ostream& out, const run::LoadedScenario& s, const core::ExpectationResult& r) {
   // A captured program, or a file without `expect:`, states nothing: report what is found.
-  if (s.kind == "capture" && !s.partial.empty()) {
+  if (s.capture && !s.partial.empty()) {
     out << "PARTIAL " << s.name << ": "
         << (r.found.empty() ? "no findings in what was captured" : "found " + core::kinds_to_string(r.found))
         << "; the capture is partial, so it is not clean: " << core::printable(s.partial) << "\n";
     return;
   }
-  if (s.kind == "capture" || !s.expect.given) {
+  if (s.capture || !s.expect.given) {
     if (r.met) {
       out << "clean   " << s.name << ": no findings\n";
     } else {

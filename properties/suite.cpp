@@ -364,7 +364,7 @@ ReplayResult replay_scenario(const std::string& path, std::string property) {
     r.error = s.error().message();
     return r;
   }
-  if (s->kind != "training") {
+  if (!s->training) {
     r.error = path + ": a " + s->kind + " scenario; layout counterexamples replay with `shardcheck run`";
     return r;
   }

@@ -75,7 +75,7 @@ GpuTrainingRun run_training_gpu(TrainingState& state, const gpu::GpuOptions& opt
 
 GpuTraceRun run_trace_gpu(const LoadedScenario& s, const gpu::GpuOptions& options) {
   GpuTraceRun out;
-  const auto& trace = *std::static_pointer_cast<const core::TraceScenario>(s.keep);
+  const auto& trace = *s.trace;
   sim::Options so = s.options;
   so.policy = sim::Policy::in_order;
   sim::World ref(so);

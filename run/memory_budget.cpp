@@ -77,8 +77,8 @@ std::string gib(int64_t bytes) {
 }  // namespace
 
 int64_t worker_bytes(const LoadedScenario& s) {
-  if (s.kind != "capture" || !s.keep) return 0;
-  const auto* p = static_cast<const core::CapturedProgram*>(s.keep.get());
+  if (!s.capture) return 0;
+  const core::CapturedProgram* p = s.capture.get();
   int64_t ranges = 0;
   for (const auto& r : p->ranks) ranges += static_cast<int64_t>(r.ranges.size());
   return kWorkerBytesPerRecord * p->records() + kWorkerBytesPerRange * ranges;

@@ -49,7 +49,7 @@ LoadedScenario from_trace(core::TraceScenario t) {
   s.options.reuse = owned->reuse;
   const core::TraceScenario* raw = owned.get();
   s.factory = sim::plain([raw](core::Runtime& rt) { return core::run_trace_program(rt, *raw); });
-  s.keep = owned;
+  s.trace = owned;
   return s;
 }
 
@@ -68,7 +68,6 @@ LoadedScenario from_training(core::TrainingScenario t) {
   s.options.allocator = ts.allocator;
   s.options.reuse = ts.reuse;
   s.training = state;
-  s.keep = state;
   return s;
 }
 
@@ -99,7 +98,7 @@ LoadedScenario from_capture(core::CapturedProgram c) {
   s.options.max_device_bytes = core::CaptureLimits::kMaxDeviceBytes * owned->world_size;
   const core::CapturedProgram* raw = owned.get();
   s.factory = sim::plain([raw](core::Runtime& rt) { return core::run_captured_program(rt, *raw); });
-  s.keep = owned;
+  s.capture = owned;
   return s;
 }
 

@@ -11,7 +11,9 @@
 #include <string>
 
 #include "core/base/status.hpp"
+#include "core/scenario/captured_program.hpp"
 #include "core/scenario/expectation.hpp"
+#include "core/scenario/trace_scenario.hpp"
 #include "run/training_run.hpp"
 #include "sim/explore.hpp"
 
@@ -26,9 +28,12 @@ struct LoadedScenario {
   core::ScheduleSpec schedule;
   sim::Options options;                     // ranks, allocator, policy and seed from the file
   sim::Factory factory;                     // builds each run's program (and its oracles)
-  std::shared_ptr<const void> keep;         // owns what `factory` refers to
   std::shared_ptr<TrainingState> training;  // set for training scenarios
-  int64_t bytes_per_run = 0;                // a trace's bytes touched per schedule (TraceLimits)
+  // What the file loaded, which `factory` runs: a trace program or a captured program (a
+  // training file's is `training`). The typed way to ask what a scenario is.
+  std::shared_ptr<const core::TraceScenario> trace;
+  std::shared_ptr<const core::CapturedProgram> capture;
+  int64_t bytes_per_run = 0;  // a trace's bytes touched per schedule (TraceLimits)
   // A captured program whose ranks did not all finish: where and why each stopped
   // (core::CapturedProgram::partial). Such a program is never clean.
   std::string partial;
