@@ -58,7 +58,8 @@ test-sanitize:
 	  ctest --test-dir build-sanitize --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 # libFuzzer on the scenario loader, the command-line parser and the capture loader, FUZZ_SECONDS each, starting
-# from tests/fuzz/corpus/ (read-only) and growing build-fuzz/corpus/. A crash is saved to
+# from tests/fuzz/corpus/ and, for the scenario loader, the shipped scenarios themselves
+# (scenarios/catalog, trace, training: read-only), and growing build-fuzz/corpus/. A crash is saved to
 # build-fuzz/artifacts/TARGET/ and stops `make fuzz` with the command that reproduces it.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= fuzz_scenario fuzz_cli fuzz_capture
@@ -70,7 +71,8 @@ fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 	  c=$${t#fuzz_}; mkdir -p build-fuzz/corpus/$$c build-fuzz/artifacts/$$c; \
 	  echo "== $$t: $(FUZZ_SECONDS) s"; \
-	  build-fuzz/tests/fuzz/$$t build-fuzz/corpus/$$c tests/fuzz/corpus/$$c -max_total_time=$(FUZZ_SECONDS) \
+	  seeds=tests/fuzz/corpus/$$c; [ $$c = scenario ] && seeds="$$seeds scenarios/catalog scenarios/trace scenarios/training"; \
+	  build-fuzz/tests/fuzz/$$t build-fuzz/corpus/$$c $$seeds -max_total_time=$(FUZZ_SECONDS) \
 	    -dict=tests/fuzz/$$c.dict $(FUZZ_ARGS) -artifact_prefix=build-fuzz/artifacts/$$c/ -print_final_stats=1 || { \
 	    echo "$$t failed; reproduce: build-fuzz/tests/fuzz/$$t build-fuzz/artifacts/$$c/<file>" >&2; exit 1; }; \
 	done

@@ -1,4 +1,5 @@
-// Replays the fuzz corpus and every saved crash (tests/fuzz/corpus/, tests/fuzz/regressions/)
+// Replays the fuzz corpus (tests/fuzz/corpus/ and, for scenarios, every file of scenarios/catalog,
+// trace and training) and every saved crash (tests/fuzz/regressions/)
 // through the normal build's loader and command-line parser, with the fuzz targets' checks,
 // so a fixed crash stays fixed without a fuzzing build.
 #include <unistd.h>
@@ -21,6 +22,15 @@ std::vector<fs::path> files_in(const std::string& sub) {
     if (!fs::is_directory(dir)) continue;
     for (const auto& e : fs::directory_iterator(dir)) {
       if (e.is_regular_file()) files.push_back(e.path());
+    }
+  }
+  // The scenario seeds are the shipped scenarios themselves, read where they live (SEEDS in
+  // the Makefile's fuzz target), with the bad-input cases kept in corpus/scenario.
+  if (sub == "scenario") {
+    for (const char* shipped : {"catalog", "trace", "training"}) {
+      for (const auto& e : fs::directory_iterator(fs::path(SHARDCHECK_SOURCE_DIR) / "scenarios" / shipped)) {
+        if (e.is_regular_file() && e.path().extension() == ".yaml") files.push_back(e.path());
+      }
     }
   }
   std::sort(files.begin(), files.end());
