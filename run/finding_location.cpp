@@ -1,11 +1,10 @@
 // Findings placed in their sources: trace steps by the operation names findings quote,
-// training files by their `mutations:` entries, captured programs by the Python lines their
-// operations carry.
+// training files by their `mutations:` entries, captured programs by the Python lines the
+// simulator put in each finding's detail.
 #include "run/finding_location.hpp"
 
 #include <algorithm>
 #include <fstream>
-#include <regex>
 
 #include "core/base/overloaded.hpp"
 #include "core/runtime/runtime.hpp"
@@ -117,25 +116,40 @@ FindingPlace trace_place(const LoadedScenario& s, const core::TraceScenario& t, 
   return p;
 }
 
-// Every "file.py:line" a text names, in order.
-std::vector<SourceSpot> python_spots(const std::string& text, const std::string& note) {
-  static const std::regex spot(R"(([^\s'"(),:]+\.py):([0-9]{1,9}))");
+// The program lines a finding's detail names, as data the simulator filled: the two accesses
+// of a race (and, for a reuse, the allocation and the free), each rank's collective, each
+// stuck operation, the reader of never-written bytes.
+std::vector<SourceSpot> program_lines(const core::Finding& f) {
   std::vector<SourceSpot> out;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), spot); it != std::sregex_iterator(); ++it)
-    out.push_back({(*it)[1].str(), std::stoi((*it)[2].str()), note});
+  auto add = [&](const core::SourceLine& at, std::string note) {
+    if (at.known()) out.push_back({at.file, at.line, std::move(note)});
+  };
+  std::visit(core::Overloaded{
+                 [&](const core::RaceDetail& d) {
+                   add(d.second.source, "second access");
+                   add(d.first.source, "first access");
+                   add(d.allocated, "allocates the block's next buffer");
+                   add(d.freed, "frees the block");
+                 },
+                 [&](const core::CollectiveDetail& d) {
+                   for (const auto& r : d.ranks)
+                     add(r.source, "rank " + std::to_string(r.rank) + "'s collective");
+                 },
+                 [&](const core::DeadlockDetail& d) {
+                   for (const auto& n : d.cycle)
+                     add(n.source, "rank " + std::to_string(n.rank) + " waits here");
+                 },
+                 [&](const core::ElementDetail& d) { add(d.source, "reads the never-written bytes"); },
+                 [](const auto&) {},
+             },
+             f.detail);
   return out;
 }
 
 FindingPlace capture_place(const LoadedScenario& s, const core::Finding& f) {
   FindingPlace p{{s.file, 1, ""}, {}, false};
-  std::vector<SourceSpot> spots;
-  for (const Named& n : named_ops(f)) {
-    for (auto& spot : python_spots(n.op, n.note)) spots.push_back(std::move(spot));
-  }
-  for (auto& spot : python_spots(f.summary + "\n" + f.explanation, "named in the finding"))
-    spots.push_back(std::move(spot));
   bool placed = false;
-  for (const auto& spot : spots) {
+  for (const auto& spot : program_lines(f)) {
     auto same = [&](const SourceSpot& r) { return r.file == spot.file && r.line == spot.line; };
     if (!placed) {
       p.at = spot;

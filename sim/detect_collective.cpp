@@ -175,8 +175,8 @@ void World::compare_instance(int group, const Instance& inst, int64_t k) {
   std::vector<std::string> key_parts;  // sorted: a swap of A and B is one bug, whichever comes first
   for (size_t m = 0; m < inst.members.size(); ++m) {
     const OpInfo& info = op_info_[inst.members[m].op];
-    d.ranks.push_back(
-        {info.rank, ranks_[info.rank]->streams[info.stream].name, fingerprints[m], inst.members[m].tag});
+    d.ranks.push_back({info.rank, ranks_[info.rank]->streams[info.stream].name, fingerprints[m],
+                       inst.members[m].tag, source_line(inst.members[m].op)});
     per_rank += "\n  rank " + std::to_string(info.rank) + ": " + op_text(inst.members[m].op) + "  [" +
                 fingerprints[m] + "]";
     key_parts.push_back(inst.members[m].tag + "/" + fingerprints[m]);

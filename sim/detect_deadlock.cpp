@@ -38,6 +38,22 @@ std::string World::describe_head(int rank, int stream) {
   return op_text(s.queue.front().id);
 }
 
+// Participant `v` of a deadlock, waiting for `next` (why[{v, next}] says for what).
+core::DeadlockDetail::Node World::deadlock_node(int v, int next,
+                                                const std::map<std::pair<int, int>, std::string>& why) {
+  core::DeadlockDetail::Node n;
+  const auto [rank, s] = rank_stream(v);
+  const auto reason = why.find({v, next});
+  n.rank = rank;
+  n.where = s < 0 ? "host" : ranks_[n.rank]->streams[s].name;
+  n.op = s < 0 ? "waiting for " + (reason != why.end() ? reason->second : std::string("its peers"))
+               : describe_head(n.rank, s);
+  if (s >= 0 && !ranks_[n.rank]->streams[s].queue.empty())
+    n.source = source_line(ranks_[n.rank]->streams[s].queue.front().id);
+  n.waits_for = reason != why.end() ? reason->second : "";
+  return n;
+}
+
 void World::report_deadlock() {
   Graph g(participants_);
   std::map<std::pair<int, int>, std::string> why;  // edge -> what the waiter waits for
@@ -130,16 +146,7 @@ void World::report_deadlock() {
   boost::depth_first_search(g, boost::visitor(vis));
 
   core::DeadlockDetail d;
-  auto node = [&](int v, int next) {
-    core::DeadlockDetail::Node n;
-    const auto [rank, s] = rank_stream(v);
-    n.rank = rank;
-    n.where = s < 0 ? "host" : ranks_[n.rank]->streams[s].name;
-    n.op = s < 0 ? "waiting for " + (why.count({v, next}) ? why[{v, next}] : std::string("its peers"))
-                 : describe_head(n.rank, s);
-    n.waits_for = why.count({v, next}) ? why[{v, next}] : "";
-    return n;
-  };
+  auto node = [&](int v, int next) { return deadlock_node(v, next, why); };
   if (!cycle.empty()) {
     for (size_t i = 0; i < cycle.size(); ++i) {
       d.cycle.push_back(node(static_cast<int>(cycle[i]), static_cast<int>(cycle[(i + 1) % cycle.size()])));

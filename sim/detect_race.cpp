@@ -31,6 +31,15 @@ std::string key_op(const std::string& op) {
 
 }  // namespace
 
+// A race between lifetimes of one block: the places of the free that handed the block on and
+// of the allocation that took it.
+void World::mark_reuse(core::RaceDetail& d, bool reuse, const Lifetime& freed, const Lifetime& taken) const {
+  d.reuse = reuse;
+  if (!reuse) return;
+  if (taken.alloc_op != kNone) d.allocated = source_line(taken.alloc_op);
+  if (freed.free_op != kNone) d.freed = source_line(freed.free_op);
+}
+
 core::AccessSite World::site(int rank, const AccessRec& a, Access kind, uint64_t begin, uint64_t end) {
   const int stream = a.participant == kNoParticipant ? -1 : clock_stream(a.participant);
   const OpInfo& info = op_info_[a.op];
@@ -47,6 +56,7 @@ core::AccessSite World::site(int rank, const AccessRec& a, Access kind, uint64_t
   s.byte_begin = static_cast<int64_t>(begin - l.addr);
   s.byte_end = static_cast<int64_t>(end - l.addr);
   s.write = kind != Access::read;
+  s.source = source_line(a.op);
   return s;
 }
 
@@ -93,7 +103,7 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
   d.second = site(rank, *b, b_kind, lb.addr, lb.addr + lb.bytes);
   d.first.step = op_info_[a->op].exec_step >= 0 ? op_info_[a->op].exec_step : step_;
   d.second.step = op_info_[b->op].exec_step >= 0 ? op_info_[b->op].exec_step : step_;
-  d.reuse = reuse;
+  mark_reuse(d, reuse, la, lb);
   // A held reuse (report_held_reuse_races) pairs lifetimes that do not share bytes in this
   // schedule: the block was kept back, so the new lifetime sits elsewhere.
   bool shares_bytes = true;

@@ -59,6 +59,7 @@ void World::check_defined(int rank, uint32_t op, const core::TensorRef& t) {
   d.element = t.byte_offset() + static_cast<int64_t>(undef.front().first);
   d.rank = rank;
   d.note = opname;
+  d.source = source_line(op);
   f.detail = d;
   f.seed = options_.seed;
   f.op = op;

@@ -22,7 +22,9 @@ class SimRuntime final : public core::Runtime {
   void annotate(core::BufferId b, std::shared_ptr<const core::LogicalMap> map) override {
     world_.annotate(rank_, b, std::move(map));
   }
-  uint32_t define_source(std::string_view text) override { return world_.intern(std::string(text)); }
+  uint32_t define_source(std::string_view file, int line) override {
+    return world_.define_source(file, line);
+  }
   void set_source(uint32_t id) override { world_.set_source(rank_, id); }
   void mark(std::string_view text) override { world_.mark(rank_, text); }
   bool host_may_continue() override { return false; }

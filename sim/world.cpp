@@ -100,6 +100,17 @@ OpArgs& World::args_of(uint32_t op) {
 
 const std::string& World::group_name(int group) const { return groups_.at(static_cast<size_t>(group)).name; }
 
+uint32_t World::define_source(std::string_view file, int line) {
+  const uint32_t id = intern(std::string(file) + ":" + std::to_string(line));
+  source_lines_.emplace(id, core::SourceLine{std::string(file), line});
+  return id;
+}
+
+core::SourceLine World::source_line(uint32_t op) const {
+  const auto it = source_lines_.find(op_info_[op].source);
+  return it == source_lines_.end() ? core::SourceLine{} : it->second;
+}
+
 const std::string& World::source_of(uint32_t op) const {
   const uint32_t s = op_info_[op].source;
   return names_[s == kNone ? 0 : s];

@@ -246,6 +246,7 @@ class World {
   void note_lifetime_access(uint32_t lifetime, const AccessRec& cur, Access kind, const VectorClock& clock);
   void report_held_reuse_races();
   core::AccessSite site(int rank, const AccessRec& a, Access kind, uint64_t begin, uint64_t end);
+  void mark_reuse(core::RaceDetail& d, bool reuse, const Lifetime& freed, const Lifetime& taken) const;
   // uninitialized_read (detect_uninit.cpp): definedness, in bytes relative to a tensor's start.
   Shadow::Ranges undefined_rel(int rank, const core::TensorRef& t);
   void set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel);
@@ -285,6 +286,8 @@ class World {
   // deadlock (detect_deadlock.cpp): the wait-for graph, when nothing can run but work remains.
   void report_deadlock();
   std::string describe_head(int rank, int stream);
+  core::DeadlockDetail::Node deadlock_node(int v, int next,
+                                           const std::map<std::pair<int, int>, std::string>& why);
 
   // --- shared (world.cpp) ---
   uint32_t intern(std::string_view s);
@@ -317,6 +320,10 @@ class World {
   OpArgs& args_of(uint32_t op);
   // The source of op `op`, or "" when it has none.
   const std::string& source_of(uint32_t op) const;
+  // The program's line of op `op` as data (empty when it has none).
+  core::SourceLine source_line(uint32_t op) const;
+  // A source line's handle for Runtime::set_source: the interned "file:line".
+  uint32_t define_source(std::string_view file, int line);
   // How findings name op `op`: its name ("kernel 'fc1.forward'"), or, with a source, the
   // operator and its Python line ("aten::add_ at train.py:40", "reduce_scatter 'grad' at ...").
   std::string op_text(uint32_t op) const;
@@ -405,6 +412,7 @@ class World {
   bool mismatch_seen_ = false;
   std::map<int, size_t> cascade_roots_;  // group -> its first divergent collective in findings_
   bool sources_seen_ = false;            // a captured program named its operations' Python lines
+  std::unordered_map<uint32_t, core::SourceLine> source_lines_;  // define_source's, by handle
 };
 
 }  // namespace shardcheck::sim

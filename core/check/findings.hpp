@@ -54,6 +54,14 @@ std::string_view to_string(FindingKind k);
 std::optional<FindingKind> parse_finding_kind(std::string_view s);
 
 // One access to device memory, as a race report names it.
+// A line of the user's program that an operation came from (a captured program's Python
+// line); empty for programs that name none. SARIF and the other outputs read it as data.
+struct SourceLine {
+  std::string file;
+  int line = 0;
+  bool known() const { return line > 0; }
+};
+
 struct AccessSite {
   int rank = 0;
   std::string stream;
@@ -66,12 +74,15 @@ struct AccessSite {
   int64_t byte_begin = 0;
   int64_t byte_end = 0;
   bool write = false;
+  SourceLine source;  // where the program issued the operation, when it says
 };
 
 struct RaceDetail {
-  AccessSite first;    // earlier in the schedule
-  AccessSite second;   // the one not ordered after it
-  bool reuse = false;  // different lifetimes of one block: allocator reuse
+  AccessSite first;      // earlier in the schedule
+  AccessSite second;     // the one not ordered after it
+  bool reuse = false;    // different lifetimes of one block: allocator reuse
+  SourceLine allocated;  // a reuse race: where the second's buffer was allocated
+  SourceLine freed;      // and where the first's was freed
   std::string missing_edge;
   std::vector<std::string> fixes;
 };
@@ -84,6 +95,7 @@ struct CollectiveDetail {
     std::string stream;
     std::string fingerprint;
     std::string tag;
+    SourceLine source;  // where this rank issued it, when the program says
   };
   std::vector<PerRank> ranks;
   // The later collectives of the same group in the same run that diverge because this one
@@ -105,6 +117,7 @@ struct DeadlockDetail {
     std::string where;  // "host" or the stream name
     std::string op;     // what it is stuck on
     std::string waits_for;
+    SourceLine source;  // where the program issued what it is stuck on, when it says
   };
   std::vector<Node> cycle;  // each waits for the next; the last for the first
   bool is_cycle = true;     // false: a chain ending at something that will never come
@@ -131,6 +144,7 @@ struct ElementDetail {  // numerics, replica and layout findings
   double expected = 0;
   double actual = 0;
   std::string note;
+  SourceLine source;  // an uninitialized read: where the program issued the reader
 };
 
 using FindingDetail =

@@ -368,7 +368,8 @@ void TrainingJudge::check_replicas(int step, const char* role, std::vector<Findi
                         r,
                         first_value[k],
                         v.data[i],
-                        role};
+                        role,
+                        {}};
         Finding fd;
         fd.kind = FindingKind::replica_divergence;
         const std::string when = step < 0 ? "at initialization" : "after step " + std::to_string(step);
@@ -426,7 +427,8 @@ void TrainingJudge::check_numerics(std::vector<Finding>& out) const {
                           -1,
                           want,
                           got,
-                          exact ? "bitwise (exact mode)" : "tolerance " + num(tolerance(step, want))};
+                          exact ? "bitwise (exact mode)" : "tolerance " + num(tolerance(step, want)),
+                          {}};
           Finding f;
           f.kind = FindingKind::numerics_divergence;
           f.summary = "after step " + std::to_string(step) + ", rank " + std::to_string(r) +

@@ -125,11 +125,11 @@ class Runtime {
 
   // Where in the user's program the operations issued next come from, for findings: a
   // captured program (docs/capture-format.md) names each record's Python line and operator,
-  // "train.py:31 (aten::add_)". define_source returns a handle for the text (define each text
+  // file and line ("train.py", 31). define_source returns a handle for a line (define each
   // once per run); set_source(h) applies to every operation issued until the next call, and
   // kNoSource clears it. Backends that do not report ignore both.
   static constexpr uint32_t kNoSource = 0xffffffffu;
-  virtual uint32_t define_source(std::string_view) { return kNoSource; }
+  virtual uint32_t define_source(std::string_view /*file*/, int /*line*/) { return kNoSource; }
   virtual void set_source(uint32_t) {}
   // A named point of the host program (the end of a training step), for timelines: the
   // simulator shows it in a replay's Chrome trace and places findings of that step on it.

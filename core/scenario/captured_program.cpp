@@ -407,6 +407,8 @@ class RankLoader {
     const int64_t line = f.integer("line", 0, INT32_MAX);
     f.str("func");
     sites_.push_back(intern(sources_, p_.sources, std::string(file) + ":" + std::to_string(line)));
+    if (p_.source_lines.size() < p_.sources.size())
+      p_.source_lines.push_back({std::string(file), static_cast<int>(line)});
     return false;
   }
 

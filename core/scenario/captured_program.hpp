@@ -15,6 +15,7 @@
 
 #include "core/base/status.hpp"
 #include "core/base/task.hpp"
+#include "core/check/findings.hpp"
 #include "core/runtime/runtime.hpp"
 
 namespace shardcheck::core {
@@ -116,9 +117,10 @@ struct CapturedProgram {
   int world_size = 0;
   std::vector<CapturedRank> ranks;
   std::vector<CapturedGroup> groups;
-  std::vector<std::string> strings;  // operator and collective names, tags; 0 is ""
-  std::vector<std::string> sources;  // "train.py:31": a site's file and line
-  int64_t records() const;           // summed over the ranks
+  std::vector<std::string> strings;      // operator and collective names, tags; 0 is ""
+  std::vector<std::string> sources;      // "train.py:31": a site's file and line
+  std::vector<SourceLine> source_lines;  // the same, as data, index for index
+  int64_t records() const;               // summed over the ranks
   // "rank 1: raised ValueError: ... at train.py:31; rank 2: ..." for the ranks that did not
   // finish; "" when every rank did.
   std::string partial() const;

@@ -9,6 +9,27 @@
 
 namespace shardcheck::core {
 
+namespace {
+// The Runtime's handle of each source line of a program, defined when first used.
+class SourceHandles {
+ public:
+  SourceHandles(Runtime& rt, const CapturedProgram& p) : rt_(rt), p_(p), handles_(p.sources.size(), kUnset) {}
+  uint32_t operator()(int32_t s) {
+    if (s < 0) return Runtime::kNoSource;
+    uint32_t& h = handles_[static_cast<size_t>(s)];
+    const SourceLine& at = p_.source_lines[static_cast<size_t>(s)];
+    if (h == kUnset) h = rt_.define_source(at.file, at.line);
+    return h;
+  }
+
+ private:
+  static constexpr uint32_t kUnset = Runtime::kNoSource - 1;
+  Runtime& rt_;
+  const CapturedProgram& p_;
+  std::vector<uint32_t> handles_;
+};
+}  // namespace
+
 Task<> run_captured_program(Runtime& rt, const CapturedProgram& p) {
   const CapturedRank& r = p.ranks.at(static_cast<size_t>(rt.rank()));
   std::vector<StreamId> streams;
@@ -20,14 +41,7 @@ Task<> run_captured_program(Runtime& rt, const CapturedProgram& p) {
       groups[g] = rt.group(group.name, group.ranks);
   }
   // Sources and buffer names are made once per run, when first used.
-  constexpr uint32_t kUnset = Runtime::kNoSource - 1;
-  std::vector<uint32_t> sources(p.sources.size(), kUnset);
-  auto source = [&](int32_t s) {
-    if (s < 0) return Runtime::kNoSource;
-    uint32_t& h = sources[static_cast<size_t>(s)];
-    if (h == kUnset) h = rt.define_source(p.sources[static_cast<size_t>(s)]);
-    return h;
-  };
+  SourceHandles source(rt, p);
   auto buffer_name = [&](int32_t s, int32_t buf) {
     return s < 0 ? "tensor " + std::to_string(buf)
                  : "tensor allocated at " + p.sources[static_cast<size_t>(s)];

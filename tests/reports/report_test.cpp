@@ -590,7 +590,7 @@ TEST_CASE("empty and degenerate details still render a picture each", "[reports]
   s.findings[4].kind = core::FindingKind::uninitialized_read;
   s.findings[4].detail = core::ElementDetail{};
   s.findings[5].kind = core::FindingKind::deadlock;
-  s.findings[5].detail = core::DeadlockDetail{{{0, "host", "sync", ""}}, true};  // waits for itself
+  s.findings[5].detail = core::DeadlockDetail{{{0, "host", "sync", "", {}}}, true};  // waits for itself
   s.compare = reports::CompareData{};
   s.compare->series = {{"nan", {std::nan(""), std::nan("")}}, {"empty", {}}};
   r.scenarios = {s, reports::ScenarioResult{}};

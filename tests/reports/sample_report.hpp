@@ -33,8 +33,8 @@ inline core::TraceLog sample_trace() {
 
 inline core::Finding race_finding() {
   core::RaceDetail d;
-  d.first = {0, "rs", "reduce_scatter 'grad'", 9, 9, "grad", 1, 0x1000, 0, 4096, false};
-  d.second = {0, "compute", "kernel 'next_forward'", 14, 14, "act", 2, 0x1000, 0, 4096, true};
+  d.first = {0, "rs", "reduce_scatter 'grad'", 9, 9, "grad", 1, 0x1000, 0, 4096, false, {}};
+  d.second = {0, "compute", "kernel 'next_forward'", 14, 14, "act", 2, 0x1000, 0, 4096, true, {}};
   d.reuse = true;
   d.missing_edge =
       "no happens-before edge from reduce_scatter 'grad' on 'rs' to kernel 'next_forward' on 'compute'";
@@ -57,9 +57,9 @@ inline core::Finding deadlock_finding(bool cycle) {
   core::DeadlockDetail d;
   d.is_cycle = cycle;
   d.cycle = {
-      {0, "host", "sync on stream 'rs'", "rank 0 rs"},
-      {0, "rs", "all_gather 'w1' on dp", "rank 1 rs to issue all_gather 'w1'"},
-      {1, "rs", "all_gather 'w2' on dp", cycle ? "rank 0 host" : "(finished: it will never issue it)"}};
+      {0, "host", "sync on stream 'rs'", "rank 0 rs", {}},
+      {0, "rs", "all_gather 'w1' on dp", "rank 1 rs to issue all_gather 'w1'", {}},
+      {1, "rs", "all_gather 'w2' on dp", cycle ? "rank 0 host" : "(finished: it will never issue it)", {}}};
   core::Finding f;
   f.kind = core::FindingKind::deadlock;
   f.summary = cycle ? "deadlock: 3 waiters form a cycle; nothing can run"
@@ -78,9 +78,11 @@ inline core::Finding collective_finding(core::FindingKind kind, int ranks) {
   for (int r = 0; r < ranks; ++r) {
     const bool odd = r == ranks - 1;  // the last rank issues something else
     d.ranks.push_back(
-        {r, "ag",
+        {r,
+         "ag",
          odd ? "all_gather bf16 64->256 on dp [0,1,2,3]" : "all_gather bf16 128->512 on dp [0,1,2,3]",
-         odd ? "post_step.group1" : "post_step.group0"});
+         odd ? "post_step.group1" : "post_step.group0",
+         {}});
   }
   core::Finding f;
   f.kind = kind;
@@ -109,8 +111,8 @@ inline core::Finding norm_finding() {
 }
 
 inline core::Finding element_finding(core::FindingKind kind, int other_rank, double actual) {
-  core::ElementDetail d{2,      "layers.1.fc1.weight",       17, 1, other_rank, 0.25,
-                        actual, "first element that differs"};
+  core::ElementDetail d{2,      "layers.1.fc1.weight",        17, 1, other_rank, 0.25,
+                        actual, "first element that differs", {}};
   core::Finding f;
   f.kind = kind;
   f.summary = std::string(core::to_string(kind)) + " at layers.1.fc1.weight[17]";

@@ -120,7 +120,7 @@ TEST_CASE("every non-race finding sits on the operation it concerns, not at time
   core::Finding numerics;
   numerics.kind = core::FindingKind::numerics_divergence;
   numerics.summary = "after step 0, rank 1's main weight differs";
-  numerics.detail = core::ElementDetail{0, "w", 3, 1, -1, 1.0, 2.0, ""};
+  numerics.detail = core::ElementDetail{0, "w", 3, 1, -1, 1.0, 2.0, "", {}};
   core::Finding norm;
   norm.kind = core::FindingKind::grad_norm_miscount;
   core::NormDetail nd;
@@ -136,7 +136,7 @@ TEST_CASE("every non-race finding sits on the operation it concerns, not at time
   core::CollectiveDetail cd;
   cd.group = "dp";
   cd.index = 3;
-  cd.ranks = {{0, "compute", "all_reduce f32 1", "a"}, {1, "compute", "all_reduce f32 2", "b"}};
+  cd.ranks = {{0, "compute", "all_reduce f32 1", "a", {}}, {1, "compute", "all_reduce f32 2", "b", {}}};
   coll.detail = cd;
 
   auto place = reports::finding_place(log, numerics);
@@ -167,7 +167,7 @@ TEST_CASE("a finding whose operation is outside the timeline says so instead of 
   core::Finding f;
   f.kind = core::FindingKind::numerics_divergence;
   f.summary = "after step 7";
-  f.detail = core::ElementDetail{7, "w", 0, 0, -1, 1, 2, ""};
+  f.detail = core::ElementDetail{7, "w", 0, 0, -1, 1, 2, "", {}};
   REQUIRE_FALSE(reports::finding_place(small_log(), f));
   const auto j = nlohmann::json::parse(reports::chrome_trace(small_log(), {f}));
   const auto list = instants_named(j, "numerics_divergence");
