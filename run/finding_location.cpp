@@ -1,10 +1,9 @@
 // Findings placed in their sources: trace steps by the operation names findings quote,
-// training files by their `mutations:` entries, captured programs by the Python lines the
-// simulator put in each finding's detail.
+// training files by the line their loader recorded (the first `mutations:` entry), captured programs by the
+// Python lines the simulator put in each finding's detail.
 #include "run/finding_location.hpp"
 
 #include <algorithm>
-#include <fstream>
 
 #include "core/base/overloaded.hpp"
 #include "core/runtime/runtime.hpp"
@@ -161,27 +160,6 @@ FindingPlace capture_place(const LoadedScenario& s, const core::Finding& f) {
   return p;
 }
 
-// The line of a training file that first names one of its mutations outside a comment, else
-// its `strategy:` line, else 0.
-int training_line(const LoadedScenario& s) {
-  std::ifstream in(s.file);
-  std::vector<std::string> names;
-  if (s.training) {
-    for (const auto m : s.training->scenario.config.mutations.list()) names.emplace_back(core::to_string(m));
-  }
-  std::string line;
-  int number = 0, strategy = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    line = line.substr(0, line.find('#'));
-    for (const auto& n : names) {
-      if (line.find(n) != std::string::npos) return number;
-    }
-    if (strategy == 0 && line.find("strategy:") != std::string::npos) strategy = number;
-  }
-  return strategy;
-}
-
 bool expected(const LoadedScenario& s, core::FindingKind k) {
   if (!s.expect.given) return false;
   const auto& a = s.expect.findings;
@@ -194,7 +172,7 @@ bool expected(const LoadedScenario& s, core::FindingKind k) {
 std::vector<FindingPlace> locate_findings(const LoadedScenario& s,
                                           const std::vector<core::Finding>& findings) {
   std::vector<FindingPlace> out;
-  const int training = s.training && !findings.empty() ? training_line(s) : 0;
+  const int training = s.training ? s.training->scenario.place_line : 0;
   const core::TraceScenario* trace = s.trace.get();
   for (const auto& f : findings) {
     FindingPlace p{{s.file, std::max(training, 1), ""}, {}, false};

@@ -88,6 +88,7 @@ class Parser {
     model(root["model"], s.config.model);
     if (root["data"]) data(root["data"], s.config);
     strategy(root["strategy"], s);
+    s.place_line = root["strategy"].Mark().line + 1;
     if (root["precision"]) precision(root["precision"], s.config.precision);
     TrainingConfig& c = s.config;
     if (root["microbatches"])
@@ -117,6 +118,7 @@ class Parser {
       }
     }
     if (root["mutations"]) mutations(root["mutations"], c.mutations);
+    if (!mutation_nodes_.empty()) s.place_line = mutation_nodes_.front().second.Mark().line + 1;
     if (root["schedule"]) s.schedule = read_schedule(y_, root["schedule"]);
     if (root["allocator"]) allocator(root["allocator"], s);
     if (root["reference"]) {

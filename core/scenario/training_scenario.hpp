@@ -66,6 +66,9 @@ struct TrainingScenario {
   ScheduleSpec schedule;
   std::string reference = "single_rank";  // single_rank | none
   Expectation expect;
+  // The line a finding of this file is placed on (SARIF, JUnit): its first `mutations:` entry,
+  // what makes the run buggy, else its `strategy:` line.
+  int place_line = 1;
 };
 
 Expected<TrainingScenario> load_training_scenario(const std::string& path);
