@@ -16,9 +16,9 @@
 #include "core/base/text.hpp"
 #include "reports/format.hpp"
 #include "run/interrupt.hpp"
-#include "run/ordered_pool.hpp"
 #include "run/report.hpp"
 #include "run/scenario.hpp"
+#include "run/scenario_loop.hpp"
 
 namespace shardcheck::cli {
 
@@ -172,18 +172,13 @@ int run_demo(const DemoArgs& a) {
   int64_t total = 0;
   for (const auto& s : loaded) total += 2 * s.schedule.runs;  // each schedule twice
   ProgressLine line(total);
-  // Scenarios run side by side, each exploring on its share of the threads; their lines and
-  // report entries come in order, as on one thread.
-  const int jobs = sim::resolve_jobs(a.jobs);
-  const int side_by_side = static_cast<int>(std::min<size_t>(static_cast<size_t>(jobs), loaded.size()));
-  auto work = [&](size_t i) {
-    ResultOptions ro;
-    ro.compare = loaded[i].training != nullptr;
-    ScheduleOverrides o;
-    o.jobs = std::max(1, jobs / side_by_side);
-    o.progress = line.scenario();
-    return run_checked(loaded[i], o, true, ro);
-  };
+  // Their lines and report entries come in order, as on one thread (run/scenario_loop.hpp).
+  ScenarioLoop loop;
+  loop.overrides.jobs = a.jobs;
+  loop.check_determinism = true;
+  loop.result = ResultOptions{};
+  loop.compare_training = true;
+  loop.progress = [&] { return line.scenario(); };
   auto turn = [&](size_t i) { progress(line, i, loaded.size(), loaded[i].name, ""); };
   auto deliver = [&](size_t i, CheckedRun c) {
     report.scenarios.push_back(std::move(*c.result));
@@ -201,7 +196,7 @@ int run_demo(const DemoArgs& a) {
                                     : "FAILED");
     return !interrupted() && t.internal_error.empty();
   };
-  if (!interrupted()) ordered_pool<CheckedRun>(loaded.size(), side_by_side, work, turn, deliver);
+  if (!interrupted()) run_scenarios(loaded, loop, turn, deliver);
   line.clear();
   print_table(report);
   print_ending(t, loaded.size());

@@ -13,9 +13,9 @@
 #include "reports/chrome_trace.hpp"
 #include "run/gpu_runs.hpp"
 #include "run/interrupt.hpp"
-#include "run/ordered_pool.hpp"
 #include "run/report.hpp"
 #include "run/scenario.hpp"
+#include "run/scenario_loop.hpp"
 
 namespace shardcheck::cli {
 
@@ -286,24 +286,16 @@ int run_files(const RunArgs& a) {
   for (const auto& s : scenarios)
     total += planned_runs(s, overrides(a.schedule)) * (a.check_determinism ? 2 : 1);
   ProgressLine line(total);
-  // Scenarios run side by side, each exploring on its share of the threads; they print in
-  // order, each header when its turn comes, as one thread would. Processes sharing the
-  // command run one scenario at a time, all of them together.
-  const int jobs = sim::resolve_jobs(a.schedule.jobs);
-  const int side_by_side =
-      role.shared ? 1 : static_cast<int>(std::min<size_t>(static_cast<size_t>(jobs), scenarios.size()));
+  // Each header prints when its scenario's turn comes (run/scenario_loop.hpp).
+  ScenarioLoop loop;
+  loop.overrides = overrides(a.schedule);
+  loop.check_determinism = a.check_determinism;
+  loop.result = report_options(report_dir, role.prints && a.ci.any());
+  loop.across_processes = role.shared;
+  loop.progress = [&] { return line.scenario(); };
   if (!t.stop()) {
-    ordered_pool<CheckedRun>(
-        scenarios.size(), side_by_side,
-        [&](size_t i) {
-          ScheduleOverrides o = overrides(a.schedule);
-          o.jobs = std::max(1, jobs / side_by_side);
-          o.sharing = side_by_side;
-          o.progress = line.scenario();
-          o.across_processes = role.shared;
-          return run_checked(scenarios[i], o, a.check_determinism,
-                             report_options(report_dir, role.prints && a.ci.any()));
-        },
+    run_scenarios(
+        scenarios, loop,
         [&](size_t i) {
           line.print([&] { print_header(scenarios[i], planned_runs(scenarios[i], overrides(a.schedule))); });
         },
