@@ -79,13 +79,18 @@ def main(argv=None):
               "folder once every rank has finished: shardcheck run %s" % args.out,
               file=sys.stderr)
         return 0
+    return check(args.out)
+
+
+def check(out):
+    """`shardcheck run OUT`, with its exit code; 2 when no checker is found."""
     binary = checker()
     if binary is None:
         print("shardcheck.capture: --check: no shardcheck binary (set SHARDCHECK_BIN, put it on "
               "PATH, or build it with `make`)", file=sys.stderr)
         return 2
     sys.stdout.flush()
-    return subprocess.call([binary, "run", args.out])
+    return subprocess.call([binary, "run", out])
 
 
 def checker():

@@ -110,11 +110,5 @@ def launch(args, target):
         if stop["signal"] is not None:
             return 128 + stop["signal"]
         return 0 if whole else 1
-    from .__main__ import checker
-    binary = checker()
-    if binary is None:
-        print("shardcheck.capture: --check: no shardcheck binary (set SHARDCHECK_BIN, put it on "
-              "PATH, or build it with `make`)", file=sys.stderr)
-        return 2
-    sys.stdout.flush()
-    return subprocess.call([binary, "run", args.out])
+    from .__main__ import check
+    return check(args.out)
