@@ -33,7 +33,7 @@ double* scalar_f64(DeviceMemory& mem, const core::TensorRef& t) { return static_
 }  // namespace
 
 void launch(const core::KernelCall& call, DeviceMemory& mem, cudaStream_t stream, Blas& blas) {
-  if (std::string why = core::check_kernel(call); !why.empty()) throw KernelCallError("gpu::launch: " + why);
+  if (auto why = core::check_kernel(call); !why) throw KernelCallError("gpu::launch: " + why.message());
   const auto in = [&](size_t i) { return operand(mem, call.reads[i]); };
   const auto out = [&](size_t i) { return operand(mem, call.writes[i]); };
   const auto s = stream;

@@ -337,7 +337,7 @@ void World::host_wait(int rank, std::vector<uint32_t> recs) {
 }
 
 void World::launch(int rank, core::KernelCall call) {
-  if (std::string e = core::check_kernel(call); !e.empty()) throw InternalError(e);
+  if (core::Status e = core::check_kernel(call); !e) throw InternalError(e.message());
   for (const auto& t : call.reads) check_ref(rank, t, "kernel read");
   for (const auto& t : call.writes) check_ref(rank, t, "kernel write");
   Op op;

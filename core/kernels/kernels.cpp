@@ -119,12 +119,14 @@ KernelCall clip_coef(StreamId s, TensorRef sumsq, TensorRef coef, TensorRef norm
 }
 }  // namespace kernels
 
-std::string check_kernel(const KernelCall& c) {
-  return std::visit([&](const auto& k) { return cpu::check(c, k); }, c.params);
+Status check_kernel(const KernelCall& c) {
+  std::string why = std::visit([&](const auto& k) { return cpu::check(c, k); }, c.params);
+  if (why.empty()) return {};
+  return fail(std::move(why));
 }
 
 void execute_cpu(const KernelCall& c, MemoryView& mem) {
-  if (std::string e = check_kernel(c); !e.empty()) throw InternalError(e);
+  if (Status e = check_kernel(c); !e) throw InternalError(e.message());
   std::visit([&](const auto& k) { cpu::execute(c, k, mem); }, c.params);
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/base/cancel.hpp"
+#include "core/base/status.hpp"
 #include "core/base/tensor_ref.hpp"
 
 namespace shardcheck::core {
@@ -276,8 +277,8 @@ class MemoryView {
 
 // Runs a kernel on the CPU. Throws InternalError when its arguments are inconsistent.
 void execute_cpu(const KernelCall& call, MemoryView& memory);
-// Checks argument counts, sizes and dtypes; empty when fine, else why not.
-std::string check_kernel(const KernelCall& call);
+// Checks argument counts, sizes and dtypes: ok, or why not.
+Status check_kernel(const KernelCall& call);
 
 // Element access in a buffer of any float dtype, computing in double.
 double load_element(const std::byte* base, DType t, int64_t i);

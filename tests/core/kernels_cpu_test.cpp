@@ -69,7 +69,7 @@ class Mem : public MemoryView {
   // Runs a call that must pass check_kernel and stay inside its tensors.
   void run(const KernelCall& call) {
     INFO("kernel " << call.name);
-    REQUIRE(check_kernel(call).empty());
+    REQUIRE(check_kernel(call).ok());
     execute_cpu(call, *this);
     REQUIRE(guards_intact());
   }
@@ -380,7 +380,7 @@ TEST_CASE("embedding kernels turn corrupted token ids into NaN, never out-of-bou
     const TensorRef tokens = m.put(DType::i32, {0, 3, bad}),
                     weight = m.put(DType::f32, {1, 2, 3, 4, 5, 6, 7, 8});
     const TensorRef out = m.alloc(DType::f32, 3 * hidden), dw = m.alloc(DType::f32, vocab * hidden);
-    REQUIRE(check_kernel(kernels::embedding_forward(0, tokens, weight, out, vocab, hidden)).empty());
+    REQUIRE(check_kernel(kernels::embedding_forward(0, tokens, weight, out, vocab, hidden)).ok());
     m.run(kernels::embedding_forward(0, tokens, weight, out, vocab, hidden));
     const std::vector<double> y = m.get(out);
     REQUIRE(y[0] == 1.0);
@@ -1158,7 +1158,7 @@ TEST_CASE("check_kernel explains wrong counts shapes and dtypes", "[core][kernel
   };
   for (const auto& [call, why] : cases) {
     INFO("kernel " << call.name << ", expecting: " << why);
-    const std::string got = check_kernel(call);
+    const std::string got = check_kernel(call).message();
     if (why == "A (reads[0]) has 6 elements" || why.empty()) {
       REQUIRE(got.empty());  // the control cases: a correct transposed call passes, and so on
       continue;
@@ -1173,35 +1173,36 @@ TEST_CASE("check_kernel refuses in-place kernels whose outputs are not their inp
   const TensorRef a{0, 0, 4, DType::f32}, b{0, 4, 4, DType::f32}, c{0, 8, 4, DType::f32};
   const TensorRef coef{1, 0, 1, DType::f64};
   KernelCall adam = kernels::adam(0, a, b, c, b, std::nullopt, {});
-  REQUIRE(check_kernel(adam).empty());
+  REQUIRE(check_kernel(adam).ok());
   adam.writes[1] = a.slice(1, 3);
-  REQUIRE_THAT(check_kernel(adam), Catch::Contains("m is updated in place: writes[1] must be reads[2]"));
+  REQUIRE_THAT(check_kernel(adam).message(),
+               Catch::Contains("m is updated in place: writes[1] must be reads[2]"));
   kernel::Adam at_zero;
   at_zero.step = 0;
-  REQUIRE_THAT(check_kernel(kernels::adam(0, a, b, c, b, coef, at_zero)),
+  REQUIRE_THAT(check_kernel(kernels::adam(0, a, b, c, b, coef, at_zero)).message(),
                Catch::Contains("step counts from 1"));
   kernel::Adam claims_coef;
   claims_coef.has_coef = true;
-  REQUIRE_THAT(check_kernel(kernels::adam(0, a, b, c, b, std::nullopt, claims_coef)),
+  REQUIRE_THAT(check_kernel(kernels::adam(0, a, b, c, b, std::nullopt, claims_coef)).message(),
                Catch::Contains("takes 5 inputs and 3 outputs, got 4 and 3"));
   KernelCall sgd = kernels::sgd(0, a, b, coef, {});
   sgd.writes[0] = c;
-  REQUIRE_THAT(check_kernel(sgd), Catch::Contains("param is updated in place"));
+  REQUIRE_THAT(check_kernel(sgd).message(), Catch::Contains("param is updated in place"));
   // Gemm reads C exactly when beta != 0, and then C must be the output.
   KernelCall gemm = kernels::gemm(0, a, b, c, {2, 2, 2, false, false, 1.0, 1.0});
-  REQUIRE(check_kernel(gemm).empty());
+  REQUIRE(check_kernel(gemm).ok());
   gemm.reads[2] = a;
-  REQUIRE_THAT(check_kernel(gemm), Catch::Contains("writes[0] must be reads[2]"));
+  REQUIRE_THAT(check_kernel(gemm).message(), Catch::Contains("writes[0] must be reads[2]"));
   gemm.reads.pop_back();
-  REQUIRE_THAT(check_kernel(gemm), Catch::Contains("beta != 0 makes C an input"));
+  REQUIRE_THAT(check_kernel(gemm).message(), Catch::Contains("beta != 0 makes C an input"));
   gemm.params = kernel::Gemm{2, 2, 2};
   gemm.reads.push_back(c);
-  REQUIRE_THAT(check_kernel(gemm), Catch::Contains("beta == 0 never reads C"));
+  REQUIRE_THAT(check_kernel(gemm).message(), Catch::Contains("beta == 0 never reads C"));
   gemm.reads.push_back(c);
-  REQUIRE_THAT(check_kernel(gemm), Catch::Contains("takes 2 inputs and 1 outputs, got 4 and 1"));
+  REQUIRE_THAT(check_kernel(gemm).message(), Catch::Contains("takes 2 inputs and 1 outputs, got 4 and 1"));
   KernelCall acc = kernels::sum_squares(0, a, coef, true);
   acc.reads[1] = TensorRef{2, 0, 1, DType::f64};
-  REQUIRE_THAT(check_kernel(acc), Catch::Contains("writes[0] must be reads[1]"));
+  REQUIRE_THAT(check_kernel(acc).message(), Catch::Contains("writes[0] must be reads[1]"));
 }
 
 // ---- Determinism: the same call on the same bytes writes the same bytes.

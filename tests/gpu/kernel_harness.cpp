@@ -100,7 +100,7 @@ void* KernelTwin::ptr(const TensorRef& t) {
 }
 
 void KernelTwin::launch_on_device(const core::KernelCall& call) {
-  REQUIRE(core::check_kernel(call).empty());
+  REQUIRE(core::check_kernel(call).ok());
   for (const Buffer& b : buffers_) {
     SC_CUDA_CHECK(cudaMemcpy(b.device, b.host.data(), b.host.size(), cudaMemcpyHostToDevice));
   }
