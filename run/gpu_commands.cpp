@@ -127,16 +127,19 @@ GpuTally run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
       if (h.how == gpu::HoldOutcome::How::ordering && t.ordering.empty()) t.ordering = h.why;
     }
   };
+  // Counts a run's delays and holds; false (counted as a fault or an error) when it did not finish.
+  auto completed = [&](const gpu::GpuRunResult& r) {
+    t.delays += r.delays;
+    tally_holds(r);
+    if (r.completed) return true;
+    ++(r.program_fault ? t.faults : t.errors);
+    if (t.example.empty()) t.example = r.error;
+    return false;
+  };
   for (int i = 0; i < runs; ++i) {
     if (s.training) {
       GpuTrainingRun r = run_training_gpu(*s.training, o, /*judge*/ true);
-      t.delays += r.result.delays;
-      tally_holds(r.result);
-      if (!r.result.completed) {
-        ++(r.result.program_fault ? t.faults : t.errors);
-        if (t.example.empty()) t.example = r.result.error;
-        continue;
-      }
+      if (!completed(r.result)) continue;
       std::string difference = baseline.bitwise ? first_weight_difference(*s.training, r, baseline) : "";
       for (const auto& f : r.findings) {
         if (core::info(f.kind).shows_in_values) {  // the judge's differences in values
@@ -150,13 +153,7 @@ GpuTally run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
       if (t.example.empty()) t.example = difference;
     } else {
       GpuTraceRun r = run_trace_gpu(s, o);
-      t.delays += r.result.delays;
-      tally_holds(r.result);
-      if (!r.result.completed) {
-        ++(r.result.program_fault ? t.faults : t.errors);
-        if (t.example.empty()) t.example = r.result.error;
-        continue;
-      }
+      if (!completed(r.result)) continue;
       t.differing += r.buffers_differing > 0;
       if (t.example.empty()) t.example = r.first_difference;
     }
