@@ -35,9 +35,8 @@ bool outputs_ok(std::initializer_list<NamedPath> files, const NamedPath& report_
 bool stdout_writable() {
   struct stat st {};
   if (::fstat(STDOUT_FILENO, &st) != 0 || !S_ISCHR(st.st_mode)) return true;
-  // An empty write asks the device without sending it anything: /dev/full says ENOSPC.
-  if (::write(STDOUT_FILENO, "", 0) < 0 && errno != EAGAIN) {
-    std::cerr << "shardcheck: cannot write standard output: " << std::strerror(errno) << "\n";
+  if (core::Status s = core::check_device_takes_writes(STDOUT_FILENO, "standard output"); !s) {
+    std::cerr << "shardcheck: " << s.message() << "\n";
     return false;
   }
   return true;

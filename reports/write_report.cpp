@@ -275,7 +275,9 @@ core::Status swap_in(const Report& r, const fs::path& dir, const std::vector<std
 }
 }  // namespace
 
-core::Status check_report_folder(const std::string& dir_arg) {
+namespace {
+// check_report_folder, handing back what an existing folder holds (empty for a new one).
+core::Status check_folder(const std::string& dir_arg, Contents* contents) {
   std::error_code ec;
   const fs::path dir = dir_arg.empty() ? fs::path(".") : fs::path(dir_arg);
   const fs::file_status st = fs::status(dir, ec);
@@ -294,7 +296,7 @@ core::Status check_report_folder(const std::string& dir_arg) {
     return {};
   }
   if (!fs::is_directory(st)) return core::fail("report folder ", dir_arg, " is a file, not a folder");
-  const Contents c = contents_of(dir, ec);
+  const Contents& c = *contents = contents_of(dir, ec);
   if (ec) return core::fail("cannot read report folder ", dir_arg, ": ", ec.message());
   const bool empty = c.report_files == 0 && c.own.empty() && c.others.empty();
   // A folder an earlier version wrote holds report files and nothing else.
@@ -314,6 +316,12 @@ core::Status check_report_folder(const std::string& dir_arg) {
                       "and never moves what is in it; move it out, or name another folder");
   return {};
 }
+}  // namespace
+
+core::Status check_report_folder(const std::string& dir) {
+  Contents unused;
+  return check_folder(dir, &unused);
+}
 
 // The folder is one unit: the report is written whole into a sibling folder, which is then
 // swapped in for the old one in one rename (renameat2 RENAME_EXCHANGE), so a reader that opens
@@ -328,9 +336,8 @@ core::Status write_report(const Report& r, const std::string& dir_arg) {
   if (ec) return core::fail("cannot open folder ", dir_arg, ": ", ec.message());
   const FolderLock lock(dir.string());
   // Checked again under the lock: what another writer or the user did meanwhile counts.
-  if (core::Status s = check_report_folder(dir.string()); !s) return s;
-  const Contents c = contents_of(dir, ec);
-  if (ec) return core::fail("cannot read report folder ", dir_arg, ": ", ec.message());
+  Contents c;
+  if (core::Status s = check_folder(dir.string(), &c); !s) return s;
   if (dir == dir.root_path() || is_mount_point(dir) || holds_working_folder(dir))
     return write_in_place(r, dir);
   return swap_in(r, dir, c.own);

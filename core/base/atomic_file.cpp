@@ -62,21 +62,25 @@ Status check_existing(const std::string& path, bool* exists, struct stat* st) {
 
 }  // namespace
 
+Status check_device_takes_writes(int fd, const std::string& shown) {
+  // A device tells a write error only when written to: an empty write asks it (/dev/full
+  // says ENOSPC) without sending it anything.
+  if (::write(fd, "", 0) < 0 && errno != EAGAIN)
+    return fail("cannot write ", shown, ": ", std::strerror(errno));
+  return {};
+}
+
 Status check_output_path(const std::string& path) {
   bool exists = false;
   struct stat st {};
   if (Status s = check_existing(path, &exists, &st); !s.ok()) return s;
   if (exists && S_ISCHR(st.st_mode)) {
-    // A device tells a write error only when written to: an empty write asks it (/dev/full
-    // says ENOSPC) without sending it anything. Non-blocking, so a terminal or a device no one
-    // serves does not hold the command here.
+    // Non-blocking, so a terminal or a device no one serves does not hold the command here.
     const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) return fail("cannot write ", path, ": ", std::strerror(errno));
-    const bool refused = ::write(fd, "", 0) < 0 && errno != EAGAIN;
-    const std::string why = refused ? std::strerror(errno) : "";
+    Status s = check_device_takes_writes(fd, path);
     ::close(fd);
-    if (refused) return fail("cannot write ", path, ": ", why);
-    return {};
+    return s;
   }
   if (exists) return {};  // a file (replaced) or a FIFO (streamed into when the output is ready)
   // A new file: its folder must exist, so a typo in it is refused now, not after the run.

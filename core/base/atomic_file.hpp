@@ -17,6 +17,9 @@ namespace shardcheck::core {
 // block device, a device that refuses writes (/dev/full), a new file in a folder that does not
 // exist or cannot be written.
 [[nodiscard]] Status check_output_path(const std::string& path);
+// Whether the character device open as `fd` takes writes, asked with an empty write, which
+// sends it nothing; the error names `shown`.
+[[nodiscard]] Status check_device_takes_writes(int fd, const std::string& shown);
 Status write_file_atomic(const std::string& path, std::string_view content);
 // Creates a folder and its parents (like mkdir -p).
 Status make_dirs(const std::string& path);
