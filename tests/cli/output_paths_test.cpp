@@ -228,9 +228,9 @@ TEST_CASE("a capture rank file linked to an endless device is refused at once: m
   fs::copy_file(std::string(SHARDCHECK_SOURCE_DIR) + "/tests/capture/fixtures/megatron-6137/rank-0.jsonl",
                 cap + "/rank-0.jsonl");
   fs::create_symlink("/dev/zero", cap + "/rank-1.jsonl");
-  // 512 MiB of address space: a loader that read the endless line whole would be killed.
-  const CommandResult r =
-      run_command("ulimit -v 524288; timeout 20 " + std::string(SHARDCHECK_BINARY) + " run " + cap);
+  // 512 MiB: a loader that read the endless line whole would be killed.
+  const CommandResult r = run_command(shardcheck::testing::memory_cap(512) + "timeout 20 " +
+                                      std::string(SHARDCHECK_BINARY) + " run " + cap);
   INFO(r.err);
   REQUIRE(r.exit_code == 2);
   REQUIRE_THAT(r.err, Catch::Contains("rank-1.jsonl"));

@@ -255,7 +255,7 @@ TEST_CASE("explore prints its duration rounded, and --backend gpu without a GPU 
   // Without the backend in the build, or (a build with it) without a usable device: bad input.
   const auto gpu = run_shardcheck("run " + scenario("reuse-race.yaml") + " --backend gpu");
   // On a machine with a GPU the run happens: the race stays unconfirmed unforced, exit 0.
-  const bool refused = gpu.err.find("no GPU backend") != std::string::npos ||
+  const bool refused = gpu.err.find("needs shardcheck-gpu") != std::string::npos ||
                        gpu.err.find("no usable CUDA device") != std::string::npos;
   INFO(gpu.err);
   REQUIRE(gpu.exit_code == (refused ? 2 : 0));

@@ -43,4 +43,19 @@ std::string printed_binary() {
   return exe.string();
 }
 
+bool under_address_sanitizer() {
+#if defined(SHARDCHECK_ASAN) && SHARDCHECK_ASAN
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string memory_cap(long mib) {
+  if (under_address_sanitizer())
+    return "export ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}hard_rss_limit_mb=" + std::to_string(mib) +
+           "\"; ";
+  return "ulimit -v " + std::to_string(mib * 1024) + "; ";
+}
+
 }  // namespace shardcheck::testing
