@@ -65,7 +65,7 @@ struct GpuOptions {
   bool serial = false;
   bool skip_communication = false;
   bool record_collectives = false;
-  // An MPI launch (gpu/mpi.hpp; NCCL only): this process runs global rank process_rank of
+  // An MPI launch (mpi/launch.hpp; NCCL only): this process runs global rank process_rank of
   // `ranks`, on GPU process_device; every other rank is another process.
   int process_rank = -1;
   int process_device = 0;

@@ -9,9 +9,9 @@
 #include "core/base/status.hpp"
 #include "gpu/check.hpp"
 #include "gpu/local_comm.hpp"
-#include "gpu/mpi.hpp"
 #include "gpu/nccl_check.hpp"
 #include "gpu/runtime_state.hpp"
+#include "mpi/launch.hpp"
 
 namespace shardcheck::gpu {
 
@@ -87,11 +87,11 @@ int GpuWorld::Impl::group_index(int rank, std::string_view name, std::span<const
       std::vector<std::byte> msg(sizeof id + key.size());
       std::memcpy(msg.data(), &id, sizeof id);
       std::memcpy(msg.data() + sizeof id, key.data(), key.size());
-      for (size_t m = 1; m < g.members.size(); ++m) mpi_send(g.members[m], kMpiTagGroupId, msg);
+      for (size_t m = 1; m < g.members.size(); ++m) mpi::send(g.members[m], mpi::kTagGroupId, msg);
       g.id = id;
     } else {
       while (!received_ids.count(key)) {
-        const std::vector<std::byte> msg = mpi_recv(g.members[0], kMpiTagGroupId);
+        const std::vector<std::byte> msg = mpi::recv(g.members[0], mpi::kTagGroupId);
         if (msg.size() < sizeof(ncclUniqueId)) throw InternalError("a malformed NCCL id message");
         ncclUniqueId id;
         std::memcpy(&id, msg.data(), sizeof id);

@@ -1,14 +1,16 @@
-// MPI glue for multi-process NCCL runs; see mpi.hpp.
-#include "gpu/mpi.hpp"
+// MPI start-up and host messages for launched processes; see launch.hpp.
+#include "mpi/launch.hpp"
 
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #ifdef SHARDCHECK_HAVE_MPI
 #include <mpi.h>
 #endif
 
-namespace shardcheck::gpu {
+namespace shardcheck::mpi {
 
 namespace {
 // Launchers set these in every process they start: Open MPI, and PMI/PMIx (MPICH, Slurm).
@@ -30,7 +32,7 @@ void check(int rc, const char* what) {
 #endif
 }  // namespace
 
-bool mpi_built() {
+bool built() {
 #ifdef SHARDCHECK_HAVE_MPI
   return true;
 #else
@@ -38,13 +40,12 @@ bool mpi_built() {
 #endif
 }
 
-const MpiProcess& mpi_process() {
-  static const MpiProcess p = [] {
-    MpiProcess m;
+const Process& process() {
+  static const Process p = [] {
+    Process m;
 #ifdef SHARDCHECK_HAVE_MPI
     if (launched_size() < 2) return m;
     int provided = 0;
-    // Each process drives one rank; its host threads take turns with MPI, never at once.
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
     std::atexit([] {
       int done = 0;
@@ -68,12 +69,12 @@ const MpiProcess& mpi_process() {
 }
 
 #ifdef SHARDCHECK_HAVE_MPI
-void mpi_send(int to, int tag, std::span<const std::byte> bytes) {
+void send(int to, int tag, std::span<const std::byte> bytes) {
   check(MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, to, tag, MPI_COMM_WORLD),
         "MPI_Send");
 }
 
-std::vector<std::byte> mpi_recv(int from, int tag) {
+std::vector<std::byte> recv(int from, int tag) {
   MPI_Status st;
   check(MPI_Probe(from, tag, MPI_COMM_WORLD, &st), "MPI_Probe");
   int n = 0;
@@ -83,8 +84,8 @@ std::vector<std::byte> mpi_recv(int from, int tag) {
   return out;
 }
 
-std::vector<std::vector<std::byte>> mpi_gather(std::span<const std::byte> bytes) {
-  const MpiProcess& p = mpi_process();
+std::vector<std::vector<std::byte>> gather(std::span<const std::byte> bytes) {
+  const Process& p = process();
   const int n = static_cast<int>(bytes.size());
   std::vector<int> sizes(static_cast<size_t>(p.size)), offsets(static_cast<size_t>(p.size));
   check(MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather");
@@ -104,24 +105,46 @@ std::vector<std::vector<std::byte>> mpi_gather(std::span<const std::byte> bytes)
   return out;
 }
 
-long long mpi_sum(long long value) {
-  long long sum = 0;
-  check(MPI_Allreduce(&value, &sum, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
-  return sum;
+std::vector<std::string> all_gather(const std::string& mine) {
+  const Process& p = process();
+  const int n = static_cast<int>(mine.size());
+  std::vector<int> sizes(static_cast<size_t>(p.size)), offsets(static_cast<size_t>(p.size));
+  check(MPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
+  int total = 0;
+  for (int i = 0; i < p.size; ++i) {
+    offsets[static_cast<size_t>(i)] = total;
+    total += sizes[static_cast<size_t>(i)];
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  check(MPI_Allgatherv(mine.data(), n, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE,
+                       MPI_COMM_WORLD),
+        "MPI_Allgatherv");
+  std::vector<std::string> out;
+  for (int i = 0; i < p.size; ++i)
+    out.push_back(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(i)]),
+                             static_cast<size_t>(sizes[static_cast<size_t>(i)])));
+  return out;
 }
 
-void mpi_abort(int code) {
+long long sum(long long value) {
+  long long total = 0;
+  check(MPI_Allreduce(&value, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  return total;
+}
+
+void abort(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
 }
 #else
-void mpi_send(int, int, std::span<const std::byte>) { throw std::logic_error("built without MPI"); }
-std::vector<std::byte> mpi_recv(int, int) { throw std::logic_error("built without MPI"); }
-std::vector<std::vector<std::byte>> mpi_gather(std::span<const std::byte> bytes) {
+void send(int, int, std::span<const std::byte>) { throw std::logic_error("built without MPI"); }
+std::vector<std::byte> recv(int, int) { throw std::logic_error("built without MPI"); }
+std::vector<std::vector<std::byte>> gather(std::span<const std::byte> bytes) {
   return {{bytes.begin(), bytes.end()}};
 }
-long long mpi_sum(long long value) { return value; }
-void mpi_abort(int code) { std::_Exit(code); }
+std::vector<std::string> all_gather(const std::string& mine) { return {mine}; }
+long long sum(long long value) { return value; }
+void abort(int code) { std::_Exit(code); }
 #endif
 
-}  // namespace shardcheck::gpu
+}  // namespace shardcheck::mpi

@@ -11,7 +11,7 @@
 #include "core/scenario/trace_program.hpp"
 #include "core/scenario/trace_scenario.hpp"
 #include "core/train/trainer.hpp"
-#include "gpu/mpi.hpp"
+#include "mpi/launch.hpp"
 
 namespace shardcheck::run {
 
@@ -22,7 +22,7 @@ namespace {
 void stop_launch_on_failure(const gpu::GpuOptions& options, const gpu::GpuRunResult& r) {
   if (options.process_rank < 0 || r.completed) return;
   std::fprintf(stderr, "shardcheck: %s\nshardcheck: ending the MPI launch\n", r.error.c_str());
-  gpu::mpi_abort(3);
+  mpi::abort(3);
 }
 
 // An MPI launch: process 0 gets every rank's results and what its judge saw.
@@ -34,7 +34,7 @@ void gather_training(int rank, std::vector<core::RankResult>& ranks, core::Train
   for (const auto& l : mine.losses) w.put_vector(l);
   w.put_vector(mine.norms);
   w.put_vector(judge ? judge->export_rank(rank) : std::vector<std::byte>{});
-  for (const auto& bytes : gpu::mpi_gather(w.bytes())) {
+  for (const auto& bytes : mpi::gather(w.bytes())) {
     core::ByteReader r(bytes);
     const int from = r.get<int32_t>();
     if (from == rank) continue;
@@ -135,12 +135,12 @@ GpuTraceRun run_trace_gpu(const LoadedScenario& s, const gpu::GpuOptions& option
   }
   if (options.process_rank >=
       0) {  // an MPI launch: the counts over every process, the lowest rank's first difference
-    out.buffers_compared = static_cast<int>(gpu::mpi_sum(out.buffers_compared));
-    out.buffers_differing = static_cast<int>(gpu::mpi_sum(out.buffers_differing));
+    out.buffers_compared = static_cast<int>(mpi::sum(out.buffers_compared));
+    out.buffers_differing = static_cast<int>(mpi::sum(out.buffers_differing));
     const std::vector<std::byte> mine(
         reinterpret_cast<const std::byte*>(out.first_difference.data()),
         reinterpret_cast<const std::byte*>(out.first_difference.data()) + out.first_difference.size());
-    for (const auto& d : gpu::mpi_gather(mine)) {
+    for (const auto& d : mpi::gather(mine)) {
       if (out.first_difference.empty())
         out.first_difference.assign(reinterpret_cast<const char*>(d.data()), d.size());
     }

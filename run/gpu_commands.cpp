@@ -11,7 +11,7 @@
 #include <variant>
 
 #include "core/base/text.hpp"
-#include "gpu/mpi.hpp"
+#include "mpi/launch.hpp"
 #include "run/compare.hpp"
 #include "run/exit_code.hpp"
 #include "run/gpu_backend.hpp"
@@ -46,7 +46,7 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
                  "--backend sim, needs none)\n";
     return false;
   }
-  if (a.comm == "nccl" && !gpu::mpi_process().launched && scenario.ranks > devices) {
+  if (a.comm == "nccl" && !mpi::process().launched && scenario.ranks > devices) {
     std::cerr << "shardcheck: --comm nccl runs one rank per GPU: the scenario has " << scenario.ranks
               << " ranks and this machine " << devices
               << " GPUs (--comm local runs them all on one GPU, an MPI launch spreads them over hosts)\n";
@@ -64,7 +64,7 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
     return false;
   }
   o.amplify_cycles = a.amplify;
-  if (a.force_race && (o.comm != gpu::CommMode::local || gpu::mpi_process().launched)) {
+  if (a.force_race && (o.comm != gpu::CommMode::local || mpi::process().launched)) {
     std::cerr
         << "shardcheck: --force-race runs on the device-local communicator (--comm local, one process)\n";
     return false;
@@ -74,7 +74,7 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
     return false;
   }
   o.amplify_at = a.amplify_at == "race" ? gpu::AmplifyAt::sites : gpu::AmplifyAt::collectives;
-  if (const gpu::MpiProcess& p = gpu::mpi_process(); p.launched) {
+  if (const mpi::Process& p = mpi::process(); p.launched) {
     // One rank per process: the launch's size is the scenario's rank count.
     if (o.comm != gpu::CommMode::nccl || p.size != o.ranks) {
       std::cerr << "shardcheck: under an MPI launch each process runs one rank over NCCL: pass --comm nccl "
@@ -92,13 +92,13 @@ bool options(const GpuArgs& a, const sim::Options& scenario, gpu::GpuOptions& o)
 // Under an MPI launch every process runs the same commands in step and process 0 alone
 // prints; the exit code is process 0's.
 void quiet_unless_first_process() {
-  if (const gpu::MpiProcess& p = gpu::mpi_process(); p.launched && p.rank != 0) {
+  if (const mpi::Process& p = mpi::process(); p.launched && p.rank != 0) {
     if (!std::freopen("/dev/null", "w", stdout)) std::perror("shardcheck: /dev/null");
   }
 }
 int first_process_code(int code) {
-  const gpu::MpiProcess& p = gpu::mpi_process();
-  return p.launched ? static_cast<int>(gpu::mpi_sum(p.rank == 0 ? code : 0)) : code;
+  const mpi::Process& p = mpi::process();
+  return p.launched ? static_cast<int>(mpi::sum(p.rank == 0 ? code : 0)) : code;
 }
 
 // What one file's runs on hardware showed, and its verdict against the file's `expect:`.
@@ -164,7 +164,7 @@ GpuTally run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
               t.errors ? " (with errors)" : "");
   if (!t.example.empty()) std::printf("  first: %s\n", t.example.c_str());
   for (const auto& line : t.also) std::printf("  also found: %s\n", line.c_str());
-  if (o.process_rank >= 0) t.delays = gpu::mpi_sum(t.delays);
+  if (o.process_rank >= 0) t.delays = mpi::sum(t.delays);
   if (o.amplify_cycles > 0)
     std::printf("  delays: %.1f spins of %lld cycles a run\n", static_cast<double>(t.delays) / runs,
                 static_cast<long long>(o.amplify_cycles));
@@ -321,7 +321,7 @@ int compare_one(const LoadedScenario& s, const GpuArgs& a, const std::string& ag
 // Under an MPI launch an internal error on one process ends the launch: the others would
 // wait for it inside NCCL or MPI.
 int in_step(int code) {
-  if (code == kInternalError && gpu::mpi_process().launched) gpu::mpi_abort(kInternalError);
+  if (code == kInternalError && mpi::process().launched) mpi::abort(kInternalError);
   return first_process_code(code);
 }
 
