@@ -62,6 +62,7 @@ class Capture:
         self._done = threading.Event()
         self._closed = threading.Lock()
         self._threads = []
+        self._onegpu = None
 
     def __enter__(self):
         import torch
@@ -79,18 +80,36 @@ class Capture:
         header = {"rank": rank, "world_size": world, "torch": torch.__version__,
                   "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                   "argv": list(self.argv) if self.argv is not None else []}
+        self._onegpu = None
+        if _one_gpu_wanted(torch):
+            # More ranks here than GPUs: "nccl" is the one-GPU backend (onegpu.py).
+            from . import onegpu
+            onegpu.install()
+            self._onegpu = onegpu
+            header["process_group"] = "shardcheck one-GPU backend, NCCL's stream semantics"
         self.recorder = Recorder(self.path, header)
         self._hooks = Hooks(self.recorder, device)
         self._hooks.install()
         self._start_guards()
+        if self._onegpu is not None:
+            self._onegpu.on_fatal = self._on_fatal
         return self
 
+    def _on_fatal(self, why, site):
+        """A collective failed among the processes on the one-GPU backend's worker."""
+        if self._close(why, site):
+            print("shardcheck.capture: rank file %s ended: %s at %s:%d"
+                  % (self.path, why, site[0], site[1]), file=sys.stderr, flush=True)
+
     def __exit__(self, exc_type, exc, tb):
-        self._stop_guards()
-        self._hooks.uninstall()
         if exc_type is None and self._hooks.cuda:
             import torch
-            torch.cuda.synchronize()
+
+            from .hooks import quiet
+            with quiet():  # inside the guards: a collective that never ends is hung
+                torch.cuda.synchronize()
+        self._stop_guards()
+        self._hooks.uninstall()
         if exc_type is None:
             self._close(None, None)
         else:
@@ -162,8 +181,13 @@ class Capture:
             os._exit(128 + signo)
 
     def _watch(self):
+        backend = self._onegpu
         while not self._done.wait(0.5):
-            flight = self._hooks.in_flight
+            # A collective the main thread sits in, or one the one-GPU backend's worker has
+            # not finished (the main thread goes on, as on NCCL): the older counts.
+            flights = [self._hooks.in_flight, backend.oldest_pending() if backend else None]
+            flights = [f for f in flights if f]
+            flight = min(flights, key=lambda f: f[1]) if flights else None
             if flight is None or time.monotonic() - flight[1] < self.timeout:
                 continue
             why = ("hung: %.0f s inside %s, which the other ranks never completed "
@@ -172,6 +196,21 @@ class Capture:
                 print("shardcheck.capture: rank file %s ended: %s at %s:%d"
                       % (self.path, why, flight[2][0], flight[2][1]), file=sys.stderr, flush=True)
             os._exit(EXIT_HUNG)
+
+
+def _one_gpu_wanted(torch):
+    """Whether this rank gets the one-GPU backend: torch 2.x, and more ranks on this machine
+    (torchrun's LOCAL_WORLD_SIZE) than GPUs. SHARDCHECK_ONE_GPU=0 turns it off."""
+    if os.environ.get("SHARDCHECK_ONE_GPU") == "0":
+        return False
+    if int(torch.__version__.split(".")[0]) < 2:
+        return False
+    try:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    except ValueError:
+        return False
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return local > max(gpus, 1)
 
 
 # A rank the capture ended because it hung (as GNU timeout exits).

@@ -49,6 +49,14 @@ _ALLOCATING_EMPTY = {"aten::empty", "aten::empty_strided", "aten::new_empty",
                      "aten::new_empty_strided", "aten::empty_like"}
 
 _main_thread = threading.main_thread()
+# cuda:k past this machine's GPUs onto one of them (the one-GPU backend sets it).
+_remap = None
+
+
+def remap_devices(fn):
+    """Operators asked for device d run on fn(d) instead; None stops it."""
+    global _remap
+    _remap = fn
 
 
 def reduce_name(red):
@@ -271,6 +279,8 @@ class Hooks:
     # -- operators -----------------------------------------------------------------------
     def dispatch(self, func, args, kwargs):
         name = func._schema.name
+        if _remap is not None and kwargs.get("device") is not None:
+            kwargs = dict(kwargs, device=_remap(kwargs["device"]))
         if getattr(self._tls, "inside", False):
             return func(*args, **kwargs)
         if name.startswith("c10d::"):
@@ -662,6 +672,45 @@ class Hooks:
         _Router.active = self
 
 
+# A thread, or a stretch of one, whose CUDA work is a backend's own (host copies, its worker):
+# the trace callbacks it causes are not the program's and are not recorded.
+_quiet = threading.local()
+
+
+class quiet:
+    """with quiet(): the trace callbacks inside are the backend's, not the program's."""
+
+    def __enter__(self):
+        self._was = getattr(_quiet, "on", False)
+        _quiet.on = True
+
+    def __exit__(self, *exc):
+        _quiet.on = self._was
+        return False
+
+
+def quiet_thread():
+    """The calling thread's CUDA work is a backend's own from now on."""
+    _quiet.on = True
+
+
+def user_where():
+    """(file, line, func) of the user's line that led here."""
+    return where(sys._getframe(1))
+
+
+def record_stream_for_backend(t, stream):
+    """t.record_stream(stream) on a backend's behalf, recorded as the program's own record_stream
+    at the user's line (as ProcessGroupNCCL's on its internal stream)."""
+    t.record_stream(stream)
+    h = _Router.active
+    if h is None or getattr(_quiet, "on", False) or not h._on_device(t):
+        return
+    span = tensor_span(t)
+    if span is not None:
+        h._emit(h.rec.record_stream, span[0], span[1], stream.cuda_stream, h.site())
+
+
 class _Router:
     """Torch's trace callbacks cannot be removed once registered: route them to the active
     capture, if any."""
@@ -685,7 +734,7 @@ class _Router:
         def route(method):
             def cb(*args):
                 h = cls.active
-                if h is not None:
+                if h is not None and not getattr(_quiet, "on", False):
                     getattr(h, method)(*args)
             return cb
 
