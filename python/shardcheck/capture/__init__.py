@@ -80,7 +80,6 @@ class Capture:
         header = {"rank": rank, "world_size": world, "torch": torch.__version__,
                   "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                   "argv": list(self.argv) if self.argv is not None else []}
-        self._onegpu = None
         if _one_gpu_wanted(torch):
             # More ranks here than GPUs: "nccl" is the one-GPU backend (onegpu.py).
             from . import onegpu

@@ -459,12 +459,14 @@ class OneGpuGroup(dist.ProcessGroup):
             # The worker waits for it before any job that is not a send.
             for h in hin:
                 self._sends.append((self._gloo.send([h], dst, tag), h))
+        fn.peer, fn.tag = dst, tag  # for a coalesced batch, which posts them all at once
         return self._issue("send", tensors, [], fn)
 
     def recv(self, tensors, src, tag=0):
         def fn(hin, hout):
             for h in hout:
                 self._gloo.recv([h], src, tag).wait()
+        fn.peer, fn.tag = src, tag
         return self._issue("recv", [], tensors, fn)
 
     def gather(self, outputs, inputs, opts=None):
@@ -543,27 +545,6 @@ def _done_future(value):
     f = torch.futures.Future()
     f.set_result(value)
     return f
-
-
-def _p2p(fn_name):
-    """send and recv record their peer and tag on the host function, which a coalesced batch
-    posts all at once."""
-    base = getattr(OneGpuGroup, fn_name)
-
-    def method(self, tensors, peer, tag=0):
-        if self._coalescing is not None:
-            def fn(hin, hout):
-                raise AssertionError("run by _batched_p2p")
-            fn.peer, fn.tag = peer, tag
-            ins, outs = (tensors, []) if fn_name == "send" else ([], tensors)
-            self._coalescing.append((fn_name, ins, outs, fn))
-            return _Work(self, None, _done_future([]), None, False, None)
-        return base(self, tensors, peer, tag)
-    return method
-
-
-OneGpuGroup.send = _p2p("send")
-OneGpuGroup.recv = _p2p("recv")
 
 
 def _create(store, rank, size, timeout):
