@@ -8,7 +8,6 @@ Open MPI's OMPI_COMM_WORLD_RANK/SIZE, Slurm's SLURM_PROCID/NTASKS), or from an i
 torch.distributed. Files follow docs/capture-format.md.
 """
 
-import contextlib
 import os
 import signal
 import sys
@@ -90,15 +89,7 @@ class Capture:
         self._hooks = Hooks(self.recorder, device)
         self._hooks.install()
         self._start_guards()
-        if self._onegpu is not None:
-            self._onegpu.on_fatal = self._on_fatal
         return self
-
-    def _on_fatal(self, why, site):
-        """A collective failed among the processes on the one-GPU backend's worker."""
-        if self._close(why, site):
-            print("shardcheck.capture: rank file %s ended: %s at %s:%d"
-                  % (self.path, why, site[0], site[1]), file=sys.stderr, flush=True)
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None and self._hooks.cuda:
@@ -182,8 +173,8 @@ class Capture:
     def _watch(self):
         backend = self._onegpu
         while not self._done.wait(0.5):
-            # A collective the main thread sits in, or one the one-GPU backend's worker has
-            # not finished (the main thread goes on, as on NCCL): the older counts.
+            # A collective the main thread sits in, or one the one-GPU backend issued that its
+            # stream has not passed (the host goes on, as on NCCL): the older counts.
             flights = [self._hooks.in_flight, backend.oldest_pending() if backend else None]
             flights = [f for f in flights if f]
             flight = min(flights, key=lambda f: f[1]) if flights else None
@@ -199,11 +190,13 @@ class Capture:
 
 def _one_gpu_wanted(torch):
     """Whether this rank gets the one-GPU backend: torch 2.x, and more ranks on this machine
-    (torchrun's LOCAL_WORLD_SIZE) than GPUs. SHARDCHECK_ONE_GPU=0 turns it off."""
-    if os.environ.get("SHARDCHECK_ONE_GPU") == "0":
+    (torchrun's LOCAL_WORLD_SIZE) than GPUs. SHARDCHECK_ONE_GPU=0 turns it off, =1 on (with
+    CUDA) whatever the count."""
+    wanted = os.environ.get("SHARDCHECK_ONE_GPU")
+    if wanted == "0" or int(torch.__version__.split(".")[0]) < 2:
         return False
-    if int(torch.__version__.split(".")[0]) < 2:
-        return False
+    if wanted == "1":
+        return torch.cuda.is_available()
     try:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     except ValueError:

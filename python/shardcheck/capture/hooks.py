@@ -247,8 +247,8 @@ class Hooks:
         self.rec.on_alloc(ptr, self.current_stream(), self.site())
 
     def on_free(self, ptr):
-        background = False
-        if threading.current_thread() is not _main_thread:
+        background = getattr(_background, "on", False)
+        if not background and threading.current_thread() is not _main_thread:
             node = getattr(torch._C, "_current_autograd_node", lambda: None)()
             # Not backward's own thread: a process group's watchdog releasing the tensors it
             # held for a collective, which it does only once that collective has finished.
@@ -278,7 +278,13 @@ class Hooks:
 
     # -- operators -----------------------------------------------------------------------
     def dispatch(self, func, args, kwargs):
+        if getattr(_quiet, "on", False):
+            return func(*args, **kwargs)  # a backend's own work (onegpu.py)
         name = func._schema.name
+        if _functional is not None and name.startswith("_c10d_functional::"):
+            routed = _functional(name, func, args, kwargs)
+            if routed is not NotImplemented:
+                return routed
         if _remap is not None and kwargs.get("device") is not None:
             kwargs = dict(kwargs, device=_remap(kwargs["device"]))
         if getattr(self._tls, "inside", False):
@@ -699,16 +705,84 @@ def user_where():
     return where(sys._getframe(1))
 
 
-def record_stream_for_backend(t, stream):
-    """t.record_stream(stream) on a backend's behalf, recorded as the program's own record_stream
-    at the user's line (as ProcessGroupNCCL's on its internal stream)."""
-    t.record_stream(stream)
+def backend_stream(stream, name):
+    """Names a process group's internal stream in the capture, before its first record."""
     h = _Router.active
-    if h is None or getattr(_quiet, "on", False) or not h._on_device(t):
+    if h is not None:
+        h.rec.stream_names[stream.cuda_stream] = name
+
+
+def backend_collective(name, calls, pg, reduce, root, peer, tag, stream):
+    """Records what a process group written in Python issues (it reaches no c10d operator the
+    dispatch mode could see): ``calls`` as Hooks._describe gives them, on ``stream``, at the
+    user's line. Called before the collective is issued, so a rank that hangs or fails in it
+    still has it in its file."""
+    h = _Router.active
+    if h is None or getattr(_quiet, "on", False):
         return
-    span = tensor_span(t)
-    if span is not None:
-        h._emit(h.rec.record_stream, span[0], span[1], stream.cuda_stream, h.site())
+    h._record_calls(name, calls, pg, reduce, root, peer, tag, stream.cuda_stream, h.site())
+
+
+def backend_op(name, reads, writes, stream):
+    """A collective the capture format has no record for (the list forms of all_gather,
+    reduce_scatter and all_to_all; gather, scatter): its reads and writes on ``stream``, as
+    the capture records them on NCCL."""
+    h = _Router.active
+    if h is None or getattr(_quiet, "on", False):
+        return
+    spans = [[tensor_span(t) for t in ts if h._on_device(t)] for ts in (reads, writes)]
+    if not h.rec.has_stream(stream.cuda_stream):
+        h.rec.stream(stream.cuda_stream)
+    h.rec.op(name, stream.cuda_stream, [s for s in spans[0] if s], [s for s in spans[1] if s],
+             h.site())
+
+
+# The ReduceOp object of the torch.distributed call in progress on this thread, as the caller
+# passed it: a backend written in Python gets a copy without a PREMUL_SUM's factor.
+_op_hint = threading.local()
+
+
+class reduce_op:
+    def __init__(self, op):
+        self.op = op
+
+    def __enter__(self):
+        self._was = getattr(_op_hint, "op", None)
+        _op_hint.op = self.op
+
+    def __exit__(self, *exc):
+        _op_hint.op = self._was
+        return False
+
+
+def current_reduce_op():
+    return getattr(_op_hint, "op", None)
+
+
+# Frees a backend makes once it has seen the collectives that used the memory finish (as
+# ProcessGroupNCCL's watchdog hands back the tensors it stashed): the host has, in effect,
+# waited for their streams.
+_background = threading.local()
+
+
+class background_frees:
+    def __enter__(self):
+        self._was = getattr(_background, "on", False)
+        _background.on = True
+
+    def __exit__(self, *exc):
+        _background.on = self._was
+        return False
+
+
+# The _c10d_functional operators (DTensor's collectives) on a group the one-GPU backend runs:
+# onegpu.py sets it to a function that runs them, or returns NotImplemented.
+_functional = None
+
+
+def route_functional(fn):
+    global _functional
+    _functional = fn
 
 
 class _Router:
