@@ -1,5 +1,5 @@
 """python3 -m shardcheck.capture [--nproc-per-node N] --out DIR [--device cuda|cpu]
-                                 [--timeout S] [--check] -- script.py ARGS...
+                                 [--timeout S] [--check] [--no-capture] -- script.py ARGS...
 
 Runs script.py as __main__ (as `python3 script.py ARGS...` would) inside a capture, then
 prints where the files are and the command that checks them. With --check (one process, the
@@ -28,13 +28,17 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python3 -m shardcheck.capture",
                                 description="Capture a PyTorch program for `shardcheck run DIR`.",
                                 usage="%(prog)s --out DIR [--device cuda|cpu] [--] script.py ARGS")
-    p.add_argument("--out", required=True, help="folder for rank-<R>.jsonl")
+    p.add_argument("--out", help="folder for rank-<R>.jsonl (required unless --no-capture)")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="which tensors to follow (default: cuda when available)")
     p.add_argument("--check", action="store_true",
                    help="then run `shardcheck run DIR` and exit with its code")
     p.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
                    help="start N ranks on this machine, as torchrun --nproc-per-node N does")
+    p.add_argument("--no-capture", action="store_true",
+                   help="run the program without recording it (with --nproc-per-node and more "
+                        "ranks than GPUs, still on the one-GPU backend): the baseline a "
+                        "capture's cost is measured against")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="a rank inside one collective for longer than S seconds is hung: its "
                         "file ends marked partial (default %d, NCCL's own)" % DEFAULT_TIMEOUT)
@@ -52,6 +56,10 @@ def main(argv=None):
         p.error("%s: no such file" % script)
     if args.timeout is not None and not args.timeout > 0:
         p.error("--timeout must be a positive number of seconds")
+    if args.out is None and not args.no_capture:
+        p.error("give --out DIR (the folder for the rank files)")
+    if args.no_capture and args.check:
+        p.error("--check needs a capture: drop --no-capture")
     if args.nproc_per_node is not None:
         if not 1 <= args.nproc_per_node <= 64:
             p.error("--nproc-per-node must be between 1 and 64 (the checker's bound on ranks)")
@@ -61,6 +69,8 @@ def main(argv=None):
         os.environ["SHARDCHECK_CAPTURE_TIMEOUT"] = str(args.timeout)
     sys.argv = target
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    if args.no_capture:
+        return _run_uncaptured(script)
     cap = Capture(args.out, device=args.device, argv=target)
     with cap:
         runpy.run_path(script, run_name="__main__")
@@ -80,6 +90,19 @@ def main(argv=None):
               file=sys.stderr)
         return 0
     return check(args.out)
+
+
+def _run_uncaptured(script):
+    """The program as the capture would run it, on the one-GPU backend where the capture would
+    put it, with nothing recorded."""
+    import torch
+
+    from . import _one_gpu_wanted
+    if _one_gpu_wanted(torch):
+        from . import onegpu
+        onegpu.install()
+    runpy.run_path(script, run_name="__main__")
+    return 0
 
 
 def check(out):

@@ -55,12 +55,14 @@ def describe(code):
 def launch(args, target):
     n = args.nproc_per_node
     port = free_port()
-    cmd = [sys.executable, "-m", "shardcheck.capture", "--out", args.out]
+    cmd = [sys.executable, "-m", "shardcheck.capture"]
+    cmd += ["--no-capture"] if args.no_capture else ["--out", args.out]
     if args.device:
         cmd += ["--device", args.device]
     cmd += ["--"] + list(target)
-    print("shardcheck.capture: %d ranks of %s into %s" % (n, " ".join(target), args.out),
-          file=sys.stderr, flush=True)
+    print("shardcheck.capture: %d ranks of %s %s" % (
+        n, " ".join(target), "uncaptured" if args.no_capture else "into " + args.out),
+        file=sys.stderr, flush=True)
     procs = [subprocess.Popen(cmd, env=rank_env(r, n, port, args.timeout)) for r in range(n)]
     stop = {"signal": None}
 
@@ -102,6 +104,10 @@ def launch(args, target):
         if code != 0:
             print("shardcheck.capture: rank %d: %s" % (r, describe(code)), file=sys.stderr)
     whole = all(c == 0 for c in codes)
+    if args.no_capture:
+        if stop["signal"] is not None:
+            return 128 + stop["signal"]
+        return 0 if whole else 1
     print("shardcheck.capture: %s: %d rank files%s" % (
         args.out, n, "" if whole else ", partial (shardcheck run names where each rank ended)"),
         file=sys.stderr, flush=True)
