@@ -1,7 +1,10 @@
-"""Capture overhead on a real model: the step time of a TransformerEncoder (DDP over NCCL)
-without and with shardcheck.capture, after warm-up. Prints one JSON line.
+"""Capture overhead on a real model: the step time of a TransformerEncoder (DDP, or FSDP2 with
+--fsdp) without and with shardcheck.capture, after warm-up. Rank 0 prints one JSON line.
 
     torchrun --nproc-per-node 1 bench/capture/overhead.py [--layers 6] [--steps 5]
+    # 4 ranks on one GPU, on the one-GPU backend (the uncaptured steps run on it too):
+    PYTHONPATH=python python3 -m shardcheck.capture --nproc-per-node 4 --no-capture -- \
+        bench/capture/overhead.py --fsdp
 """
 
 import argparse
@@ -14,6 +17,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
@@ -28,11 +32,18 @@ def main():
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard per layer, not DDP")
     args = p.parse_args()
     rank, world = init()
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(args.width, 8, 4 * args.width, batch_first=True)
-    model = DDP(nn.TransformerEncoder(layer, args.layers).cuda())
+    model = nn.TransformerEncoder(layer, args.layers).cuda()
+    if args.fsdp:
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard(model)
+    else:
+        model = DDP(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(16, 256, args.width, device="cuda")
 
@@ -59,13 +70,15 @@ def main():
         records = cap.recorder._w.records
         size = os.path.getsize(cap.path)
     if rank == 0:
-        print(json.dumps({"model": "TransformerEncoder", "layers": args.layers,
+        print(json.dumps({"model": "TransformerEncoder", "wrap": "fsdp2" if args.fsdp else "ddp",
+                          "ranks": world, "layers": args.layers,
                           "width": args.width, "params": sum(q.numel() for q in model.parameters()),
                           "steps": args.steps, "plain_ms": round(plain * 1e3, 2),
                           "captured_ms": round(captured * 1e3, 2),
                           "ratio": round(captured / plain, 2),
                           "records_per_step": records // args.steps,
                           "bytes_per_step": size // args.steps,
+                          "process_group": type(dist.distributed_c10d._get_default_group()).__name__,
                           "torch": torch.__version__, "device": torch.cuda.get_device_name()}))
     finish()
 
