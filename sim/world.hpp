@@ -285,6 +285,13 @@ class World {
   bool check_layouts(int group, const Instance& inst, int64_t k);  // true: a layout_mismatch
   // deadlock (detect_deadlock.cpp): the wait-for graph, when nothing can run but work remains.
   void report_deadlock();
+  struct WaitGraph;
+  void add_host_waits(int rank, WaitGraph& g);
+  void add_stream_waits(int rank, int stream, WaitGraph& g);
+  void add_collective_waits(int self, const Op& op, WaitGraph& g);
+  void add_p2p_waits(int rank, int self, const Op& op, WaitGraph& g);
+  core::DeadlockDetail wait_chain(const WaitGraph& g);
+  core::Finding deadlock_finding(core::DeadlockDetail d) const;
   std::string describe_head(int rank, int stream);
   core::DeadlockDetail::Node deadlock_node(int v, int next,
                                            const std::map<std::pair<int, int>, std::string>& why);
