@@ -60,86 +60,78 @@ core::AccessSite World::site(int rank, const AccessRec& a, Access kind, uint64_t
   return s;
 }
 
-void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c) {
-  // Orient the pair by the program: `first` is the access issued first (for a reuse race, the one
-  // on the older lifetime), whichever ran first in this schedule, so both execution orders of one
-  // race give one finding and the fixes only add edges the issue order allows.
-  const AccessRec* a = &c.prior;
-  const AccessRec* b = &cur;
-  Access a_kind = c.prior_kind, b_kind = cur_kind;
-  const bool reuse = c.prior.lifetime != cur.lifetime;
-  if (reuse ? c.prior.lifetime > cur.lifetime : c.prior.op > cur.op) {
-    std::swap(a, b);
-    std::swap(a_kind, b_kind);
-  }
-  // Why a wait_event on b's stream, issued before its event was first recorded (on a's stream),
-  // does not order a before b; empty when there is no such wait.
-  auto early_wait = [this](int rank, const AccessRec& a, const AccessRec& b) -> std::string {
-    const Rank& r = *ranks_[rank];
-    auto access_stream = [this](const AccessRec& x) {
-      return x.participant == kNoParticipant ? -1 : clock_stream(x.participant);
-    };
-    const int sa = access_stream(a), sb = access_stream(b);
-    if (sa < 0 || sb < 0) return "";
-    for (const auto& w : r.early_waits) {
-      if (w.stream != sb || w.op > b.op) continue;
-      for (uint32_t i = w.op + 1; i < op_info_.size(); ++i) {
-        const OpInfo& o = op_info_[i];
-        if (o.rank == rank && o.stream == sa && o.kind == OpKind::record && names_[o.name] == w.record) {
-          const std::string ev = w.record.substr(7);  // "record 'x'" -> "'x'"
-          return q(r.streams[sb].name) + " waits for " + ev + " before " + ev +
-                 " is ever recorded, so the wait orders nothing (an event with no record counts as " +
-                 "complete) and the later record on " + q(r.streams[sa].name) + " does not reach back to it";
-        }
+// Why a wait_event on b's stream, issued before its event was first recorded (on a's stream),
+// does not order a before b; empty when there is no such wait.
+std::string World::early_wait_reason(int rank, const AccessRec& a, const AccessRec& b) const {
+  const Rank& r = *ranks_[rank];
+  auto access_stream = [this](const AccessRec& x) {
+    return x.participant == kNoParticipant ? -1 : clock_stream(x.participant);
+  };
+  const int sa = access_stream(a), sb = access_stream(b);
+  if (sa < 0 || sb < 0) return "";
+  for (const auto& w : r.early_waits) {
+    if (w.stream != sb || w.op > b.op) continue;
+    for (uint32_t i = w.op + 1; i < op_info_.size(); ++i) {
+      const OpInfo& o = op_info_[i];
+      if (o.rank == rank && o.stream == sa && o.kind == OpKind::record && names_[o.name] == w.record) {
+        const std::string ev = w.record.substr(7);  // "record 'x'" -> "'x'"
+        return q(r.streams[sb].name) + " waits for " + ev + " before " + ev +
+               " is ever recorded, so the wait orders nothing (an event with no record counts as " +
+               "complete) and the later record on " + q(r.streams[sa].name) + " does not reach back to it";
       }
     }
-    return "";
-  };
-  const Lifetime& la = lifetimes_[a->lifetime];
-  const Lifetime& lb = lifetimes_[b->lifetime];
-  const Lifetime& lp = la;
-  core::RaceDetail d;
-  d.first = site(rank, *a, a_kind, la.addr, la.addr + la.bytes);
-  d.second = site(rank, *b, b_kind, lb.addr, lb.addr + lb.bytes);
-  d.first.step = op_info_[a->op].exec_step >= 0 ? op_info_[a->op].exec_step : step_;
-  d.second.step = op_info_[b->op].exec_step >= 0 ? op_info_[b->op].exec_step : step_;
+  }
+  return "";
+}
+
+bool World::race_sites(int rank, const AccessRec& a, Access a_kind, const AccessRec& b, Access b_kind,
+                       bool reuse, core::RaceDetail& d) {
+  const Lifetime& la = lifetimes_[a.lifetime];
+  const Lifetime& lb = lifetimes_[b.lifetime];
+  d.first = site(rank, a, a_kind, la.addr, la.addr + la.bytes);
+  d.second = site(rank, b, b_kind, lb.addr, lb.addr + lb.bytes);
+  d.first.step = op_info_[a.op].exec_step >= 0 ? op_info_[a.op].exec_step : step_;
+  d.second.step = op_info_[b.op].exec_step >= 0 ? op_info_[b.op].exec_step : step_;
   mark_reuse(d, reuse, la, lb);
   // A held reuse (report_held_reuse_races) pairs lifetimes that do not share bytes in this
   // schedule: the block was kept back, so the new lifetime sits elsewhere.
-  bool shares_bytes = true;
-  if (reuse) {
-    // Name the lifetimes of the bytes the two share: a split block's later lifetime may begin at
-    // another address (generation 1 there), yet it is a later lifetime of these bytes.
-    const uint64_t lo = std::max(la.addr, lb.addr), hi = std::min(la.addr + la.bytes, lb.addr + lb.bytes);
-    shares_bytes = lo < hi;
-    int later = 0;
-    for (uint32_t i = a->lifetime + 1; i <= b->lifetime; ++i) {
-      const Lifetime& l = lifetimes_[i];
-      if (l.rank == rank && l.addr < hi && lo < l.addr + l.bytes) ++later;
-    }
-    d.second.lifetime = d.first.lifetime + std::max(later, 1);
+  if (!reuse) return true;
+  // Name the lifetimes of the bytes the two share: a split block's later lifetime may begin at
+  // another address (generation 1 there), yet it is a later lifetime of these bytes.
+  const uint64_t lo = std::max(la.addr, lb.addr), hi = std::min(la.addr + la.bytes, lb.addr + lb.bytes);
+  int later = 0;
+  for (uint32_t i = a.lifetime + 1; i <= b.lifetime; ++i) {
+    const Lifetime& l = lifetimes_[i];
+    if (l.rank == rank && l.addr < hi && lo < l.addr + l.bytes) ++later;
   }
-  cur_kind = b_kind;
+  d.second.lifetime = d.first.lifetime + std::max(later, 1);
+  return lo < hi;
+}
+
+std::string World::missing_edge(int rank, const AccessRec& a, const AccessRec& b,
+                                const core::RaceDetail& d) const {
   const auto& A = d.first;
   const auto& B = d.second;
-  const std::string alloc_stream = ranks_[rank]->streams[lp.stream].name;
   if (d.reuse) {
-    d.missing_edge = "the block was handed from " + q(A.buffer) + " to " + q(B.buffer) + " while " + A.op +
-                     " on " + q(A.stream) + " could still be running: nothing made " + q(B.stream) +
-                     " wait for " + q(A.stream) + " after it, the host did not sync with " + q(A.stream) +
-                     ", and no record_stream held the block back";
-  } else if (const std::string early = early_wait(rank, *a, *b); !early.empty()) {
-    d.missing_edge = "no happens-before edge from " + A.op + " on " + q(A.stream) + " to " + B.op + " on " +
-                     q(B.stream) + ": " + early;
-  } else {
-    d.missing_edge = "no happens-before edge from " + A.op + " on " + q(A.stream) + " to " + B.op + " on " +
-                     q(B.stream) + ": " + q(B.stream) + " never waits for an event recorded on " +
-                     q(A.stream) + " after it, and the host never " + "syncs with " + q(A.stream) +
-                     " before issuing " + B.op;
+    return "the block was handed from " + q(A.buffer) + " to " + q(B.buffer) + " while " + A.op + " on " +
+           q(A.stream) + " could still be running: nothing made " + q(B.stream) + " wait for " + q(A.stream) +
+           " after it, the host did not sync with " + q(A.stream) +
+           ", and no record_stream held the block back";
   }
-  core::Finding f;
-  f.kind = core::FindingKind::stream_race;
-  if (cur_kind == Access::free) {
+  if (const std::string early = early_wait_reason(rank, a, b); !early.empty()) {
+    return "no happens-before edge from " + A.op + " on " + q(A.stream) + " to " + B.op + " on " +
+           q(B.stream) + ": " + early;
+  }
+  return "no happens-before edge from " + A.op + " on " + q(A.stream) + " to " + B.op + " on " + q(B.stream) +
+         ": " + q(B.stream) + " never waits for an event recorded on " + q(A.stream) +
+         " after it, and the host never " + "syncs with " + q(A.stream) + " before issuing " + B.op;
+}
+
+void World::race_summary(int rank, Access b_kind, bool shares_bytes, const std::string& alloc_stream,
+                         core::RaceDetail& d, core::Finding& f) const {
+  const auto& A = d.first;
+  const auto& B = d.second;
+  if (b_kind == Access::free) {
     f.summary = "rank " + std::to_string(rank) + ": the free of " + q(B.buffer) + " on " + q(B.stream) +
                 " may run before " + A.op + " on " + q(A.stream) + " is done with it";
     d.fixes = {"make " + q(B.stream) + " wait for an event recorded on " + q(A.stream) + " after " + A.op +
@@ -153,7 +145,7 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
         // A block only record_stream events kept back (report_held_reuse_races).
         (shares_bytes ? "is reused by " + q(B.buffer) + " (lifetime " + std::to_string(B.lifetime) + ")"
                       : "can be handed to " + q(B.buffer) + " once the record_stream events complete") +
-        ": " + B.op + " on " + q(B.stream) + " " + access_verb(cur_kind) + " it while " + A.op + " on " +
+        ": " + B.op + " on " + q(B.stream) + " " + access_verb(b_kind) + " it while " + A.op + " on " +
         q(A.stream) + " may still " + (A.write ? "write" : "read") + " it";
     d.fixes = {"call record_stream(" + q(A.buffer) + ", " + q(A.stream) + ") before freeing " + q(A.buffer) +
                    ", so its block is not reused until " + q(A.stream) + " is done with it",
@@ -166,22 +158,43 @@ void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const S
     if (alloc_stream == A.stream) d.fixes.erase(d.fixes.begin() + 1);
   } else {
     f.summary = "rank " + std::to_string(rank) + ": " + B.op + " on " + q(B.stream) + " " +
-                access_verb(cur_kind) + " " + q(B.buffer) + " while " + A.op + " on " + q(A.stream) +
+                access_verb(b_kind) + " " + q(B.buffer) + " while " + A.op + " on " + q(A.stream) +
                 " may still " + (A.write ? "write" : "read") + " it";
     d.fixes = {"record an event on " + q(A.stream) + " after " + A.op + " and make " + q(B.stream) +
                    " wait for it (wait_event) before " + B.op,
                "or make " + q(B.stream) + " wait for " + q(A.stream) + " (wait_stream) before " + B.op};
   }
+}
+
+void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c) {
+  // Orient the pair by the program: `first` is the access issued first (for a reuse race, the one
+  // on the older lifetime), whichever ran first in this schedule, so both execution orders of one
+  // race give one finding and the fixes only add edges the issue order allows.
+  const AccessRec* a = &c.prior;
+  const AccessRec* b = &cur;
+  Access a_kind = c.prior_kind, b_kind = cur_kind;
+  const bool reuse = c.prior.lifetime != cur.lifetime;
+  if (reuse ? c.prior.lifetime > cur.lifetime : c.prior.op > cur.op) {
+    std::swap(a, b);
+    std::swap(a_kind, b_kind);
+  }
+  core::RaceDetail d;
+  const bool shares_bytes = race_sites(rank, *a, a_kind, *b, b_kind, reuse, d);
+  d.missing_edge = missing_edge(rank, *a, *b, d);
+  core::Finding f;
+  f.kind = core::FindingKind::stream_race;
+  race_summary(rank, b_kind, shares_bytes, ranks_[rank]->streams[lifetimes_[a->lifetime].stream].name, d, f);
+  const auto& A = d.first;
+  const auto& B = d.second;
   f.explanation = f.summary + ".\n  first:  rank " + std::to_string(A.rank) + ", stream " + q(A.stream) +
                   ", " + A.op + " " + (A.write ? "writes" : "reads") + " " + q(A.buffer) + " (lifetime " +
                   std::to_string(A.lifetime) + " of its block), step " + std::to_string(A.step) +
                   "\n  second: rank " + std::to_string(B.rank) + ", stream " + q(B.stream) + ", " + B.op +
-                  " " + access_verb(cur_kind) + " " + q(B.buffer) + " (lifetime " +
-                  std::to_string(B.lifetime) + "), step " + std::to_string(B.step) +
-                  "\n  missing: " + d.missing_edge + "\n  fixes:";
+                  " " + access_verb(b_kind) + " " + q(B.buffer) + " (lifetime " + std::to_string(B.lifetime) +
+                  "), step " + std::to_string(B.step) + "\n  missing: " + d.missing_edge + "\n  fixes:";
   for (const auto& fix : d.fixes) f.explanation += "\n    - " + fix;
   if (op_info_[a->op].source != kNone || op_info_[b->op].source != kNone)
-    speak_python(rank, *a, *b, cur_kind, shares_bytes, d, f);
+    speak_python(rank, *a, *b, b_kind, shares_bytes, d, f);
   // Same key = same bug: the same two operations on the same buffers, on other ranks, steps or
   // schedules. Names are kept whole (t0 and t1 are two races) but for a send's or recv's peer, and
   // the pair is oriented above, so both execution orders of one race share the key.

@@ -239,6 +239,14 @@ class World {
   // --- detectors: one detect_<family>.cpp per finding family, each opening with how ---
   // stream_race (detect_race.cpp): a conflict touch_range found, as a finding.
   void report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c);
+  // The parts of a stream_race: both sites (true when the two lifetimes share bytes), why no
+  // edge orders them, and the summary and fixes.
+  bool race_sites(int rank, const AccessRec& a, Access a_kind, const AccessRec& b, Access b_kind, bool reuse,
+                  core::RaceDetail& d);
+  std::string early_wait_reason(int rank, const AccessRec& a, const AccessRec& b) const;
+  std::string missing_edge(int rank, const AccessRec& a, const AccessRec& b, const core::RaceDetail& d) const;
+  void race_summary(int rank, Access b_kind, bool shares_bytes, const std::string& alloc_stream,
+                    core::RaceDetail& d, core::Finding& f) const;
   // A reuse race that the schedule did not act out (caching allocator): an allocation could
   // have taken a freed block that only its record_stream events held back (a schedule where
   // those streams ran ahead). Decided at the end of the run from happens-before over the two
