@@ -258,89 +258,102 @@ void World::report_held_reuse_races() {
 
 namespace shardcheck::sim {
 
-void World::speak_python(int rank, const AccessRec& a, const AccessRec& b, Access b_kind, bool shares_bytes,
-                         core::RaceDetail& d, core::Finding& f) {
+bool World::is_comm(uint32_t op) const {
+  const OpKind k = op_info_[op].kind;
+  return k == OpKind::collective || k == OpKind::send || k == OpKind::recv;
+}
+
+// A reuse race in PyTorch's words: the free, the allocation the block went to, and the fixes;
+// returns the "handed over" line of the explanation.
+std::string World::python_reuse(int rank, const AccessRec& a, const AccessRec& b, Access b_kind,
+                                bool shares_bytes, core::RaceDetail& d, core::Finding& f) {
   const auto& A = d.first;
   const auto& B = d.second;
-  const auto comm = [&](uint32_t op) {
-    const OpKind k = op_info_[op].kind;
-    return k == OpKind::collective || k == OpKind::send || k == OpKind::recv;
-  };
-  const bool a_comm = comm(a.op), b_comm = comm(b.op);
   const std::string sa = q(A.stream), sb = q(B.stream);
-  const std::string a_does = A.write ? "write" : "read";
+  const Lifetime& la = lifetimes_[a.lifetime];
+  const Lifetime& lb = lifetimes_[b.lifetime];
+  const bool free_known = la.free_op != kNone && !source_of(la.free_op).empty();
+  const std::string freed = free_known ? "freed at " + source_of(la.free_op) : "freed";
+  const std::string& alloc_b = lb.alloc_op != kNone ? source_of(lb.alloc_op) : A.buffer;
+  const std::string free_at = free_known ? "the free at " + source_of(la.free_op) : "its free";
+  f.summary = "rank " + std::to_string(rank) + ": the " + A.buffer + " is " + freed + " while " + A.op +
+              " on stream " + sa + " may still " + (A.write ? "write" : "read") + " it; its block " +
+              (shares_bytes ? "goes" : "can go, once its record_stream events complete,") +
+              " to the tensor allocated at " + alloc_b + ", which " + B.op + " on stream " + sb + " " +
+              access_verb(b_kind);
+  d.missing_edge = "nothing orders " + A.op + " before " + free_at + ": the host does not wait for stream " +
+                   sa + " (no work.wait(), wait_stream or synchronize) and no record_stream on " + sa +
+                   " holds the block back";
+  if (is_comm(a.op)) {
+    d.fixes = {"call work.wait() on the work handle of " + A.op + " (or pass async_op=False) before " +
+                   free_at +
+                   ": the current stream then waits for the collective, and the block is not "
+                   "handed over before it is done",
+               "keep a reference to the " + A.buffer + " until after work.wait(), so " + free_at +
+                   " does not free it while the collective still " + (A.write ? "writes" : "reads") + " it",
+               "call tensor.record_stream(s) on it for the stream the collective runs on (" + sa +
+                   "; older ProcessGroupNCCL did this itself unless TORCH_NCCL_AVOID_RECORD_STREAMS=1, torch "
+                   "2.11's holds the tensor in the Work until wait() instead) before " +
+                   free_at};
+  } else {
+    d.fixes = {"call tensor.record_stream(s) with s the stream " + sa + " on the " + A.buffer + " before " +
+                   free_at + ", so the caching allocator does not reuse its block until the work queued on " +
+                   sa + " is done",
+               "before " + free_at + ", make the current stream wait for " + sa +
+                   ": torch.cuda.current_stream().wait_stream(s) with s the stream " + sa,
+               "keep a reference to the " + A.buffer + " until " + sa +
+                   " is done with it (after a wait_stream or torch.cuda.synchronize()), so its block is not "
+                   "freed early"};
+  }
+  return "\n  handed over: " + freed + " by the host without waiting for stream " + sa +
+         "; the caching allocator gives its block to the next allocation from the pool of stream " +
+         q(ranks_[rank]->streams[la.stream].name) + ", the tensor allocated at " + alloc_b;
+}
+
+// A race between two streams in PyTorch's words: the summary and the fixes.
+void World::python_race(int rank, const AccessRec& a, const AccessRec& b, Access b_kind, core::RaceDetail& d,
+                        core::Finding& f) {
+  const auto& A = d.first;
+  const auto& B = d.second;
+  const std::string sa = q(A.stream), sb = q(B.stream);
   const std::string where_b = source_of(b.op).empty() ? B.op : source_of(b.op);
-  const std::string r = "rank " + std::to_string(rank);
+  const bool a_comm = is_comm(a.op);
+  f.summary = "rank " + std::to_string(rank) + ": " + B.op + " on stream " + sb + " " + access_verb(b_kind) +
+              " the " + B.buffer + " while " + A.op + " on stream " + sa + " may still " +
+              (A.write ? "write" : "read") + " it";
+  d.fixes.clear();
+  if (a_comm) {
+    d.fixes.push_back("call work.wait() on the work handle of " + A.op + " (or pass async_op=False) before " +
+                      where_b + ": the current stream then waits for the collective");
+  }
+  if (is_comm(b.op)) {
+    d.fixes.push_back(sb + " is where the process group runs " + B.op +
+                      ": before issuing it, make the current stream wait for " + sa +
+                      " (torch.cuda.current_stream().wait_stream(s) with s the stream " + sa +
+                      "); the collective waits for the stream it is issued from");
+  } else if (!a_comm) {
+    d.fixes.push_back("before " + where_b + ", make stream " + sb + " wait for " + sa + ": " +
+                      "s.wait_stream(t) with s the stream " + sb + " and t the stream " + sa +
+                      " (torch.cuda.current_stream().wait_stream(t) where " + sb + " is the current stream)");
+    d.fixes.push_back("or record an event on " + sa + " after " + A.op +
+                      " (e = torch.cuda.Event(); e.record(t)) and call e.wait(s) before " + where_b);
+  }
+}
+
+void World::speak_python(int rank, const AccessRec& a, const AccessRec& b, Access b_kind, bool shares_bytes,
+                         core::RaceDetail& d, core::Finding& f) {
   std::string handover;
   if (d.reuse) {
-    const Lifetime& la = lifetimes_[a.lifetime];
-    const Lifetime& lb = lifetimes_[b.lifetime];
-    const std::string freed =
-        la.free_op != kNone && !source_of(la.free_op).empty() ? "freed at " + source_of(la.free_op) : "freed";
-    const std::string& alloc_b = lb.alloc_op != kNone ? source_of(lb.alloc_op) : A.buffer;
-    const std::string free_at = la.free_op != kNone && !source_of(la.free_op).empty()
-                                    ? "the free at " + source_of(la.free_op)
-                                    : "its free";
-    f.summary = r + ": the " + A.buffer + " is " + freed + " while " + A.op + " on stream " + sa +
-                " may still " + a_does + " it; its block " +
-                (shares_bytes ? "goes" : "can go, once its record_stream events complete,") +
-                " to the tensor allocated at " + alloc_b + ", which " + B.op + " on stream " + sb + " " +
-                access_verb(b_kind);
-    handover = "\n  handed over: " + freed + " by the host without waiting for stream " + sa +
-               "; the caching allocator gives its block to the next allocation from the pool of stream " +
-               q(ranks_[rank]->streams[la.stream].name) + ", the tensor allocated at " + alloc_b;
-    d.missing_edge = "nothing orders " + A.op + " before " + free_at +
-                     ": the host does not wait for stream " + sa +
-                     " (no work.wait(), wait_stream or synchronize) and no record_stream on " + sa +
-                     " holds the block back";
-    if (a_comm) {
-      d.fixes = {"call work.wait() on the work handle of " + A.op + " (or pass async_op=False) before " +
-                     free_at +
-                     ": the current stream then waits for the collective, and the block is not "
-                     "handed over before it is done",
-                 "keep a reference to the " + A.buffer + " until after work.wait(), so " + free_at +
-                     " does not free it while the collective still " + (A.write ? "writes" : "reads") + " it",
-                 "call tensor.record_stream(s) on it for the stream the collective runs on (" + sa +
-                     "; ProcessGroupNCCL does this itself unless TORCH_NCCL_AVOID_RECORD_STREAMS=1) before " +
-                     free_at};
-    } else {
-      d.fixes = {
-          "call tensor.record_stream(s) with s the stream " + sa + " on the " + A.buffer + " before " +
-              free_at + ", so the caching allocator does not reuse its block until the work queued on " + sa +
-              " is done",
-          "before " + free_at + ", make the current stream wait for " + sa +
-              ": torch.cuda.current_stream().wait_stream(s) with s the stream " + sa,
-          "keep a reference to the " + A.buffer + " until " + sa +
-              " is done with it (after a wait_stream or torch.cuda.synchronize()), so its block is not "
-              "freed early"};
-    }
+    handover = python_reuse(rank, a, b, b_kind, shares_bytes, d, f);
   } else {
-    f.summary = r + ": " + B.op + " on stream " + sb + " " + access_verb(b_kind) + " the " + B.buffer +
-                " while " + A.op + " on stream " + sa + " may still " + a_does + " it";
-    d.fixes.clear();
-    if (a_comm) {
-      d.fixes.push_back("call work.wait() on the work handle of " + A.op +
-                        " (or pass async_op=False) before " + where_b +
-                        ": the current stream then waits for the collective");
-    }
-    if (b_comm) {
-      d.fixes.push_back(sb + " is where the process group runs " + B.op +
-                        ": before issuing it, make the current stream wait for " + sa +
-                        " (torch.cuda.current_stream().wait_stream(s) with s the stream " + sa +
-                        "); the collective waits for the stream it is issued from");
-    } else if (!a_comm) {
-      d.fixes.push_back("before " + where_b + ", make stream " + sb + " wait for " + sa + ": " +
-                        "s.wait_stream(t) with s the stream " + sb + " and t the stream " + sa +
-                        " (torch.cuda.current_stream().wait_stream(t) where " + sb +
-                        " is the current stream)");
-      d.fixes.push_back("or record an event on " + sa + " after " + A.op +
-                        " (e = torch.cuda.Event(); e.record(t)) and call e.wait(s) before " + where_b);
-    }
+    python_race(rank, a, b, b_kind, d, f);
   }
-  f.explanation = f.summary + ".\n  first:  rank " + std::to_string(A.rank) + ", stream " + sa + ", " + A.op +
-                  " " + (A.write ? "writes" : "reads") + " the " + A.buffer + handover + "\n  second: rank " +
-                  std::to_string(B.rank) + ", stream " + sb + ", " + B.op + " " + access_verb(b_kind) +
-                  " the " + B.buffer + (d.reuse ? " (the same memory)" : "") +
+  const auto& A = d.first;
+  const auto& B = d.second;
+  f.explanation = f.summary + ".\n  first:  rank " + std::to_string(A.rank) + ", stream " + q(A.stream) +
+                  ", " + A.op + " " + (A.write ? "writes" : "reads") + " the " + A.buffer + handover +
+                  "\n  second: rank " + std::to_string(B.rank) + ", stream " + q(B.stream) + ", " + B.op +
+                  " " + access_verb(b_kind) + " the " + B.buffer + (d.reuse ? " (the same memory)" : "") +
                   "\n  missing: " + d.missing_edge + "\n  fixes:";
   for (const auto& fix : d.fixes) f.explanation += "\n    - " + fix;
 }

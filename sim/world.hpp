@@ -344,6 +344,11 @@ class World {
   std::string op_text(uint32_t op) const;
   // A race of a captured program, in PyTorch terms: the summary, explanation and fixes name
   // Python lines, and a reuse race the free and the allocation that handed the block over.
+  bool is_comm(uint32_t op) const;  // a collective, send or recv
+  std::string python_reuse(int rank, const AccessRec& a, const AccessRec& b, Access b_kind, bool shares_bytes,
+                           core::RaceDetail& d, core::Finding& f);
+  void python_race(int rank, const AccessRec& a, const AccessRec& b, Access b_kind, core::RaceDetail& d,
+                   core::Finding& f);
   void speak_python(int rank, const AccessRec& a, const AccessRec& b, Access b_kind, bool shares_bytes,
                     core::RaceDetail& d, core::Finding& f);
   int participant(int rank, int stream) const {
