@@ -28,83 +28,138 @@ class SourceHandles {
   const CapturedProgram& p_;
   std::vector<uint32_t> handles_;
 };
+
+// One rank's names in the Runtime (streams, groups, buffers, events) and the calls its records
+// become; the buffers and events are defined as the records reach them.
+class RankCalls {
+ public:
+  RankCalls(Runtime& rt, const CapturedProgram& p)
+      : rt_(rt), p_(p), r_(p.ranks.at(static_cast<size_t>(rt.rank()))), source(rt, p) {
+    for (const auto& name : r_.streams) streams_.push_back(rt.stream(name));
+    groups_.assign(r_.groups.size(), -1);
+    for (size_t g = 0; g < r_.groups.size(); ++g) {
+      const CapturedGroup& group = p.groups[static_cast<size_t>(r_.groups[g])];
+      if (std::binary_search(group.ranks.begin(), group.ranks.end(), rt.rank()))
+        groups_[g] = rt.group(group.name, group.ranks);
+    }
+    buffers_.assign(static_cast<size_t>(r_.buffers), -1);
+    events_.assign(static_cast<size_t>(r_.events), -1);
+  }
+
+  const CapturedRank& rank() const { return r_; }
+  StreamId stream(int32_t s) const { return streams_.empty() ? -1 : streams_[static_cast<size_t>(s)]; }
+  BufferId& buffer(int32_t b) { return buffers_[static_cast<size_t>(b)]; }
+  std::string buffer_name(int32_t s, int32_t buf) const {
+    return s < 0 ? "tensor " + std::to_string(buf)
+                 : "tensor allocated at " + p_.sources[static_cast<size_t>(s)];
+  }
+  EventId event(int32_t e) {
+    EventId& id = events_[static_cast<size_t>(e)];
+    if (id < 0) id = rt_.create_event("event " + std::to_string(e));
+    return id;
+  }
+  TensorRef bytes(const CapturedRange& x) const {
+    return TensorRef::bytes_of(buffers_[static_cast<size_t>(x.buf)], x.offset, x.bytes);
+  }
+
+  KernelCall op(const CapturedRecord& rec, StreamId stream) const {
+    std::vector<TensorRef> reads, writes;
+    reads.reserve(rec.reads);
+    writes.reserve(rec.writes);
+    for (uint32_t i = 0; i < rec.reads; ++i) reads.push_back(bytes(r_.ranges[rec.first + i]));
+    for (uint32_t i = 0; i < rec.writes; ++i) writes.push_back(bytes(r_.ranges[rec.first + rec.reads + i]));
+    return kernels::opaque(p_.strings[static_cast<size_t>(rec.name)], stream, std::move(reads),
+                           std::move(writes));
+  }
+
+  CollectiveCall collective(const CapturedRecord& rec, StreamId stream) const {
+    CollectiveCall c;
+    c.kind = rec.coll;
+    c.group = groups_[static_cast<size_t>(rec.a)];
+    c.stream = stream;
+    c.reduce = rec.reduce;
+    c.root = rec.b;
+    c.tag = p_.strings[static_cast<size_t>(rec.name)];
+    if (rec.coll == CollectiveKind::barrier) {
+      c.input.dtype = c.output.dtype = DType::u8;
+      return c;
+    }
+    const int64_t es = dtype_bytes(rec.dtype);
+    const CapturedRange& in = r_.ranges[rec.first];
+    const CapturedRange& out = r_.ranges[rec.first + 1];
+    c.input = {buffers_[static_cast<size_t>(in.buf)], in.offset / es, in.bytes / es, rec.dtype};
+    c.output = {buffers_[static_cast<size_t>(out.buf)], out.offset / es, out.bytes / es, rec.dtype};
+    return c;
+  }
+
+  P2PCall p2p(const CapturedRecord& rec, StreamId stream) const {
+    const CapturedRange& x = r_.ranges[rec.first];
+    return P2PCall{
+        rec.a, stream,
+        TensorRef::bytes_of(buffers_[static_cast<size_t>(x.buf)], x.offset, rec.n * dtype_bytes(rec.dtype)),
+        p_.strings[static_cast<size_t>(rec.name)],
+        p_.groups[static_cast<size_t>(r_.groups[static_cast<size_t>(rec.b)])].name};
+  }
+
+ private:
+  Runtime& rt_;
+  const CapturedProgram& p_;
+  const CapturedRank& r_;
+  std::vector<StreamId> streams_;
+  std::vector<GroupId> groups_;
+  std::vector<BufferId> buffers_;
+  std::vector<EventId> events_;
+
+ public:
+  SourceHandles source;  // the records' Python lines, defined once per run when first used
+};
+
+// Buffers from before the capture: allocated, written on the default stream, and ordered before
+// every stream by a device sync, ahead of the first record.
+Task<> define_pre(Runtime& rt, RankCalls& c) {
+  const auto& pre_buffers = c.rank().pre;
+  for (const auto& pre : pre_buffers) {
+    rt.set_source(c.source(pre.source));
+    c.buffer(pre.buf) = co_await rt.alloc(pre.bytes, c.stream(pre.stream),
+                                          c.buffer_name(pre.source, pre.buf) + " (before the capture)");
+  }
+  for (const auto& pre : pre_buffers) {
+    if (pre.bytes == 0) continue;
+    rt.set_source(c.source(pre.source));
+    co_await rt.launch(kernels::opaque("defined before the capture", c.stream(0), {},
+                                       {TensorRef::bytes_of(c.buffer(pre.buf), 0, pre.bytes)}));
+  }
+  if (!pre_buffers.empty()) co_await rt.sync_device();
+}
 }  // namespace
 
 Task<> run_captured_program(Runtime& rt, const CapturedProgram& p) {
-  const CapturedRank& r = p.ranks.at(static_cast<size_t>(rt.rank()));
-  std::vector<StreamId> streams;
-  for (const auto& name : r.streams) streams.push_back(rt.stream(name));
-  std::vector<GroupId> groups(r.groups.size(), -1);
-  for (size_t g = 0; g < r.groups.size(); ++g) {
-    const CapturedGroup& group = p.groups[static_cast<size_t>(r.groups[g])];
-    if (std::binary_search(group.ranks.begin(), group.ranks.end(), rt.rank()))
-      groups[g] = rt.group(group.name, group.ranks);
-  }
-  // Sources and buffer names are made once per run, when first used.
-  SourceHandles source(rt, p);
-  auto buffer_name = [&](int32_t s, int32_t buf) {
-    return s < 0 ? "tensor " + std::to_string(buf)
-                 : "tensor allocated at " + p.sources[static_cast<size_t>(s)];
-  };
-  std::vector<BufferId> buffers(static_cast<size_t>(r.buffers), -1);
-  std::vector<EventId> events(static_cast<size_t>(r.events), -1);
-  auto event = [&](int32_t e) {
-    EventId& id = events[static_cast<size_t>(e)];
-    if (id < 0) id = rt.create_event("event " + std::to_string(e));
-    return id;
-  };
-  auto bytes = [&](const CapturedRange& x) {
-    return TensorRef::bytes_of(buffers[static_cast<size_t>(x.buf)], x.offset, x.bytes);
-  };
-  // Buffers from before the capture: allocated, written on the default stream, and ordered
-  // before every stream by a device sync, ahead of the first record.
-  for (const auto& pre : r.pre) {
-    rt.set_source(source(pre.source));
-    buffers[static_cast<size_t>(pre.buf)] =
-        co_await rt.alloc(pre.bytes, streams[static_cast<size_t>(pre.stream)],
-                          buffer_name(pre.source, pre.buf) + " (before the capture)");
-  }
-  for (const auto& pre : r.pre) {
-    if (pre.bytes == 0) continue;
-    rt.set_source(source(pre.source));
-    co_await rt.launch(
-        kernels::opaque("defined before the capture", streams[0], {},
-                        {TensorRef::bytes_of(buffers[static_cast<size_t>(pre.buf)], 0, pre.bytes)}));
-  }
-  if (!r.pre.empty()) co_await rt.sync_device();
-  for (const CapturedRecord& rec : r.records) {
-    rt.set_source(source(rec.source));
-    const StreamId stream = streams.empty() ? -1 : streams[static_cast<size_t>(rec.stream)];
+  RankCalls c(rt, p);
+  co_await define_pre(rt, c);
+  for (const CapturedRecord& rec : c.rank().records) {
+    rt.set_source(c.source(rec.source));
+    const StreamId stream = c.stream(rec.stream);
     switch (rec.kind) {
       case CapturedKind::alloc:
-        buffers[static_cast<size_t>(rec.a)] =
-            co_await rt.alloc(rec.n, stream, buffer_name(rec.source, rec.a));
+        c.buffer(rec.a) = co_await rt.alloc(rec.n, stream, c.buffer_name(rec.source, rec.a));
         break;
       case CapturedKind::free:
-        co_await rt.free(buffers[static_cast<size_t>(rec.a)]);
+        co_await rt.free(c.buffer(rec.a));
         break;
-      case CapturedKind::op: {
-        std::vector<TensorRef> reads, writes;
-        reads.reserve(rec.reads);
-        writes.reserve(rec.writes);
-        for (uint32_t i = 0; i < rec.reads; ++i) reads.push_back(bytes(r.ranges[rec.first + i]));
-        for (uint32_t i = 0; i < rec.writes; ++i)
-          writes.push_back(bytes(r.ranges[rec.first + rec.reads + i]));
-        co_await rt.launch(kernels::opaque(p.strings[static_cast<size_t>(rec.name)], stream, std::move(reads),
-                                           std::move(writes)));
+      case CapturedKind::op:
+        co_await rt.launch(c.op(rec, stream));
         break;
-      }
       case CapturedKind::record_stream:
-        co_await rt.record_stream(buffers[static_cast<size_t>(rec.a)], stream);
+        co_await rt.record_stream(c.buffer(rec.a), stream);
         break;
       case CapturedKind::event_record:
-        co_await rt.record(event(rec.a), stream);
+        co_await rt.record(c.event(rec.a), stream);
         break;
       case CapturedKind::event_wait:
-        co_await rt.wait_event(stream, event(rec.a));
+        co_await rt.wait_event(stream, c.event(rec.a));
         break;
       case CapturedKind::event_sync:
-        co_await rt.sync_event(event(rec.a));
+        co_await rt.sync_event(c.event(rec.a));
         break;
       case CapturedKind::stream_sync:
         co_await rt.sync(stream);
@@ -112,41 +167,15 @@ Task<> run_captured_program(Runtime& rt, const CapturedProgram& p) {
       case CapturedKind::device_sync:
         co_await rt.sync_device();
         break;
-      case CapturedKind::coll: {
-        CollectiveCall c;
-        c.kind = rec.coll;
-        c.group = groups[static_cast<size_t>(rec.a)];
-        c.stream = stream;
-        c.reduce = rec.reduce;
-        c.root = rec.b;
-        c.tag = p.strings[static_cast<size_t>(rec.name)];
-        if (rec.coll == CollectiveKind::barrier) {
-          c.input.dtype = c.output.dtype = DType::u8;
-        } else {
-          const int64_t es = dtype_bytes(rec.dtype);
-          const CapturedRange& in = r.ranges[rec.first];
-          const CapturedRange& out = r.ranges[rec.first + 1];
-          c.input = {buffers[static_cast<size_t>(in.buf)], in.offset / es, in.bytes / es, rec.dtype};
-          c.output = {buffers[static_cast<size_t>(out.buf)], out.offset / es, out.bytes / es, rec.dtype};
-        }
-        co_await rt.collective(std::move(c));
+      case CapturedKind::coll:
+        co_await rt.collective(c.collective(rec, stream));
         break;
-      }
       case CapturedKind::send:
-      case CapturedKind::recv: {
-        const CapturedRange& x = r.ranges[rec.first];
-        P2PCall call{rec.a, stream,
-                     TensorRef::bytes_of(buffers[static_cast<size_t>(x.buf)], x.offset,
-                                         rec.n * dtype_bytes(rec.dtype)),
-                     p.strings[static_cast<size_t>(rec.name)],
-                     p.groups[static_cast<size_t>(r.groups[static_cast<size_t>(rec.b)])].name};
-        if (rec.kind == CapturedKind::send) {
-          co_await rt.send(std::move(call));
-        } else {
-          co_await rt.recv(std::move(call));
-        }
+        co_await rt.send(c.p2p(rec, stream));
         break;
-      }
+      case CapturedKind::recv:
+        co_await rt.recv(c.p2p(rec, stream));
+        break;
     }
   }
   rt.set_source(Runtime::kNoSource);
