@@ -205,115 +205,145 @@ int resolve_jobs(int jobs) {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
+namespace {
+ExploreResult explore_sequential(const Factory& factory, const ExploreOptions& o, const Options& opts) {
+  Merge m{o, {}};
+  for (int i = 0; i < o.runs; ++i) {
+    if (opts.cancel && opts.cancel->load(std::memory_order_relaxed)) {
+      m.r.cancelled = true;
+      break;
+    }
+    Options run_opts = opts;
+    run_opts.seed = o.base.seed + static_cast<uint64_t>(i);
+    World w(run_opts);
+    const bool more = m.add(i, run_once(w, factory));
+    if (o.progress) o.progress(m.r.runs_done, static_cast<int>(m.r.findings.size()));
+    if (!more) break;
+  }
+  return std::move(m.r);
+}
+
+// Each thread takes the next seed; results wait in `pending` until every lower seed is merged.
+// A run that ends exploration lowers `limit`, so no higher seed starts, and cancels the higher
+// seeds already running (their results would be dropped), while every lower seed still runs:
+// the merged result, first finding included, is the sequential one.
+class ParallelExplore {
+ public:
+  ParallelExplore(const Factory& factory, const ExploreOptions& o, const Options& opts, int threads)
+      : factory_(factory),
+        o_(o),
+        opts_(opts),
+        m_{o, {}},
+        limit_(o.runs),
+        slots_(static_cast<size_t>(threads)) {}
+
+  ExploreResult run() {
+    // The caller's cancel flag reaches the runs through their own flags: a watcher copies it.
+    std::thread watcher;
+    if (opts_.cancel) watcher = std::thread([this] { watch(); });
+    std::vector<std::thread> pool;
+    pool.reserve(slots_.size() - 1);
+    for (size_t t = 1; t < slots_.size(); ++t) pool.emplace_back([this, t] { worker(slots_[t]); });
+    worker(slots_[0]);
+    for (auto& t : pool) t.join();
+    if (watcher.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        all_done_ = true;
+      }
+      finished_.notify_all();
+      watcher.join();
+    }
+    return std::move(m_.r);
+  }
+
+ private:
+  // What each thread runs now (-1: nothing), and the cancel flag its run polls: set when its
+  // seed is past `limit_`, or when the caller's own flag is.
+  struct Slot {
+    int seed_index = -1;
+    std::atomic<bool> stop{false};
+  };
+
+  bool cancelled() const { return opts_.cancel && opts_.cancel->load(std::memory_order_relaxed); }
+
+  void cut_above(int last) {  // under mu_
+    for (Slot& s : slots_) {
+      if (s.seed_index > last) s.stop.store(true, std::memory_order_relaxed);
+    }
+  }
+
+  // The next seed index for `slot`, or -1 when no more start.
+  int take(Slot& slot) {
+    std::lock_guard<std::mutex> lock(mu_);
+    slot.seed_index = -1;
+    if (m_.done || next_ >= limit_) return -1;
+    if (cancelled()) {
+      limit_ = std::min(limit_, next_);
+      m_.r.cancelled = true;
+      return -1;
+    }
+    slot.seed_index = next_++;
+    slot.stop.store(false, std::memory_order_relaxed);
+    return slot.seed_index;
+  }
+
+  void worker(Slot& slot) {
+    for (int i = take(slot); i >= 0; i = take(slot)) {
+      Options run_opts = opts_;
+      run_opts.seed = o_.base.seed + static_cast<uint64_t>(i);
+      run_opts.cancel = &slot.stop;
+      RunResult run = guarded_run(run_opts, factory_);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (m_.ends(run) && i + 1 < limit_) {
+        limit_ = i + 1;
+        cut_above(i);
+      }
+      pending_.emplace(i, std::move(run));
+      while (!m_.done && !pending_.empty() && pending_.begin()->first == merged_) {
+        RunResult first = std::move(pending_.begin()->second);
+        pending_.erase(pending_.begin());
+        if (!m_.add(merged_++, std::move(first))) m_.done = true;
+        if (o_.progress) o_.progress(m_.r.runs_done, static_cast<int>(m_.r.findings.size()));
+      }
+      if (m_.done) pending_.clear();
+    }
+  }
+
+  void watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!all_done_) {
+      if (cancelled()) {
+        cut_above(-1);
+        return;
+      }
+      finished_.wait_for(lock, std::chrono::milliseconds(5));
+    }
+  }
+
+  const Factory& factory_;
+  const ExploreOptions& o_;
+  const Options& opts_;
+  Merge m_;
+  std::mutex mu_;
+  std::map<int, RunResult> pending_;  // finished, not yet merged
+  int next_ = 0;                      // the next seed index to start
+  int limit_;                         // seeds at or past it do not start
+  int merged_ = 0;                    // seeds merged so far
+  std::vector<Slot> slots_;
+  std::condition_variable finished_;
+  bool all_done_ = false;
+};
+}  // namespace
+
 ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
   Options opts = o.base;
   if (opts.policy == Policy::pct && opts.pct_steps_hint <= 0)
     opts.pct_steps_hint = measure_steps(factory, opts);
   if (o.share.count > 1) return explore_shared(factory, o, opts);
-  auto cancelled = [&] { return opts.cancel && opts.cancel->load(std::memory_order_relaxed); };
-  Merge m{o, {}};
   const int threads = std::max(1, std::min(resolve_jobs(o.jobs), o.runs));
-  if (threads == 1) {
-    for (int i = 0; i < o.runs; ++i) {
-      if (cancelled()) {
-        m.r.cancelled = true;
-        break;
-      }
-      Options run_opts = opts;
-      run_opts.seed = o.base.seed + static_cast<uint64_t>(i);
-      World w(run_opts);
-      const bool more = m.add(i, run_once(w, factory));
-      if (o.progress) o.progress(m.r.runs_done, static_cast<int>(m.r.findings.size()));
-      if (!more) break;
-    }
-    return std::move(m.r);
-  }
-  // Each thread takes the next seed; results wait in `pending` until every lower seed is
-  // merged. A run that ends exploration lowers `limit`, so no higher seed starts, and cancels
-  // the higher seeds already running (their results would be dropped), while every lower seed
-  // still runs: the merged result, first finding included, is the sequential one.
-  std::mutex mu;
-  std::map<int, RunResult> pending;  // finished, not yet merged
-  int next = 0;                      // the next seed index to start
-  int limit = o.runs;                // seeds at or past it do not start
-  int merged = 0;                    // seeds merged so far
-  // What each thread runs now (-1: nothing), and the cancel flag its run polls: set when its
-  // seed is past `limit`, or when the caller's own flag is.
-  struct Slot {
-    int seed_index = -1;
-    std::atomic<bool> stop{false};
-  };
-  std::vector<Slot> slots(static_cast<size_t>(threads));
-  auto cut_above = [&](int last) {  // under mu
-    for (Slot& s : slots) {
-      if (s.seed_index > last) s.stop.store(true, std::memory_order_relaxed);
-    }
-  };
-  auto worker = [&](Slot& slot) {
-    for (;;) {
-      int i;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        slot.seed_index = -1;
-        if (m.done || next >= limit) return;
-        if (cancelled()) {
-          limit = std::min(limit, next);
-          m.r.cancelled = true;
-          return;
-        }
-        i = next++;
-        slot.seed_index = i;
-        slot.stop.store(false, std::memory_order_relaxed);
-      }
-      Options run_opts = opts;
-      run_opts.seed = o.base.seed + static_cast<uint64_t>(i);
-      run_opts.cancel = &slot.stop;
-      RunResult run = guarded_run(run_opts, factory);
-      std::lock_guard<std::mutex> lock(mu);
-      if (m.ends(run) && i + 1 < limit) {
-        limit = i + 1;
-        cut_above(i);
-      }
-      pending.emplace(i, std::move(run));
-      while (!m.done && !pending.empty() && pending.begin()->first == merged) {
-        RunResult first = std::move(pending.begin()->second);
-        pending.erase(pending.begin());
-        if (!m.add(merged++, std::move(first))) m.done = true;
-        if (o.progress) o.progress(m.r.runs_done, static_cast<int>(m.r.findings.size()));
-      }
-      if (m.done) pending.clear();
-    }
-  };
-  // The caller's cancel flag reaches the runs through their own flags: a watcher copies it.
-  std::condition_variable finished;
-  bool all_done = false;
-  std::thread watcher;
-  if (opts.cancel) {
-    watcher = std::thread([&] {
-      std::unique_lock<std::mutex> lock(mu);
-      while (!all_done) {
-        if (cancelled()) {
-          cut_above(-1);
-          return;
-        }
-        finished.wait_for(lock, std::chrono::milliseconds(5));
-      }
-    });
-  }
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(threads - 1));
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker, std::ref(slots[static_cast<size_t>(t)]));
-  worker(slots[0]);
-  for (auto& t : pool) t.join();
-  if (watcher.joinable()) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      all_done = true;
-    }
-    finished.notify_all();
-    watcher.join();
-  }
-  return std::move(m.r);
+  if (threads == 1) return explore_sequential(factory, o, opts);
+  return ParallelExplore(factory, o, opts, threads).run();
 }
 
 Replay replay(const Factory& factory, Options options) {
