@@ -340,76 +340,71 @@ void World::step_stream(int rank, int stream) {
   finish(rank, stream, op);
 }
 
-RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
-  RunResult result;
-  if (step_ != 0) throw InternalError("a World runs once");
-  for (int r = 0; r < ranks(); ++r) ranks_[r]->host.task = body(*runtimes_[r]);
-  if (options_.policy == Policy::pct) {
-    const int d = std::max(1, options_.pct_depth);
-    for (int e = 0; e < dense_participants(); ++e)
-      pct_priority_.push_back(d + static_cast<int64_t>(rng_.uniform(1u << 30)));
-    const int64_t hint = options_.pct_steps_hint > 0 ? options_.pct_steps_hint : 10000;
-    for (int i = 0; i < d - 1; ++i) pct_change_steps_.push_back(1 + static_cast<int64_t>(rng_.uniform(hint)));
-    std::sort(pct_change_steps_.begin(), pct_change_steps_.end());
-    // Streams past the dense ones draw from their own stream of the seed, so the scheduler's
-    // draws, and every schedule of a program with fewer streams, stay as they were.
-    core::Rng extra = rng_.split("streams past the dense ones");
-    for (int e = dense_participants(); e < participants_; ++e)
-      pct_priority_.push_back(d + static_cast<int64_t>(extra.uniform(1u << 30)));
+// PCT's priorities: one per participant, drawn from the seed, and its change points.
+void World::seed_pct() {
+  const int d = std::max(1, options_.pct_depth);
+  for (int e = 0; e < dense_participants(); ++e)
+    pct_priority_.push_back(d + static_cast<int64_t>(rng_.uniform(1u << 30)));
+  const int64_t hint = options_.pct_steps_hint > 0 ? options_.pct_steps_hint : 10000;
+  for (int i = 0; i < d - 1; ++i) pct_change_steps_.push_back(1 + static_cast<int64_t>(rng_.uniform(hint)));
+  std::sort(pct_change_steps_.begin(), pct_change_steps_.end());
+  // Streams past the dense ones draw from their own stream of the seed, so the scheduler's
+  // draws, and every schedule of a program with fewer streams, stay as they were.
+  core::Rng extra = rng_.split("streams past the dense ones");
+  for (int e = dense_participants(); e < participants_; ++e)
+    pct_priority_.push_back(d + static_cast<int64_t>(extra.uniform(1u << 30)));
+}
+
+// PCT: at each change point the entity that ran last drops below every initial priority.
+void World::pct_demote(int last, size_t& next_change) {
+  while (next_change < pct_change_steps_.size() && pct_change_steps_[next_change] <= step_) {
+    if (last >= 0) {
+      pct_priority_[last] = static_cast<int64_t>(pct_change_steps_.size() - next_change) - 1;
+      const auto [lr, ls] = rank_stream(last);
+      RunQueue::Entry e = run_queue_.get(slot(lr, ls));
+      e.priority = pct_priority_[last];
+      run_queue_.set(slot(lr, ls), e);
+    }
+    ++next_change;
   }
-  for (int r = 0; r < ranks(); ++r) mark_rank(r);
+}
+
+// Steps the scheduler until nothing can run; false when the run was cancelled between steps.
+bool World::schedule() {
   int last = -1;
   size_t next_change = 0;
-  try {
-    while (true) {
-      if (step_ >= options_.max_steps) {
-        throw ResourceError("the run exceeded its bound of " + std::to_string(options_.max_steps) +
-                            " scheduler steps");
-      }
-      // A cancelled run ends here, between steps, where the world is consistent.
-      if ((step_ & 4095) == 0 && options_.cancel && options_.cancel->load(std::memory_order_relaxed)) {
-        result.cancelled = true;
-        break;
-      }
-      for (int sl : dirty_) refresh(sl);
-      dirty_.clear();
-      run_queue_.commit();
-      if (options_.verify_scheduler) verify_runnable();
-      if (run_queue_.count() == 0) break;
-      // PCT: at each change point the entity that ran last drops below every initial priority.
-      while (next_change < pct_change_steps_.size() && pct_change_steps_[next_change] <= step_) {
-        if (last >= 0) {
-          pct_priority_[last] = static_cast<int64_t>(pct_change_steps_.size() - next_change) - 1;
-          const auto [lr, ls] = rank_stream(last);
-          RunQueue::Entry e = run_queue_.get(slot(lr, ls));
-          e.priority = pct_priority_[last];
-          run_queue_.set(slot(lr, ls), e);
-        }
-        ++next_change;
-      }
-      const int e = pick();
-      last = e;
-      ++step_;
-      const auto [rank, stream] = rank_stream(e);
-      // What ran, and its rank's host: a stream step may release the host waiting on it.
-      mark(rank, -1);
-      if (stream >= 0) mark(rank, stream);
-      if (stream < 0) {
-        step_host(rank);
-      } else {
-        step_stream(rank, stream);
-      }
+  while (true) {
+    if (step_ >= options_.max_steps) {
+      throw ResourceError("the run exceeded its bound of " + std::to_string(options_.max_steps) +
+                          " scheduler steps");
     }
-  } catch (const ResourceError& ex) {
-    result.error = ex.what();
-    result.limit = true;
-  } catch (const core::Cancelled&) {
-    // A long operation (a kernel over a large buffer, the oracle's reads) polled the flag and
-    // stopped midway: the run is partial, as when it stops between steps.
-    result.cancelled = true;
-  } catch (const std::exception& ex) {
-    result.error = ex.what();
+    // A cancelled run ends here, between steps, where the world is consistent.
+    if ((step_ & 4095) == 0 && options_.cancel && options_.cancel->load(std::memory_order_relaxed))
+      return false;
+    for (int sl : dirty_) refresh(sl);
+    dirty_.clear();
+    run_queue_.commit();
+    if (options_.verify_scheduler) verify_runnable();
+    if (run_queue_.count() == 0) return true;
+    pct_demote(last, next_change);
+    const int e = pick();
+    last = e;
+    ++step_;
+    const auto [rank, stream] = rank_stream(e);
+    // What ran, and its rank's host: a stream step may release the host waiting on it.
+    mark(rank, -1);
+    if (stream >= 0) mark(rank, stream);
+    if (stream < 0) {
+      step_host(rank);
+    } else {
+      step_stream(rank, stream);
+    }
   }
+}
+
+// The end of a run: whether every rank finished, the detectors that look at the end state, and
+// what the run counted.
+void World::end_run(RunResult& result) {
   bool done = result.error.empty();
   for (int r = 0; r < ranks() && done; ++r) {
     done = ranks_[r]->host.status == Host::Status::done;
@@ -426,6 +421,27 @@ RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
   result.ops_executed = ops_executed_;
   result.collectives = collectives_;
   result.bytes_checked = bytes_checked_;
+}
+
+RunResult World::run(const std::function<core::Task<>(core::Runtime&)>& body) {
+  RunResult result;
+  if (step_ != 0) throw InternalError("a World runs once");
+  for (int r = 0; r < ranks(); ++r) ranks_[r]->host.task = body(*runtimes_[r]);
+  if (options_.policy == Policy::pct) seed_pct();
+  for (int r = 0; r < ranks(); ++r) mark_rank(r);
+  try {
+    result.cancelled = !schedule();
+  } catch (const ResourceError& ex) {
+    result.error = ex.what();
+    result.limit = true;
+  } catch (const core::Cancelled&) {
+    // A long operation (a kernel over a large buffer, the oracle's reads) polled the flag and
+    // stopped midway: the run is partial, as when it stops between steps.
+    result.cancelled = true;
+  } catch (const std::exception& ex) {
+    result.error = ex.what();
+  }
+  end_run(result);
   return result;
 }
 

@@ -291,6 +291,11 @@ class World {
   void compare_p2p(int from, int to, Channel& ch, int64_t k);
   // layout_mismatch (detect_layout.cpp), asked by compare_instance for reductions.
   bool check_layouts(int group, const Instance& inst, int64_t k);  // true: a layout_mismatch
+  // run()'s parts (world.cpp): PCT's priorities and change points, the scheduler loop, the end.
+  void seed_pct();
+  void pct_demote(int last, size_t& next_change);
+  bool schedule();
+  void end_run(RunResult& result);
   // deadlock (detect_deadlock.cpp): the wait-for graph, when nothing can run but work remains.
   void report_deadlock();
   struct WaitGraph;
