@@ -3,7 +3,9 @@
 // both halves of the k-th p2p transfer) has issued, fingerprints and tensor tags are compared.
 #include <algorithm>
 
-#include "sim/world_state.hpp"
+#include <map>
+
+#include "sim/detector.hpp"
 
 namespace shardcheck::sim {
 
@@ -38,14 +40,8 @@ std::string who_passes(const std::vector<std::pair<int, std::string>>& rank_valu
   return out;
 }
 
-}  // namespace
-
-// What to change so that the k-th collective agrees on every member, from what differs. Ranks
-// that issue different operations or different tensors there issue their collectives in
-// different orders; the same operation on the same tensor with a different dtype, count,
-// reduce op or root is a wrong argument, and the fix names it.
-std::string World::mismatch_fix(const Instance& inst, const std::vector<int>& ranks, bool p2p,
-                                const std::vector<std::string>& fingerprints) {
+std::string mismatch_fix(const Instance& inst, const std::vector<int>& ranks, bool p2p,
+                         const std::vector<std::string>& fingerprints) {
   const auto& ms = inst.members;
   auto differs = [&](auto get) {
     return std::any_of(ms.begin(), ms.end(), [&](const auto& m) { return get(m) != get(ms[0]); });
@@ -102,10 +98,10 @@ std::string World::mismatch_fix(const Instance& inst, const std::vector<int>& ra
   return out + ".";
 }
 
-std::string World::fingerprint(const Instance& inst, size_t i, int group) const {
+std::string fingerprint(const WorldView& w, const Instance& inst, size_t i, int group) {
   const Instance::Member& m = inst.members[i];
   if (group < 0) return m.fingerprint;  // p2p: made at comparison
-  const std::string& where = groups_[static_cast<size_t>(group)].text;
+  const std::string& where = w.group(group).text;
   if (m.kind == core::CollectiveKind::barrier) return "barrier on " + where;
   std::string f = std::string(core::to_string(m.kind)) + " " + std::string(core::to_string(m.dtype)) + " " +
                   std::to_string(m.in_numel) + "->" + std::to_string(m.out_numel);
@@ -120,7 +116,7 @@ std::string World::fingerprint(const Instance& inst, size_t i, int group) const 
 
 // Equal exactly when fingerprint() is: every member of an instance names the same group, and the
 // text is made of these fields alone (a reduce op only for reductions, a root only where it has one).
-bool World::same_fingerprint(const Instance& inst, size_t a, size_t b) {
+bool same_fingerprint(const Instance& inst, size_t a, size_t b) {
   const Instance::Member& x = inst.members[a];
   const Instance::Member& y = inst.members[b];
   if (!x.fingerprint.empty() || !y.fingerprint.empty()) return x.fingerprint == y.fingerprint;  // p2p
@@ -135,174 +131,183 @@ bool World::same_fingerprint(const Instance& inst, size_t a, size_t b) {
   return !rooted || x.root == y.root;
 }
 
-std::string World::group_text(const std::string& group, const std::vector<int>& members) {
-  std::string f = group + " [";
-  for (size_t i = 0; i < members.size(); ++i) f += (i ? "," : "") + std::to_string(members[i]);
-  return f + "]";
-}
+class CollectiveDetector final : public Detector {
+ public:
+  unsigned hooks() const override { return on_collective | on_p2p | on_end; }
 
-void World::compare_instance(int group, const Instance& inst, int64_t k) {
-  if (!options_.detectors) return;
-  // A reduction of differently laid-out buffers is reported as what it is; a size
-  // difference that comes with it is part of the same bug.
-  const bool layout_bug = group >= 0 && check_layouts(group, inst, k);
-  const bool p2p = group < 0;
-  bool fp_differs = false, tag_differs = false;
-  for (size_t m = 0; m < inst.members.size(); ++m) {
-    fp_differs |= !same_fingerprint(inst, m, 0);
-    tag_differs |= inst.members[m].tag != inst.members[0].tag;
+  void collective(const WorldView& w, CollectiveEvent& e, Findings& out) override {
+    e.diverged = compare(w, e.group, e.instance, e.k, e.explained, out);
   }
-  if (!fp_differs && !tag_differs) return;
-  std::vector<std::string> fingerprints;
-  for (size_t m = 0; m < inst.members.size(); ++m) fingerprints.push_back(fingerprint(inst, m, group));
-  if (fp_differs && !p2p) {
-    groups_[group].at(k).mismatch = true;
-    mismatch_seen_ = true;
-  }
-  if (layout_bug) return;
-  // A later divergent collective of a group that already diverged in this run is a
-  // consequence of the first: it is counted and listed there.
-  if (!p2p) {
-    if (const auto root = cascade_roots_.find(group); root != cascade_roots_.end()) {
-      add_consequence(root->second, inst, k, fp_differs, fingerprints);
-      return;
-    }
-  }
-  core::CollectiveDetail d;
-  d.group = p2p ? "p2p" : groups_[group].name;
-  d.index = k;
-  std::string per_rank;
-  std::vector<std::string> key_parts;  // sorted: a swap of A and B is one bug, whichever comes first
-  for (size_t m = 0; m < inst.members.size(); ++m) {
-    const OpInfo& info = op_info_[inst.members[m].op];
-    d.ranks.push_back({info.rank, ranks_[info.rank]->streams[info.stream].name, fingerprints[m],
-                       inst.members[m].tag, source_line(inst.members[m].op)});
-    per_rank += "\n  rank " + std::to_string(info.rank) + ": " + op_text(inst.members[m].op) + "  [" +
-                fingerprints[m] + "]";
-    key_parts.push_back(inst.members[m].tag + "/" + fingerprints[m]);
-  }
-  core::Finding f;
-  f.kind = fp_differs ? core::FindingKind::collective_mismatch : core::FindingKind::collective_swap;
-  const std::string which = p2p ? "p2p transfer #" + std::to_string(k)
-                                : "collective #" + std::to_string(k) + " of group " + q(d.group);
-  if (fp_differs) {
-    std::vector<int> member_ranks;
-    for (const auto& m : inst.members) member_ranks.push_back(op_info_[m.op].rank);
-    f.summary = which + " differs across ranks (a hang or corrupted data on real hardware)";
-    f.explanation = f.summary + ":" + per_rank + "\n" + mismatch_fix(inst, member_ranks, p2p, fingerprints);
-  } else {
-    f.summary = which + " matches in shape but not in meaning: the ranks exchange different tensors (" +
-                inst.members[0].tag + " vs " + inst.members[1 % inst.members.size()].tag + ")";
-    f.explanation =
-        f.summary + ":" + per_rank +
-        "\nThe sizes agree, so nothing hangs: values are silently combined across different tensors. "
-        "Issue the collectives in one order on every rank.";
-  }
-  if (sources_seen_) {
-    f.explanation +=
-        "\nIn PyTorch: every rank must call the same torch.distributed collectives on a process group in "
-        "the same order, with tensors of the same dtype and number of elements (and the same op and root).";
-  }
-  std::sort(key_parts.begin(), key_parts.end());
-  key_parts.erase(std::unique(key_parts.begin(), key_parts.end()), key_parts.end());
-  f.key = std::string(fp_differs ? "mismatch|" : "swap|") + d.group;
-  for (const auto& k : key_parts) f.key += "|" + k;
-  f.detail = std::move(d);
-  f.seed = options_.seed;
-  const std::string key = f.key;
-  const core::FindingKind kind = f.kind;
-  core::add_finding(findings_, std::move(f));
-  if (!p2p) {
-    for (size_t i = 0; i < findings_.size(); ++i) {
-      if (findings_[i].kind == kind && findings_[i].key == key) cascade_roots_.emplace(group, i);
-    }
-  }
-}
 
-void World::add_consequence(size_t root, const Instance& inst, int64_t k, bool fp_differs,
-                            const std::vector<std::string>& fingerprints) {
-  auto& d = std::get<core::CollectiveDetail>(findings_[root].detail);
-  ++d.consequences;
-  if (d.later.size() >= core::CollectiveDetail::kMaxListed) return;
-  // What each rank issued there, ranks with the same operation together.
-  std::vector<std::pair<std::string, std::vector<int>>> ops;
-  for (const auto& m : inst.members) {
-    const OpInfo& info = op_info_[m.op];
-    std::string what = names_[info.name];
-    if (what.find(m.tag) == std::string::npos) what += " (" + m.tag + ")";
-    auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& e) { return e.first == what; });
-    if (it == ops.end()) {
-      ops.push_back({what, {info.rank}});
-    } else {
-      it->second.push_back(info.rank);
+  void p2p(const WorldView& w, const P2PEvent& e, Findings& out) override {
+    const auto& pair = e.channel.at(e.k);
+    Instance inst;  // the collective comparison with two members, sender first
+    inst.members.resize(2);
+    const auto member = [&](const Channel::Half& h) {
+      Instance::Member m;
+      m.issued = true;
+      m.stream = h.stream;
+      m.position = h.position;
+      m.fingerprint =
+          "p2p " + std::to_string(h.bytes) + " bytes " + std::to_string(e.from) + "->" + std::to_string(e.to);
+      m.tag = h.tag;
+      m.op = h.op;
+      m.in_numel = h.bytes;
+      return m;
+    };
+    inst.members[0] = member(pair.first);
+    inst.members[1] = member(pair.second);
+    compare(w, -1, inst, e.k, /*explained*/ false, out);
+  }
+
+  // Each first divergent collective's explanation names its consequences.
+  void end(const WorldView&, const RunEnd&, Findings& out) override {
+    for (const auto& [group, root] : cascade_roots_) {
+      core::Finding& f = out[root];
+      const auto& d = std::get<core::CollectiveDetail>(f.detail);
+      if (d.consequences == 0) continue;
+      constexpr size_t kInText = 4;
+      std::string line = "Then " + std::to_string(d.consequences) + " later collective" +
+                         (d.consequences == 1 ? " of group " + q(d.group) + " diverges"
+                                              : "s of group " + q(d.group) + " diverge") +
+                         " as a consequence (fix this one first):";
+      for (size_t i = 0; i < d.later.size() && i < kInText; ++i)
+        line += "\n  #" + std::to_string(d.later[i].index) + ": " + d.later[i].what;
+      if (d.consequences > static_cast<int64_t>(kInText))
+        line += "\n  ... and " + std::to_string(d.consequences - static_cast<int64_t>(kInText)) + " more";
+      f.explanation += "\n" + line;
     }
   }
-  if (ops.size() == 1) {  // one operation everywhere: the arguments differ
-    ops.clear();
-    for (size_t i = 0; i < inst.members.size(); ++i) {
-      const OpInfo& info = op_info_[inst.members[i].op];
-      const std::string what = names_[info.name] + " [" + fingerprints[i] + "]";
-      auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& e) { return e.first == what; });
-      if (it == ops.end()) {
-        ops.push_back({what, {info.rank}});
-      } else {
-        it->second.push_back(info.rank);
+
+ private:
+  // Compares the members' calls (group -1: a p2p pair); returns whether their fingerprints differ
+  // (a collective that never runs). A call already explained by another finding adds none.
+  bool compare(const WorldView& w, int group, const Instance& inst, int64_t k, bool explained,
+               Findings& out) {
+    const bool p2p = group < 0;
+    bool fp_differs = false, tag_differs = false;
+    for (size_t m = 0; m < inst.members.size(); ++m) {
+      fp_differs |= !same_fingerprint(inst, m, 0);
+      tag_differs |= inst.members[m].tag != inst.members[0].tag;
+    }
+    if (!fp_differs && !tag_differs) return false;
+    std::vector<std::string> fingerprints;
+    for (size_t m = 0; m < inst.members.size(); ++m) fingerprints.push_back(fingerprint(w, inst, m, group));
+    const bool diverged = fp_differs && !p2p;
+    if (explained) return diverged;
+    // A later divergent collective of a group that already diverged in this run is a
+    // consequence of the first: it is counted and listed there.
+    if (!p2p) {
+      if (const auto root = cascade_roots_.find(group); root != cascade_roots_.end()) {
+        add_consequence(w, out[root->second], inst, k, fp_differs, fingerprints);
+        return diverged;
       }
     }
+    core::Finding f = finding(w, group, inst, k, fp_differs, fingerprints);
+    const std::string key = f.key;
+    const core::FindingKind kind = f.kind;
+    core::add_finding(out, std::move(f));
+    if (!p2p) {
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (out[i].kind == kind && out[i].key == key) cascade_roots_.emplace(group, i);
+      }
+    }
+    return diverged;
   }
-  core::CollectiveDetail::Later l;
-  l.index = k;
-  l.kind = fp_differs ? core::FindingKind::collective_mismatch : core::FindingKind::collective_swap;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    l.what += (i ? "; " : "") + ops[i].first + " on rank" + (ops[i].second.size() > 1 ? "s " : " ");
-    for (size_t j = 0; j < ops[i].second.size(); ++j)
-      l.what += (j ? "," : "") + std::to_string(ops[i].second[j]);
-  }
-  d.later.push_back(std::move(l));
-}
 
-void World::finish_cascades() {
-  for (const auto& [group, root] : cascade_roots_) {
-    core::Finding& f = findings_[root];
-    const auto& d = std::get<core::CollectiveDetail>(f.detail);
-    if (d.consequences == 0) continue;
-    constexpr size_t kInText = 4;
-    std::string line = "Then " + std::to_string(d.consequences) + " later collective" +
-                       (d.consequences == 1 ? " of group " + q(d.group) + " diverges"
-                                            : "s of group " + q(d.group) + " diverge") +
-                       " as a consequence (fix this one first):";
-    for (size_t i = 0; i < d.later.size() && i < kInText; ++i)
-      line += "\n  #" + std::to_string(d.later[i].index) + ": " + d.later[i].what;
-    if (d.consequences > static_cast<int64_t>(kInText))
-      line += "\n  ... and " + std::to_string(d.consequences - static_cast<int64_t>(kInText)) + " more";
-    f.explanation += "\n" + line;
+  static core::Finding finding(const WorldView& w, int group, const Instance& inst, int64_t k,
+                               bool fp_differs, const std::vector<std::string>& fingerprints) {
+    const bool p2p = group < 0;
+    core::CollectiveDetail d;
+    d.group = p2p ? "p2p" : w.group(group).name;
+    d.index = k;
+    std::string per_rank;
+    std::vector<std::string> key_parts;  // sorted: a swap of A and B is one bug, whichever comes first
+    for (size_t m = 0; m < inst.members.size(); ++m) {
+      const OpInfo& info = w.op(inst.members[m].op);
+      d.ranks.push_back({info.rank, w.stream(info.rank, info.stream).name, fingerprints[m],
+                         inst.members[m].tag, w.source_line(inst.members[m].op)});
+      per_rank += "\n  rank " + std::to_string(info.rank) + ": " + w.op_text(inst.members[m].op) + "  [" +
+                  fingerprints[m] + "]";
+      key_parts.push_back(inst.members[m].tag + "/" + fingerprints[m]);
+    }
+    core::Finding f;
+    f.kind = fp_differs ? core::FindingKind::collective_mismatch : core::FindingKind::collective_swap;
+    const std::string which = p2p ? "p2p transfer #" + std::to_string(k)
+                                  : "collective #" + std::to_string(k) + " of group " + q(d.group);
+    if (fp_differs) {
+      std::vector<int> member_ranks;
+      for (const auto& m : inst.members) member_ranks.push_back(w.op(m.op).rank);
+      f.summary = which + " differs across ranks (a hang or corrupted data on real hardware)";
+      f.explanation = f.summary + ":" + per_rank + "\n" + mismatch_fix(inst, member_ranks, p2p, fingerprints);
+    } else {
+      f.summary = which + " matches in shape but not in meaning: the ranks exchange different tensors (" +
+                  inst.members[0].tag + " vs " + inst.members[1 % inst.members.size()].tag + ")";
+      f.explanation =
+          f.summary + ":" + per_rank +
+          "\nThe sizes agree, so nothing hangs: values are silently combined across different tensors. "
+          "Issue the collectives in one order on every rank.";
+    }
+    if (w.sources_seen()) {
+      f.explanation +=
+          "\nIn PyTorch: every rank must call the same torch.distributed collectives on a process group in "
+          "the same order, with tensors of the same dtype and number of elements (and the same op and root).";
+    }
+    std::sort(key_parts.begin(), key_parts.end());
+    key_parts.erase(std::unique(key_parts.begin(), key_parts.end()), key_parts.end());
+    f.key = std::string(fp_differs ? "mismatch|" : "swap|") + d.group;
+    for (const auto& part : key_parts) f.key += "|" + part;
+    f.detail = std::move(d);
+    f.seed = w.options().seed;
+    return f;
   }
-}
 
-void World::compare_p2p(int from, int to, Channel& ch, int64_t k) {
-  if (!options_.detectors) return;
-  const auto& pair = ch.at(k);
-  Instance inst;  // reuse the collective comparison: two members, sender first
-  inst.members.resize(2);
-  inst.members[0] = {true,
-                     pair.first.stream,
-                     pair.first.position,
-                     "p2p " + std::to_string(pair.first.bytes) + " bytes " + std::to_string(from) + "->" +
-                         std::to_string(to),
-                     pair.first.tag,
-                     pair.first.op,
-                     {}};
-  inst.members[1] = {true,
-                     pair.second.stream,
-                     pair.second.position,
-                     "p2p " + std::to_string(pair.second.bytes) + " bytes " + std::to_string(from) + "->" +
-                         std::to_string(to),
-                     pair.second.tag,
-                     pair.second.op,
-                     {}};
-  inst.members[0].in_numel = pair.first.bytes;
-  inst.members[1].in_numel = pair.second.bytes;
-  compare_instance(-1, inst, k);
-}
+  // A later divergent collective of a group whose first divergent one is `root`.
+  static void add_consequence(const WorldView& w, core::Finding& root, const Instance& inst, int64_t k,
+                              bool fp_differs, const std::vector<std::string>& fingerprints) {
+    auto& d = std::get<core::CollectiveDetail>(root.detail);
+    ++d.consequences;
+    if (d.later.size() >= core::CollectiveDetail::kMaxListed) return;
+    // What each rank issued there, ranks with the same operation together; with one operation
+    // everywhere, the arguments differ, and the fingerprints tell them apart.
+    const auto grouped = [&](bool with_fingerprint) {
+      std::vector<std::pair<std::string, std::vector<int>>> ops;
+      for (size_t i = 0; i < inst.members.size(); ++i) {
+        const Instance::Member& m = inst.members[i];
+        const OpInfo& info = w.op(m.op);
+        std::string what = w.name(info.name);
+        if (with_fingerprint) {
+          what += " [" + fingerprints[i] + "]";
+        } else if (what.find(m.tag) == std::string::npos) {
+          what += " (" + m.tag + ")";
+        }
+        auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& e) { return e.first == what; });
+        if (it == ops.end()) {
+          ops.push_back({what, {info.rank}});
+        } else {
+          it->second.push_back(info.rank);
+        }
+      }
+      return ops;
+    };
+    auto ops = grouped(false);
+    if (ops.size() == 1) ops = grouped(true);
+    core::CollectiveDetail::Later l;
+    l.index = k;
+    l.kind = fp_differs ? core::FindingKind::collective_mismatch : core::FindingKind::collective_swap;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      l.what += (i ? "; " : "") + ops[i].first + " on rank" + (ops[i].second.size() > 1 ? "s " : " ");
+      for (size_t j = 0; j < ops[i].second.size(); ++j)
+        l.what += (j ? "," : "") + std::to_string(ops[i].second[j]);
+    }
+    d.later.push_back(std::move(l));
+  }
+
+  std::map<int, size_t> cascade_roots_;  // group -> its first divergent collective in the findings
+};
+
+}  // namespace
+
+std::unique_ptr<Detector> make_collective_detector() { return std::make_unique<CollectiveDetector>(); }
 
 }  // namespace shardcheck::sim

@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "sim/world_state.hpp"
+#include "sim/detector.hpp"
 
 namespace shardcheck::sim {
 
@@ -30,32 +30,30 @@ struct CycleFinder : boost::default_dfs_visitor {
     cycle->assign(path.rbegin(), path.rend());
   }
 };
-}  // namespace
-
-std::string World::describe_head(int rank, int stream) {
-  const Stream& s = ranks_[rank]->streams[stream];
+std::string describe_head(const WorldView& w, int rank, int stream) {
+  const Stream& s = w.stream(rank, stream);
   if (s.queue.empty()) return "(idle)";
-  return op_text(s.queue.front().id);
+  return w.op_text(s.queue.front().id);
 }
 
 // Participant `v` of a deadlock, waiting for `next` (why[{v, next}] says for what).
-core::DeadlockDetail::Node World::deadlock_node(int v, int next,
-                                                const std::map<std::pair<int, int>, std::string>& why) {
+core::DeadlockDetail::Node deadlock_node(const WorldView& w, int v, int next,
+                                         const std::map<std::pair<int, int>, std::string>& why) {
   core::DeadlockDetail::Node n;
-  const auto [rank, s] = rank_stream(v);
+  const auto [rank, s] = w.rank_stream(v);
   const auto reason = why.find({v, next});
   n.rank = rank;
-  n.where = s < 0 ? "host" : ranks_[n.rank]->streams[s].name;
+  n.where = s < 0 ? "host" : w.rank(n.rank).streams[s].name;
   n.op = s < 0 ? "waiting for " + (reason != why.end() ? reason->second : std::string("its peers"))
-               : describe_head(n.rank, s);
-  if (s >= 0 && !ranks_[n.rank]->streams[s].queue.empty())
-    n.source = source_line(ranks_[n.rank]->streams[s].queue.front().id);
+               : describe_head(w, n.rank, s);
+  if (s >= 0 && !w.rank(n.rank).streams[s].queue.empty())
+    n.source = w.source_line(w.rank(n.rank).streams[s].queue.front().id);
   n.waits_for = reason != why.end() ? reason->second : "";
   return n;
 }
 
 // The wait-for graph: an edge from each stuck participant to what it waits for, and why.
-struct World::WaitGraph {
+struct WaitGraph {
   explicit WaitGraph(int participants) : g(participants) {}
   Graph g;
   std::map<std::pair<int, int>, std::string> why;  // edge -> what the waiter waits for
@@ -66,36 +64,39 @@ struct World::WaitGraph {
   }
 };
 
-void World::add_host_waits(int r, WaitGraph& g) {
-  const Host& h = ranks_[r]->host;
-  if (h.status != Host::Status::parked || host_ready(r)) return;
+void add_host_waits(const WorldView& w, int r, WaitGraph& g) {
+  const Host& h = w.rank(r).host;
+  if (h.status != Host::Status::parked || w.host_ready(r)) return;
   for (uint32_t rec : h.wait_records) {
-    if (!records_[rec].executed) {
-      g.edge(host_participant(r), participant(records_[rec].rank, records_[rec].stream),
-             "a host sync on stream '" + ranks_[r]->streams[records_[rec].stream].name + "'");
+    if (!w.record(rec).executed) {
+      g.edge(w.host_participant(r), w.participant(w.record(rec).rank, w.record(rec).stream),
+             "a host sync on stream '" + w.rank(r).streams[w.record(rec).stream].name + "'");
     }
   }
-  if (h.wait_stream >= 0) g.edge(host_participant(r), participant(r, h.wait_stream), "its last launch");
+  if (h.wait_stream >= 0) g.edge(w.host_participant(r), w.participant(r, h.wait_stream), "its last launch");
 }
 
-void World::add_stream_waits(int r, int s, WaitGraph& g) {
-  const Stream& st = ranks_[r]->streams[s];
-  if (st.queue.empty() || stream_ready(r, s)) return;
+void add_collective_waits(const WorldView& w, int self, const Op& op, WaitGraph& g);
+void add_p2p_waits(const WorldView& w, int r, int self, const Op& op, WaitGraph& g);
+
+void add_stream_waits(const WorldView& w, int r, int s, WaitGraph& g) {
+  const Stream& st = w.rank(r).streams[s];
+  if (st.queue.empty() || w.stream_ready(r, s)) return;
   const Op& op = st.queue.front();
-  const int self = participant(r, s);
+  const int self = w.participant(r, s);
   if (op.kind == OpKind::wait) {
-    const Record& rec = records_[op.record];
-    g.edge(self, participant(rec.rank, rec.stream),
-           op_text(rec.op) + " on stream '" + ranks_[rec.rank]->streams[rec.stream].name + "'");
+    const Record& rec = w.record(op.record);
+    g.edge(self, w.participant(rec.rank, rec.stream),
+           w.op_text(rec.op) + " on stream '" + w.rank(rec.rank).streams[rec.stream].name + "'");
   } else if (op.kind == OpKind::collective) {
-    add_collective_waits(self, op, g);
+    add_collective_waits(w, self, op, g);
   } else if (op.kind == OpKind::send || op.kind == OpKind::recv) {
-    add_p2p_waits(r, self, op, g);
+    add_p2p_waits(w, r, self, op, g);
   }
 }
 
-void World::add_collective_waits(int self, const Op& op, WaitGraph& g) {
-  Group& grp = groups_[op.group];
+void add_collective_waits(const WorldView& w, int self, const Op& op, WaitGraph& g) {
+  const Group& grp = w.group(op.group);
   if (op.instance != grp.first) {
     // Behind an earlier collective of the same communicator.
     const Instance& earlier = grp.at(grp.first);
@@ -103,13 +104,13 @@ void World::add_collective_waits(int self, const Op& op, WaitGraph& g) {
     for (size_t m = 0; m < grp.members.size(); ++m) {
       const int peer = grp.members[m];
       if (!earlier.members[m].issued) {
-        g.edge(self, host_participant(peer),
+        g.edge(self, w.host_participant(peer),
                "rank " + std::to_string(peer) + " to issue collective #" + std::to_string(grp.first) +
                    " of group '" + grp.name + "' (it runs first)");
-      } else if (ranks_[peer]->streams[earlier.members[m].stream].executed != earlier.members[m].position) {
-        g.edge(self, participant(peer, earlier.members[m].stream),
+      } else if (w.rank(peer).streams[earlier.members[m].stream].executed != earlier.members[m].position) {
+        g.edge(self, w.participant(peer, earlier.members[m].stream),
                "collective #" + std::to_string(grp.first) + " of group '" + grp.name + "' (" +
-                   op_text(earlier.members[m].op) + " on rank " + std::to_string(peer) +
+                   w.op_text(earlier.members[m].op) + " on rank " + std::to_string(peer) +
                    "), which the communicator runs first");
       }
     }
@@ -120,47 +121,47 @@ void World::add_collective_waits(int self, const Op& op, WaitGraph& g) {
   for (size_t m = 0; m < grp.members.size(); ++m) {
     const int peer = grp.members[m];
     if (!inst.members[m].issued) {
-      g.edge(self, host_participant(peer),
+      g.edge(self, w.host_participant(peer),
              "rank " + std::to_string(peer) + " to issue collective #" + std::to_string(op.instance) +
                  " of group '" + grp.name + "'");
-    } else if (ranks_[peer]->streams[inst.members[m].stream].executed != inst.members[m].position) {
-      g.edge(self, participant(peer, inst.members[m].stream),
+    } else if (w.rank(peer).streams[inst.members[m].stream].executed != inst.members[m].position) {
+      g.edge(self, w.participant(peer, inst.members[m].stream),
              "rank " + std::to_string(peer) + "'s stream '" +
-                 ranks_[peer]->streams[inst.members[m].stream].name + "' to reach " +
-                 op_text(inst.members[m].op));
+                 w.rank(peer).streams[inst.members[m].stream].name + "' to reach " +
+                 w.op_text(inst.members[m].op));
     }
   }
 }
 
-void World::add_p2p_waits(int r, int self, const Op& op, WaitGraph& g) {
+void add_p2p_waits(const WorldView& w, int r, int self, const Op& op, WaitGraph& g) {
   const bool send = op.kind == OpKind::send;
   const int peer = op.p2p().peer;
-  Channel& ch = channel_of(r, op);
+  const Channel& ch = w.channel_of(r, op);
   const auto& pair = ch.at(op.instance);
   const auto& other = send ? pair.second : pair.first;
   if (!other.issued) {
-    g.edge(self, host_participant(peer),
+    g.edge(self, w.host_participant(peer),
            "rank " + std::to_string(peer) + " to issue the matching " + (send ? "recv" : "send"));
   } else {
-    g.edge(self, participant(peer, other.stream),
-           "rank " + std::to_string(peer) + "'s stream '" + ranks_[peer]->streams[other.stream].name +
-               "' to reach " + op_text(other.op));
+    g.edge(self, w.participant(peer, other.stream),
+           "rank " + std::to_string(peer) + "'s stream '" + w.rank(peer).streams[other.stream].name +
+               "' to reach " + w.op_text(other.op));
   }
 }
 
 // The graph's cycle, or else the chain of waits from the first stuck participant to what will
 // never come.
-core::DeadlockDetail World::wait_chain(const WaitGraph& wg) {
+core::DeadlockDetail wait_chain(const WorldView& w, const WaitGraph& wg) {
   const Graph& g = wg.g;
-  std::vector<Vertex> pred(participants_), cycle;
-  for (int v = 0; v < participants_; ++v) pred[v] = v;
+  std::vector<Vertex> pred(w.participants()), cycle;
+  for (int v = 0; v < w.participants(); ++v) pred[v] = v;
   CycleFinder vis;
   vis.pred = &pred;
   vis.cycle = &cycle;
   boost::depth_first_search(g, boost::visitor(vis));
 
   core::DeadlockDetail d;
-  auto node = [&](int v, int next) { return deadlock_node(v, next, wg.why); };
+  auto node = [&](int v, int next) { return deadlock_node(w, v, next, wg.why); };
   if (!cycle.empty()) {
     for (size_t i = 0; i < cycle.size(); ++i) {
       d.cycle.push_back(node(static_cast<int>(cycle[i]), static_cast<int>(cycle[(i + 1) % cycle.size()])));
@@ -169,7 +170,7 @@ core::DeadlockDetail World::wait_chain(const WaitGraph& wg) {
   }
   d.is_cycle = false;
   int v = -1;
-  for (int x = 0; x < participants_ && v < 0; ++x) {
+  for (int x = 0; x < w.participants() && v < 0; ++x) {
     if (boost::out_degree(x, g) > 0) v = x;
   }
   std::set<int> seen;
@@ -193,7 +194,7 @@ core::DeadlockDetail World::wait_chain(const WaitGraph& wg) {
   return d;
 }
 
-core::Finding World::deadlock_finding(core::DeadlockDetail d) const {
+core::Finding deadlock_finding(const WorldView& w, core::DeadlockDetail d) {
   core::Finding f;
   f.kind = core::FindingKind::deadlock;
   std::string chain, key;
@@ -210,7 +211,7 @@ core::Finding World::deadlock_finding(core::DeadlockDetail d) const {
       (d.is_cycle ? "\nEach waits for the next and the last for the first. Issue collectives and p2p calls "
                     "in one order on every rank, or put them on separate streams."
                   : "");
-  if (sources_seen_) {
+  if (w.sources_seen()) {
     f.explanation +=
         "\nIn PyTorch: issue torch.distributed collectives in the same order on every rank of a group, "
         "and pair point-to-point calls so that every send meets a recv its peer has posted (for example "
@@ -218,18 +219,29 @@ core::Finding World::deadlock_finding(core::DeadlockDetail d) const {
   }
   f.key = "deadlock" + key;
   f.detail = std::move(d);
-  f.seed = options_.seed;
+  f.seed = w.options().seed;
   return f;
 }
 
-void World::report_deadlock() {
-  WaitGraph g(participants_);
-  for (int r = 0; r < ranks(); ++r) {
-    add_host_waits(r, g);
-    for (int s = 0; s < num_streams(r); ++s) add_stream_waits(r, s, g);
+class DeadlockDetector final : public Detector {
+ public:
+  unsigned hooks() const override { return on_end; }
+
+  // Nothing can run but work remains, and the run was not cut short.
+  void end(const WorldView& w, const RunEnd& e, Findings& out) override {
+    if (e.done || !e.whole) return;
+    WaitGraph g(w.participants());
+    for (int r = 0; r < w.ranks(); ++r) {
+      add_host_waits(w, r, g);
+      for (int s = 0; s < w.num_streams(r); ++s) add_stream_waits(w, r, s, g);
+    }
+    if (g.mismatch_involved || w.diverged()) return;  // the mismatch finding already explains the hang
+    core::add_finding(out, deadlock_finding(w, wait_chain(w, g)));
   }
-  if (g.mismatch_involved || mismatch_seen_) return;  // the mismatch finding already explains the hang
-  core::add_finding(findings_, deadlock_finding(wait_chain(g)));
-}
+};
+
+}  // namespace
+
+std::unique_ptr<Detector> make_deadlock_detector() { return std::make_unique<DeadlockDetector>(); }
 
 }  // namespace shardcheck::sim

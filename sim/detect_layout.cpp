@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "sim/world_state.hpp"
+#include "sim/detector.hpp"
 
 namespace shardcheck::sim {
 
@@ -39,37 +39,52 @@ std::optional<std::pair<Label, Label>> first_difference(const std::vector<Label>
   }
   return std::nullopt;
 }
-}  // namespace
+class LayoutDetector final : public Detector {
+ public:
+  unsigned hooks() const override { return on_collective; }
 
-bool World::check_layouts(int group, const Instance& inst, int64_t k) {
-  if (inst.kind != core::CollectiveKind::all_reduce && inst.kind != core::CollectiveKind::reduce_scatter)
-    return false;
-  const Group& g = groups_[group];
-  std::vector<std::vector<Label>> per(inst.members.size());
-  std::shared_ptr<const core::LogicalMap> names;
-  for (size_t m = 0; m < inst.members.size(); ++m) {
-    const core::TensorRef& in = inst.members[m].input;
-    if (in.buffer < 0) return false;  // a barrier among them: a mismatch, not a layout question
-    const auto& map = lifetime_maps_[ranks_[g.members[m]]->buffers[in.buffer]];
-    if (!map) return false;  // unannotated buffers are not checked
-    names = map;
-    per[m] = labels(*map, in.offset, in.numel);
+  void collective(const WorldView& w, CollectiveEvent& e, Findings& out) override {
+    const Instance& inst = e.instance;
+    if (inst.kind != core::CollectiveKind::all_reduce && inst.kind != core::CollectiveKind::reduce_scatter)
+      return;
+    const Group& g = w.group(e.group);
+    std::vector<std::vector<Label>> per(inst.members.size());
+    const core::LogicalMap* names = nullptr;
+    for (size_t m = 0; m < inst.members.size(); ++m) {
+      const core::TensorRef& in = inst.members[m].input;
+      if (in.buffer < 0) return;  // a barrier among them: a mismatch, not a layout question
+      const core::LogicalMap* map = w.layout(w.rank(g.members[m]).buffers[in.buffer]);
+      if (!map) return;  // unannotated buffers are not checked
+      names = map;
+      per[m] = labels(*map, in.offset, in.numel);
+    }
+    for (size_t m = 1; m < inst.members.size(); ++m) {
+      const auto diff = first_difference(per[0], per[m]);
+      // Same elements where both overlap, but different extents: the same bug, seen at the end.
+      if (!diff && labelled(per[0]) == labelled(per[m])) continue;
+      core::add_finding(out, finding(w, g, inst, m, *names, per, diff));
+      e.explained = true;
+      return;
+    }
   }
-  const auto name = [&](int p) { return names->param_name(p); };
-  const auto extent = [&](const std::vector<Label>& l) {
-    if (l.empty()) return std::string("nothing labelled");
-    return name(l.front().param) + " elements [" + std::to_string(l.front().first) + ", " +
-           std::to_string(l.back().first + l.back().count) + ")";
-  };
-  const auto labelled = [](const std::vector<Label>& l) {
+
+ private:
+  static int64_t labelled(const std::vector<Label>& l) {
     int64_t n = 0;
     for (const auto& x : l) n += x.count;
     return n;
-  };
-  for (size_t m = 1; m < inst.members.size(); ++m) {
-    const auto diff = first_difference(per[0], per[m]);
-    // Same elements where both overlap, but different extents: the same bug, seen at the end.
-    if (!diff && labelled(per[0]) == labelled(per[m])) continue;
+  }
+
+  // Member m reduces other elements than member 0.
+  static core::Finding finding(const WorldView& w, const Group& g, const Instance& inst, size_t m,
+                               const core::LogicalMap& names, const std::vector<std::vector<Label>>& per,
+                               const std::optional<std::pair<Label, Label>>& diff) {
+    const auto name = [&](int p) { return names.param_name(p); };
+    const auto extent = [&](const std::vector<Label>& l) {
+      if (l.empty()) return std::string("nothing labelled");
+      return name(l.front().param) + " elements [" + std::to_string(l.front().first) + ", " +
+             std::to_string(l.back().first + l.back().count) + ")";
+    };
     core::ElementDetail d;
     d.rank = g.members[0];
     d.other_rank = g.members[m];
@@ -90,11 +105,10 @@ bool World::check_layouts(int group, const Instance& inst, int64_t k) {
                std::to_string(d.other_rank) + " reduces " + extent(per[m]);
       what = d.note;
     }
-    const OpInfo& info = op_info_[inst.members[0].op];
+    const std::string& op = w.name(w.op(inst.members[0].op).name);
     core::Finding f;
     f.kind = core::FindingKind::layout_mismatch;
-    f.summary =
-        names_[info.name] + " on group '" + g.name + "' reduces different logical elements together: " + what;
+    f.summary = op + " on group '" + g.name + "' reduces different logical elements together: " + what;
     const bool sizes_differ = inst.members[0].input.numel != inst.members[m].input.numel;
     f.explanation =
         f.summary +
@@ -104,15 +118,16 @@ bool World::check_layouts(int group, const Instance& inst, int64_t k) {
                         : "") +
         ". Reduce the full logical tensor instead: rebuild it on every member, reduce, and copy each rank's "
         "rows back.";
-    f.key = "layout|" + g.name + "|" + names_[info.name];
+    f.key = "layout|" + g.name + "|" + op;
     f.detail = d;
-    f.seed = options_.seed;
+    f.seed = w.options().seed;
     f.op = inst.members[0].op;
-    core::add_finding(findings_, std::move(f));
-    (void)k;
-    return true;
+    return f;
   }
-  return false;
-}
+};
+
+}  // namespace
+
+std::unique_ptr<Detector> make_layout_detector() { return std::make_unique<LayoutDetector>(); }
 
 }  // namespace shardcheck::sim

@@ -3,7 +3,13 @@
 // not cover; each becomes a finding here: both accesses, the missing edge and the fixes.
 #include <algorithm>
 
-#include "sim/world_state.hpp"
+#include <map>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/base/inline_vector.hpp"
+#include "sim/detector.hpp"
 
 namespace shardcheck::sim {
 
@@ -29,52 +35,52 @@ std::string key_op(const std::string& op) {
   return op;
 }
 
-}  // namespace
-
 // A race between lifetimes of one block: the places of the free that handed the block on and
 // of the allocation that took it.
-void World::mark_reuse(core::RaceDetail& d, bool reuse, const Lifetime& freed, const Lifetime& taken) const {
+void mark_reuse(const WorldView& w, core::RaceDetail& d, bool reuse, const Lifetime& freed,
+                const Lifetime& taken) {
   d.reuse = reuse;
   if (!reuse) return;
-  if (taken.alloc_op != kNone) d.allocated = source_line(taken.alloc_op);
-  if (freed.free_op != kNone) d.freed = source_line(freed.free_op);
+  if (taken.alloc_op != kNone) d.allocated = w.source_line(taken.alloc_op);
+  if (freed.free_op != kNone) d.freed = w.source_line(freed.free_op);
 }
 
-core::AccessSite World::site(int rank, const AccessRec& a, Access kind, uint64_t begin, uint64_t end) {
-  const int stream = a.participant == kNoParticipant ? -1 : clock_stream(a.participant);
-  const OpInfo& info = op_info_[a.op];
-  const Lifetime& l = lifetimes_[a.lifetime];
+core::AccessSite site(const WorldView& w, int rank, const AccessRec& a, Access kind, uint64_t begin,
+                      uint64_t end, int64_t now) {
+  const int stream = a.participant == kNoParticipant ? -1 : w.clock_stream(a.participant);
+  const OpInfo& info = w.op(a.op);
+  const Lifetime& l = w.lifetime(a.lifetime);
   core::AccessSite s;
   s.rank = rank;
-  s.stream = stream >= 0 ? ranks_[rank]->streams[stream].name : "host";
-  s.op = op_text(a.op);
-  s.step = info.exec_step >= 0 ? info.exec_step : step_;
+  s.stream = stream >= 0 ? w.rank(rank).streams[stream].name : "host";
+  s.op = w.op_text(a.op);
+  s.step = info.exec_step >= 0 ? info.exec_step : now;
   s.op_id = a.op;
-  s.buffer = names_[l.name];
+  s.buffer = w.name(l.name);
   s.lifetime = l.generation;
   s.address = l.addr;
   s.byte_begin = static_cast<int64_t>(begin - l.addr);
   s.byte_end = static_cast<int64_t>(end - l.addr);
   s.write = kind != Access::read;
-  s.source = source_line(a.op);
+  s.source = w.source_line(a.op);
   return s;
 }
 
 // Why a wait_event on b's stream, issued before its event was first recorded (on a's stream),
 // does not order a before b; empty when there is no such wait.
-std::string World::early_wait_reason(int rank, const AccessRec& a, const AccessRec& b) const {
-  const Rank& r = *ranks_[rank];
-  auto access_stream = [this](const AccessRec& x) {
-    return x.participant == kNoParticipant ? -1 : clock_stream(x.participant);
+std::string early_wait_reason(const WorldView& w, int rank, const AccessRec& a, const AccessRec& b) {
+  const Rank& r = w.rank(rank);
+  auto access_stream = [&w](const AccessRec& x) {
+    return x.participant == kNoParticipant ? -1 : w.clock_stream(x.participant);
   };
   const int sa = access_stream(a), sb = access_stream(b);
   if (sa < 0 || sb < 0) return "";
-  for (const auto& w : r.early_waits) {
-    if (w.stream != sb || w.op > b.op) continue;
-    for (uint32_t i = w.op + 1; i < op_info_.size(); ++i) {
-      const OpInfo& o = op_info_[i];
-      if (o.rank == rank && o.stream == sa && o.kind == OpKind::record && names_[o.name] == w.record) {
-        const std::string ev = w.record.substr(7);  // "record 'x'" -> "'x'"
+  for (const auto& early : r.early_waits) {
+    if (early.stream != sb || early.op > b.op) continue;
+    for (uint32_t i = early.op + 1; i < w.ops().size(); ++i) {
+      const OpInfo& o = w.op(i);
+      if (o.rank == rank && o.stream == sa && o.kind == OpKind::record && w.name(o.name) == early.record) {
+        const std::string ev = early.record.substr(7);  // "record 'x'" -> "'x'"
         return q(r.streams[sb].name) + " waits for " + ev + " before " + ev +
                " is ever recorded, so the wait orders nothing (an event with no record counts as " +
                "complete) and the later record on " + q(r.streams[sa].name) + " does not reach back to it";
@@ -84,15 +90,15 @@ std::string World::early_wait_reason(int rank, const AccessRec& a, const AccessR
   return "";
 }
 
-bool World::race_sites(int rank, const AccessRec& a, Access a_kind, const AccessRec& b, Access b_kind,
-                       bool reuse, core::RaceDetail& d) {
-  const Lifetime& la = lifetimes_[a.lifetime];
-  const Lifetime& lb = lifetimes_[b.lifetime];
-  d.first = site(rank, a, a_kind, la.addr, la.addr + la.bytes);
-  d.second = site(rank, b, b_kind, lb.addr, lb.addr + lb.bytes);
-  d.first.step = op_info_[a.op].exec_step >= 0 ? op_info_[a.op].exec_step : step_;
-  d.second.step = op_info_[b.op].exec_step >= 0 ? op_info_[b.op].exec_step : step_;
-  mark_reuse(d, reuse, la, lb);
+bool race_sites(const WorldView& w, int rank, const AccessRec& a, Access a_kind, const AccessRec& b,
+                Access b_kind, bool reuse, int64_t now, core::RaceDetail& d) {
+  const Lifetime& la = w.lifetime(a.lifetime);
+  const Lifetime& lb = w.lifetime(b.lifetime);
+  d.first = site(w, rank, a, a_kind, la.addr, la.addr + la.bytes, now);
+  d.second = site(w, rank, b, b_kind, lb.addr, lb.addr + lb.bytes, now);
+  d.first.step = w.op(a.op).exec_step >= 0 ? w.op(a.op).exec_step : now;
+  d.second.step = w.op(b.op).exec_step >= 0 ? w.op(b.op).exec_step : now;
+  mark_reuse(w, d, reuse, la, lb);
   // A held reuse (report_held_reuse_races) pairs lifetimes that do not share bytes in this
   // schedule: the block was kept back, so the new lifetime sits elsewhere.
   if (!reuse) return true;
@@ -101,15 +107,15 @@ bool World::race_sites(int rank, const AccessRec& a, Access a_kind, const Access
   const uint64_t lo = std::max(la.addr, lb.addr), hi = std::min(la.addr + la.bytes, lb.addr + lb.bytes);
   int later = 0;
   for (uint32_t i = a.lifetime + 1; i <= b.lifetime; ++i) {
-    const Lifetime& l = lifetimes_[i];
+    const Lifetime& l = w.lifetime(i);
     if (l.rank == rank && l.addr < hi && lo < l.addr + l.bytes) ++later;
   }
   d.second.lifetime = d.first.lifetime + std::max(later, 1);
   return lo < hi;
 }
 
-std::string World::missing_edge(int rank, const AccessRec& a, const AccessRec& b,
-                                const core::RaceDetail& d) const {
+std::string missing_edge(const WorldView& w, int rank, const AccessRec& a, const AccessRec& b,
+                         const core::RaceDetail& d) {
   const auto& A = d.first;
   const auto& B = d.second;
   if (d.reuse) {
@@ -118,7 +124,7 @@ std::string World::missing_edge(int rank, const AccessRec& a, const AccessRec& b
            " after it, the host did not sync with " + q(A.stream) +
            ", and no record_stream held the block back";
   }
-  if (const std::string early = early_wait_reason(rank, a, b); !early.empty()) {
+  if (const std::string early = early_wait_reason(w, rank, a, b); !early.empty()) {
     return "no happens-before edge from " + A.op + " on " + q(A.stream) + " to " + B.op + " on " +
            q(B.stream) + ": " + early;
   }
@@ -127,8 +133,8 @@ std::string World::missing_edge(int rank, const AccessRec& a, const AccessRec& b
          " after it, and the host never " + "syncs with " + q(A.stream) + " before issuing " + B.op;
 }
 
-void World::race_summary(int rank, Access b_kind, bool shares_bytes, const std::string& alloc_stream,
-                         core::RaceDetail& d, core::Finding& f) const {
+void race_summary(int rank, Access b_kind, bool shares_bytes, const std::string& alloc_stream,
+                  core::RaceDetail& d, core::Finding& f) {
   const auto& A = d.first;
   const auto& B = d.second;
   if (b_kind == Access::free) {
@@ -166,116 +172,19 @@ void World::race_summary(int rank, Access b_kind, bool shares_bytes, const std::
   }
 }
 
-void World::report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c) {
-  // Orient the pair by the program: `first` is the access issued first (for a reuse race, the one
-  // on the older lifetime), whichever ran first in this schedule, so both execution orders of one
-  // race give one finding and the fixes only add edges the issue order allows.
-  const AccessRec* a = &c.prior;
-  const AccessRec* b = &cur;
-  Access a_kind = c.prior_kind, b_kind = cur_kind;
-  const bool reuse = c.prior.lifetime != cur.lifetime;
-  if (reuse ? c.prior.lifetime > cur.lifetime : c.prior.op > cur.op) {
-    std::swap(a, b);
-    std::swap(a_kind, b_kind);
-  }
-  core::RaceDetail d;
-  const bool shares_bytes = race_sites(rank, *a, a_kind, *b, b_kind, reuse, d);
-  d.missing_edge = missing_edge(rank, *a, *b, d);
-  core::Finding f;
-  f.kind = core::FindingKind::stream_race;
-  race_summary(rank, b_kind, shares_bytes, ranks_[rank]->streams[lifetimes_[a->lifetime].stream].name, d, f);
-  const auto& A = d.first;
-  const auto& B = d.second;
-  f.explanation = f.summary + ".\n  first:  rank " + std::to_string(A.rank) + ", stream " + q(A.stream) +
-                  ", " + A.op + " " + (A.write ? "writes" : "reads") + " " + q(A.buffer) + " (lifetime " +
-                  std::to_string(A.lifetime) + " of its block), step " + std::to_string(A.step) +
-                  "\n  second: rank " + std::to_string(B.rank) + ", stream " + q(B.stream) + ", " + B.op +
-                  " " + access_verb(b_kind) + " " + q(B.buffer) + " (lifetime " + std::to_string(B.lifetime) +
-                  "), step " + std::to_string(B.step) + "\n  missing: " + d.missing_edge + "\n  fixes:";
-  for (const auto& fix : d.fixes) f.explanation += "\n    - " + fix;
-  if (op_info_[a->op].source != kNone || op_info_[b->op].source != kNone)
-    speak_python(rank, *a, *b, b_kind, shares_bytes, d, f);
-  // Same key = same bug: the same two operations on the same buffers, on other ranks, steps or
-  // schedules. Names are kept whole (t0 and t1 are two races) but for a send's or recv's peer, and
-  // the pair is oriented above, so both execution orders of one race share the key.
-  const std::string sa = A.stream + ":" + key_op(A.op) + ":" + A.buffer + ":" + access_verb(a_kind),
-                    sb = B.stream + ":" + key_op(B.op) + ":" + B.buffer + ":" + access_verb(b_kind);
-  f.key = std::string(d.reuse ? "reuse|" : "race|") + sa + "|" + sb;
-  f.detail = std::move(d);
-  f.seed = options_.seed;
-  core::add_finding(findings_, std::move(f));
-}
-
-void World::note_lifetime_access(uint32_t lifetime, const AccessRec& cur, Access kind,
-                                 const VectorClock& clock) {
-  const bool write = kind != Access::read;
-  auto& mine = lifetime_accesses_[lifetime];
-  auto same = std::find_if(mine.begin(), mine.end(), [&](const auto& e) {
-    return e.rec.participant == cur.participant && (e.kind != Access::read) == write;
-  });
-  if (same == mine.end()) {
-    mine.push_back({cur, kind});
-  } else {
-    *same = {cur, kind};  // the latest: it is ordered after the participant's earlier ones
-  }
-  const auto it = held_reuses_.find(lifetime);
-  if (it == held_reuses_.end()) return;
-  for (HeldReuse& h : it->second) {
-    const bool seen = std::any_of(h.accesses.begin(), h.accesses.end(), [&](const auto& e) {
-      return std::get<0>(e).participant == cur.participant && (std::get<1>(e) != Access::read) == write;
-    });
-    if (!seen) h.accesses.emplace_back(cur, kind, clock);  // the first: ordered before the later ones
-  }
-}
-
-void World::report_held_reuse_races() {
-  const int64_t end_step = step_;
-  for (const auto& [lifetime, holds] : held_reuses_) {
-    for (const HeldReuse& h : holds) {
-      // In the schedule where the held block is handed over, the allocator has seen every
-      // record_stream event complete: the new lifetime's accesses come after all of them.
-      const bool complete = std::all_of(h.records.begin(), h.records.end(),
-                                        [&](uint64_t rec) { return records_[rec].executed; });
-      if (!complete) continue;  // the block could never have been handed over
-      for (const auto& [cur, kind, clock] : h.accesses) {
-        VectorClock c = clock;
-        for (uint64_t rec : h.records) c.join(records_[rec].clock);
-        for (const auto& [prior, prior_kind] : lifetime_accesses_[h.old_lifetime]) {
-          if (kind == Access::read && prior_kind == Access::read) continue;  // reads change no byte
-          if (prior.participant == kNoParticipant || prior.participant == cur.participant ||
-              c.covers(prior.participant, prior.epoch))
-            continue;
-          step_ = op_info_[cur.op].exec_step;
-          report_race(h.rank, cur, kind, {prior, prior_kind});
-        }
-      }
-    }
-  }
-  step_ = end_step;
-}
-
-}  // namespace shardcheck::sim
-
-namespace shardcheck::sim {
-
-bool World::is_comm(uint32_t op) const {
-  const OpKind k = op_info_[op].kind;
-  return k == OpKind::collective || k == OpKind::send || k == OpKind::recv;
-}
-
 // A reuse race in PyTorch's words: the free, the allocation the block went to, and the fixes;
 // returns the "handed over" line of the explanation.
-std::string World::python_reuse(int rank, const AccessRec& a, const AccessRec& b, Access b_kind,
-                                bool shares_bytes, core::RaceDetail& d, core::Finding& f) {
+std::string python_reuse(const WorldView& w, int rank, const AccessRec& a, const AccessRec& b, Access b_kind,
+                         bool shares_bytes, core::RaceDetail& d, core::Finding& f) {
   const auto& A = d.first;
   const auto& B = d.second;
   const std::string sa = q(A.stream), sb = q(B.stream);
-  const Lifetime& la = lifetimes_[a.lifetime];
-  const Lifetime& lb = lifetimes_[b.lifetime];
-  const bool free_known = la.free_op != kNone && !source_of(la.free_op).empty();
-  const std::string freed = free_known ? "freed at " + source_of(la.free_op) : "freed";
-  const std::string& alloc_b = lb.alloc_op != kNone ? source_of(lb.alloc_op) : A.buffer;
-  const std::string free_at = free_known ? "the free at " + source_of(la.free_op) : "its free";
+  const Lifetime& la = w.lifetime(a.lifetime);
+  const Lifetime& lb = w.lifetime(b.lifetime);
+  const bool free_known = la.free_op != kNone && !w.source_of(la.free_op).empty();
+  const std::string freed = free_known ? "freed at " + w.source_of(la.free_op) : "freed";
+  const std::string& alloc_b = lb.alloc_op != kNone ? w.source_of(lb.alloc_op) : A.buffer;
+  const std::string free_at = free_known ? "the free at " + w.source_of(la.free_op) : "its free";
   f.summary = "rank " + std::to_string(rank) + ": the " + A.buffer + " is " + freed + " while " + A.op +
               " on stream " + sa + " may still " + (A.write ? "write" : "read") + " it; its block " +
               (shares_bytes ? "goes" : "can go, once its record_stream events complete,") +
@@ -284,7 +193,7 @@ std::string World::python_reuse(int rank, const AccessRec& a, const AccessRec& b
   d.missing_edge = "nothing orders " + A.op + " before " + free_at + ": the host does not wait for stream " +
                    sa + " (no work.wait(), wait_stream or synchronize) and no record_stream on " + sa +
                    " holds the block back";
-  if (is_comm(a.op)) {
+  if (w.is_comm(a.op)) {
     d.fixes = {"call work.wait() on the work handle of " + A.op + " (or pass async_op=False) before " +
                    free_at +
                    ": the current stream then waits for the collective, and the block is not "
@@ -307,17 +216,17 @@ std::string World::python_reuse(int rank, const AccessRec& a, const AccessRec& b
   }
   return "\n  handed over: " + freed + " by the host without waiting for stream " + sa +
          "; the caching allocator gives its block to the next allocation from the pool of stream " +
-         q(ranks_[rank]->streams[la.stream].name) + ", the tensor allocated at " + alloc_b;
+         q(w.rank(rank).streams[la.stream].name) + ", the tensor allocated at " + alloc_b;
 }
 
 // A race between two streams in PyTorch's words: the summary and the fixes.
-void World::python_race(int rank, const AccessRec& a, const AccessRec& b, Access b_kind, core::RaceDetail& d,
-                        core::Finding& f) {
+void python_race(const WorldView& w, int rank, const AccessRec& a, const AccessRec& b, Access b_kind,
+                 core::RaceDetail& d, core::Finding& f) {
   const auto& A = d.first;
   const auto& B = d.second;
   const std::string sa = q(A.stream), sb = q(B.stream);
-  const std::string where_b = source_of(b.op).empty() ? B.op : source_of(b.op);
-  const bool a_comm = is_comm(a.op);
+  const std::string where_b = w.source_of(b.op).empty() ? B.op : w.source_of(b.op);
+  const bool a_comm = w.is_comm(a.op);
   f.summary = "rank " + std::to_string(rank) + ": " + B.op + " on stream " + sb + " " + access_verb(b_kind) +
               " the " + B.buffer + " while " + A.op + " on stream " + sa + " may still " +
               (A.write ? "write" : "read") + " it";
@@ -326,7 +235,7 @@ void World::python_race(int rank, const AccessRec& a, const AccessRec& b, Access
     d.fixes.push_back("call work.wait() on the work handle of " + A.op + " (or pass async_op=False) before " +
                       where_b + ": the current stream then waits for the collective");
   }
-  if (is_comm(b.op)) {
+  if (w.is_comm(b.op)) {
     d.fixes.push_back(sb + " is where the process group runs " + B.op +
                       ": before issuing it, make the current stream wait for " + sa +
                       " (torch.cuda.current_stream().wait_stream(s) with s the stream " + sa +
@@ -340,13 +249,13 @@ void World::python_race(int rank, const AccessRec& a, const AccessRec& b, Access
   }
 }
 
-void World::speak_python(int rank, const AccessRec& a, const AccessRec& b, Access b_kind, bool shares_bytes,
-                         core::RaceDetail& d, core::Finding& f) {
+void speak_python(const WorldView& w, int rank, const AccessRec& a, const AccessRec& b, Access b_kind,
+                  bool shares_bytes, core::RaceDetail& d, core::Finding& f) {
   std::string handover;
   if (d.reuse) {
-    handover = python_reuse(rank, a, b, b_kind, shares_bytes, d, f);
+    handover = python_reuse(w, rank, a, b, b_kind, shares_bytes, d, f);
   } else {
-    python_race(rank, a, b, b_kind, d, f);
+    python_race(w, rank, a, b, b_kind, d, f);
   }
   const auto& A = d.first;
   const auto& B = d.second;
@@ -357,5 +266,152 @@ void World::speak_python(int rank, const AccessRec& a, const AccessRec& b, Acces
                   "\n  missing: " + d.missing_edge + "\n  fixes:";
   for (const auto& fix : d.fixes) f.explanation += "\n    - " + fix;
 }
+
+void report_race(const WorldView& w, int rank, const AccessRec& cur, Access cur_kind,
+                 const Shadow::Conflict& c, int64_t now, Findings& out) {
+  // Orient the pair by the program: `first` is the access issued first (for a reuse race, the one
+  // on the older lifetime), whichever ran first in this schedule, so both execution orders of one
+  // race give one finding and the fixes only add edges the issue order allows.
+  const AccessRec* a = &c.prior;
+  const AccessRec* b = &cur;
+  Access a_kind = c.prior_kind, b_kind = cur_kind;
+  const bool reuse = c.prior.lifetime != cur.lifetime;
+  if (reuse ? c.prior.lifetime > cur.lifetime : c.prior.op > cur.op) {
+    std::swap(a, b);
+    std::swap(a_kind, b_kind);
+  }
+  core::RaceDetail d;
+  const bool shares_bytes = race_sites(w, rank, *a, a_kind, *b, b_kind, reuse, now, d);
+  d.missing_edge = missing_edge(w, rank, *a, *b, d);
+  core::Finding f;
+  f.kind = core::FindingKind::stream_race;
+  race_summary(rank, b_kind, shares_bytes, w.rank(rank).streams[w.lifetime(a->lifetime).stream].name, d, f);
+  const auto& A = d.first;
+  const auto& B = d.second;
+  f.explanation = f.summary + ".\n  first:  rank " + std::to_string(A.rank) + ", stream " + q(A.stream) +
+                  ", " + A.op + " " + (A.write ? "writes" : "reads") + " " + q(A.buffer) + " (lifetime " +
+                  std::to_string(A.lifetime) + " of its block), step " + std::to_string(A.step) +
+                  "\n  second: rank " + std::to_string(B.rank) + ", stream " + q(B.stream) + ", " + B.op +
+                  " " + access_verb(b_kind) + " " + q(B.buffer) + " (lifetime " + std::to_string(B.lifetime) +
+                  "), step " + std::to_string(B.step) + "\n  missing: " + d.missing_edge + "\n  fixes:";
+  for (const auto& fix : d.fixes) f.explanation += "\n    - " + fix;
+  if (w.op(a->op).source != kNone || w.op(b->op).source != kNone)
+    speak_python(w, rank, *a, *b, b_kind, shares_bytes, d, f);
+  // Same key = same bug: the same two operations on the same buffers, on other ranks, steps or
+  // schedules. Names are kept whole (t0 and t1 are two races) but for a send's or recv's peer, and
+  // the pair is oriented above, so both execution orders of one race share the key.
+  const std::string sa = A.stream + ":" + key_op(A.op) + ":" + A.buffer + ":" + access_verb(a_kind),
+                    sb = B.stream + ":" + key_op(B.op) + ":" + B.buffer + ":" + access_verb(b_kind);
+  f.key = std::string(d.reuse ? "reuse|" : "race|") + sa + "|" + sb;
+  f.detail = std::move(d);
+  f.seed = w.options().seed;
+  core::add_finding(out, std::move(f));
+}
+
+class RaceDetector final : public Detector {
+ public:
+  unsigned hooks() const override { return on_access | on_alloc | on_free | on_end; }
+
+  void access(const WorldView& w, const AccessEvent& e, Findings& out) override {
+    for (const auto& c : e.conflicts) report_race(w, e.rank, e.access, e.kind, c, w.step(), out);
+    if (w.options().allocator == core::Allocator::caching)
+      note_lifetime_access(e.access.lifetime, e.access, e.kind, e.clock);
+  }
+
+  // The held blocks the allocation could have taken (each block once, the first time).
+  void alloc(const WorldView&, const AllocEvent& e) override {
+    if (lifetime_accesses_.size() <= e.lifetime) lifetime_accesses_.resize(e.lifetime + 1);
+    std::vector<HeldReuse> could;
+    for (const AllocEvent::Held& b : e.held) {
+      if (e.taken_size != 0 && b.size > e.taken_size) continue;
+      if (held_taken_.count(b.free_op)) continue;
+      const auto it = freed_lifetime_.find(b.free_op);
+      if (it == freed_lifetime_.end()) continue;
+      held_taken_.insert(b.free_op);
+      could.push_back({e.rank, it->second, b.records, {}});
+    }
+    if (!could.empty()) held_reuses_[e.lifetime] = std::move(could);
+  }
+
+  void free(const WorldView&, const FreeEvent& e) override {
+    if (e.held_back) freed_lifetime_[e.free_op] = e.lifetime;
+  }
+
+  void end(const WorldView& w, const RunEnd& e, Findings& out) override {
+    if (e.whole) report_held_reuse_races(w, out);
+  }
+
+ private:
+  // A reuse race that the schedule did not act out (caching allocator): an allocation could
+  // have taken a freed block that only its record_stream events held back (a schedule where
+  // those streams ran ahead). Decided at the end of the run from happens-before over the two
+  // lifetimes' accesses, with the new lifetime's joined with those events.
+  void note_lifetime_access(uint32_t lifetime, const AccessRec& cur, Access kind, const VectorClock& clock) {
+    const bool write = kind != Access::read;
+    auto& mine = lifetime_accesses_[lifetime];
+    auto same = std::find_if(mine.begin(), mine.end(), [&](const auto& e) {
+      return e.rec.participant == cur.participant && (e.kind != Access::read) == write;
+    });
+    if (same == mine.end()) {
+      mine.push_back({cur, kind});
+    } else {
+      *same = {cur, kind};  // the latest: it is ordered after the participant's earlier ones
+    }
+    const auto it = held_reuses_.find(lifetime);
+    if (it == held_reuses_.end()) return;
+    for (HeldReuse& h : it->second) {
+      const bool seen = std::any_of(h.accesses.begin(), h.accesses.end(), [&](const auto& e) {
+        return std::get<0>(e).participant == cur.participant && (std::get<1>(e) != Access::read) == write;
+      });
+      if (!seen) h.accesses.emplace_back(cur, kind, clock);  // the first: ordered before the later ones
+    }
+  }
+
+  void report_held_reuse_races(const WorldView& w, Findings& out) {
+    for (const auto& [lifetime, holds] : held_reuses_) {
+      for (const HeldReuse& h : holds) {
+        // In the schedule where the held block is handed over, the allocator has seen every
+        // record_stream event complete: the new lifetime's accesses come after all of them.
+        const bool complete = std::all_of(h.records.begin(), h.records.end(),
+                                          [&](uint64_t rec) { return w.record(rec).executed; });
+        if (!complete) continue;  // the block could never have been handed over
+        for (const auto& [cur, kind, clock] : h.accesses) {
+          VectorClock c = clock;
+          for (uint64_t rec : h.records) c.join(w.record(rec).clock);
+          for (const auto& [prior, prior_kind] : lifetime_accesses_[h.old_lifetime]) {
+            if (kind == Access::read && prior_kind == Access::read) continue;  // reads change no byte
+            if (prior.participant == kNoParticipant || prior.participant == cur.participant ||
+                c.covers(prior.participant, prior.epoch))
+              continue;
+            report_race(w, h.rank, cur, kind, {prior, prior_kind}, w.op(cur.op).exec_step, out);
+          }
+        }
+      }
+    }
+  }
+
+  // Per lifetime (caching allocator only): its latest read and latest write per participant;
+  // a read and a write of two streams stay inline.
+  struct LifetimeAccess {
+    AccessRec rec;
+    Access kind;
+  };
+  std::vector<core::InlineVector<LifetimeAccess, 4>> lifetime_accesses_;
+  struct HeldReuse {
+    int rank = 0;
+    uint32_t old_lifetime = 0;
+    std::vector<uint64_t> records;  // the record_stream events that held the block back
+    // The new lifetime's first read and first write per participant, with their clocks.
+    std::vector<std::tuple<AccessRec, Access, VectorClock>> accesses;
+  };
+  std::map<uint32_t, std::vector<HeldReuse>> held_reuses_;  // by the new lifetime
+  std::unordered_map<uint64_t, uint32_t> freed_lifetime_;   // free op -> the lifetime it ended
+  // Free ops whose block got a HeldReuse: a set, as a captured program frees 10^5 such blocks.
+  std::unordered_set<uint64_t> held_taken_;
+};
+
+}  // namespace
+
+std::unique_ptr<Detector> make_race_detector() { return std::make_unique<RaceDetector>(); }
 
 }  // namespace shardcheck::sim

@@ -1,141 +1,57 @@
-// Reports uninitialized_read, after MemorySanitizer. The shadow marks bytes defined when written
-// in their current lifetime; kernels that are not elementwise, and downloads, report a read of
-// undefined bytes, while elementwise kernels, collectives and p2p carry it to their outputs.
-#include <algorithm>
-
-#include "sim/world_state.hpp"
+// Reports uninitialized_read, after MemorySanitizer: a read that consumes bytes never written in
+// their lifetime (the shadow tracks definedness, sim/definedness.cpp; this words the finding).
+#include "sim/detector.hpp"
 
 namespace shardcheck::sim {
 
-Shadow::Ranges World::undefined_rel(int rank, const core::TensorRef& t) {
-  Shadow::Ranges out;
-  if (!options_.detectors || t.numel == 0) return out;
-  const uint64_t a = address(rank, t);
-  ranks_[rank]->shadow.undefined(a, a + static_cast<uint64_t>(t.bytes()), ranks_[rank]->buffers[t.buffer],
-                                 out);
-  for (auto& [x, y] : out) {
-    x -= a;
-    y -= a;
-  }
-  return out;
-}
+namespace {
 
-void World::set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel) {
-  if (!options_.detectors || rel.empty()) return;
-  const uint64_t a = address(rank, t);
-  for (const auto& [x, y] : rel) ranks_[rank]->shadow.set_defined(a + x, a + y, false);
-}
+class UninitDetector final : public Detector {
+ public:
+  unsigned hooks() const override { return on_undefined_read; }
 
-void World::check_defined(int rank, uint32_t op, const core::TensorRef& t) {
-  const Shadow::Ranges undef = undefined_rel(rank, t);
-  if (undef.empty()) return;
-  uint64_t bytes = 0;
-  for (const auto& [x, y] : undef) bytes += y - x;
-  const Lifetime& l = lifetimes_[ranks_[rank]->buffers[t.buffer]];
-  const std::string opname = op_text(op);
-  const std::string& bname = names_[l.name];
-  core::Finding f;
-  f.kind = core::FindingKind::uninitialized_read;
-  f.summary = "rank " + std::to_string(rank) + ": " + opname + " reads " + std::to_string(bytes) +
-              " never-written bytes of '" + bname + "' (first at byte " +
-              std::to_string(t.byte_offset() + static_cast<int64_t>(undef.front().first)) + ")";
-  f.explanation =
-      f.summary +
-      ".\nThose bytes were not written in this lifetime of the buffer (a fresh allocation, or a "
-      "layout gap or padding that nothing initializes); whatever they hold flows into the result.\n"
-      "Fix: write the range before reading it, or read only the tensors' own elements.";
-  if (op_info_[op].source != kNone) {  // a captured program: in PyTorch terms
+  void undefined_read(const WorldView& w, const UndefinedRead& r, Findings& out) override {
+    uint64_t bytes = 0;
+    for (const auto& [x, y] : r.undefined) bytes += y - x;
+    const core::TensorRef& t = r.tensor;
+    const Lifetime& l = w.lifetime(w.rank(r.rank).buffers[t.buffer]);
+    const std::string opname = w.op_text(r.op);
+    const std::string& bname = w.name(l.name);
+    const int64_t first = t.byte_offset() + static_cast<int64_t>(r.undefined.front().first);
+    core::Finding f;
+    f.kind = core::FindingKind::uninitialized_read;
+    f.summary = "rank " + std::to_string(r.rank) + ": " + opname + " reads " + std::to_string(bytes) +
+                " never-written bytes of '" + bname + "' (first at byte " + std::to_string(first) + ")";
     f.explanation =
         f.summary +
-        ".\nThose bytes were never written since the tensor was allocated (torch.empty, new_empty, "
-        "an uninitialized output, or padding of a view), so whatever the block held before flows "
-        "into the result.\nFix: initialize it where it is allocated (torch.zeros instead of "
-        "torch.empty), or write every element before " +
-        opname + " reads it.";
-  }
-  f.key = "uninit|" + opname + "|" + bname;
-  core::ElementDetail d;
-  d.tensor = bname;
-  d.element = t.byte_offset() + static_cast<int64_t>(undef.front().first);
-  d.rank = rank;
-  d.note = opname;
-  d.source = source_line(op);
-  f.detail = d;
-  f.seed = options_.seed;
-  f.op = op;
-  core::add_finding(findings_, std::move(f));
-}
-
-World::ElementRanges World::check_kernel_inputs(int rank, uint32_t op, const core::KernelCall& k) {
-  const bool elementwise = core::is_elementwise(k.params);
-  // Elementwise kernels propagate undefined elements; all others consume their inputs.
-  if (options_.detectors && !elementwise) {
-    for (const auto& in : k.reads) check_defined(rank, op, in);
-  }
-  // Element i of an output is defined only when element i of every input is.
-  ElementRanges elems;
-  if (options_.detectors && elementwise) {
-    for (const auto& in : k.reads) {
-      const int64_t es = core::dtype_bytes(in.dtype);
-      for (const auto& [x, y] : undefined_rel(rank, in)) {
-        elems.emplace_back(static_cast<int64_t>(x) / es, (static_cast<int64_t>(y) + es - 1) / es);
-      }
+        ".\nThose bytes were not written in this lifetime of the buffer (a fresh allocation, or a "
+        "layout gap or padding that nothing initializes); whatever they hold flows into the result.\n"
+        "Fix: write the range before reading it, or read only the tensors' own elements.";
+    if (w.op(r.op).source != kNone) {  // a captured program: in PyTorch terms
+      f.explanation =
+          f.summary +
+          ".\nThose bytes were never written since the tensor was allocated (torch.empty, new_empty, "
+          "an uninitialized output, or padding of a view), so whatever the block held before flows "
+          "into the result.\nFix: initialize it where it is allocated (torch.zeros instead of "
+          "torch.empty), or write every element before " +
+          opname + " reads it.";
     }
+    f.key = "uninit|" + opname + "|" + bname;
+    core::ElementDetail d;
+    d.tensor = bname;
+    d.element = first;
+    d.rank = r.rank;
+    d.note = opname;
+    d.source = w.source_line(r.op);
+    f.detail = d;
+    f.seed = w.options().seed;
+    f.op = r.op;
+    core::add_finding(out, std::move(f));
   }
-  return elems;
-}
+};
 
-void World::set_kernel_outputs_undefined(int rank, const core::KernelCall& k, const ElementRanges& elems) {
-  for (const auto& out : k.writes) {
-    if (elems.empty()) break;
-    const int64_t es = core::dtype_bytes(out.dtype);
-    Shadow::Ranges rel;
-    for (const auto& [x, y] : elems) {
-      rel.emplace_back(static_cast<uint64_t>(x * es), static_cast<uint64_t>(std::min(y, out.numel) * es));
-    }
-    set_undefined_rel(rank, out, rel);
-  }
-}
+}  // namespace
 
-Shadow::Ranges World::collective_undefined_rel(const core::CollectiveCall& c,
-                                               const std::vector<Shadow::Ranges>& undef, size_t m) {
-  const uint64_t in_bytes = static_cast<uint64_t>(c.input.bytes()),
-                 out_bytes = static_cast<uint64_t>(c.output.bytes());
-  const size_t n = undef.size();
-  Shadow::Ranges rel;
-  for (size_t src = 0; src < n; ++src) {
-    for (const auto& [x, y] : undef[src]) {
-      switch (c.kind) {
-        case core::CollectiveKind::all_gather:
-          rel.emplace_back(src * in_bytes + x, src * in_bytes + y);
-          break;
-        case core::CollectiveKind::reduce_scatter: {
-          const uint64_t lo = std::max<uint64_t>(x, m * out_bytes),
-                         hi = std::min<uint64_t>(y, (m + 1) * out_bytes);
-          if (lo < hi) rel.emplace_back(lo - m * out_bytes, hi - m * out_bytes);
-          break;
-        }
-        case core::CollectiveKind::all_reduce:
-          rel.emplace_back(x, y);
-          break;
-        case core::CollectiveKind::broadcast:
-          if (static_cast<int>(src) == c.root) rel.emplace_back(x, y);
-          break;
-        case core::CollectiveKind::reduce:  // only the root's output is written
-          if (static_cast<int>(m) == c.root) rel.emplace_back(x, y);
-          break;
-        case core::CollectiveKind::all_to_all: {  // block m of src's input -> block src of m's
-          const uint64_t block = in_bytes / n;
-          const uint64_t lo = std::max<uint64_t>(x, m * block), hi = std::min<uint64_t>(y, (m + 1) * block);
-          if (lo < hi) rel.emplace_back(lo - m * block + src * block, hi - m * block + src * block);
-          break;
-        }
-        case core::CollectiveKind::barrier:
-          break;
-      }
-    }
-  }
-  return rel;
-}
+std::unique_ptr<Detector> make_uninit_detector() { return std::make_unique<UninitDetector>(); }
 
 }  // namespace shardcheck::sim

@@ -8,7 +8,7 @@
 
 #include "core/base/status.hpp"
 #include "core/runtime/collectives_cpu.hpp"
-#include "sim/world_state.hpp"
+#include "sim/detector.hpp"
 
 namespace shardcheck::sim {
 
@@ -71,8 +71,8 @@ void World::touch_range(int rank, int stream, uint32_t op, uint32_t lifetime, ui
   // a correctly ordered program never sees the poison; an operation of the old lifetime
   // that runs later (a race) reads NaN.
   for (const auto& [x, y] : ranges_) std::memset(ranks_[rank]->heap.bytes(x), 0xff, y - x);
-  for (const auto& c : conflicts_) report_race(rank, cur, kind, c);
-  if (options_.allocator == core::Allocator::caching) note_lifetime_access(lifetime, cur, kind, s.clock);
+  const AccessEvent event{rank, cur, kind, s.clock, conflicts_};
+  notify(Detector::on_access, [&](Detector& d, const WorldView& view) { d.access(view, event, findings_); });
 }
 
 void World::touch(int rank, int stream, uint32_t op, const core::TensorRef& t, Access kind) {

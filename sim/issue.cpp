@@ -7,8 +7,8 @@
 
 #include "core/base/inline_vector.hpp"
 #include "core/base/status.hpp"
+#include "sim/detector.hpp"
 #include "sim/runtime.hpp"
-#include "sim/world_state.hpp"
 
 namespace shardcheck::sim {
 
@@ -43,7 +43,7 @@ core::GroupId SimRuntime::group(std::string_view name, std::span<const int> memb
     if (world_.groups_[i].name == name && world_.groups_[i].members == m) index = static_cast<int>(i);
   }
   if (index < 0) {
-    World::Group g;
+    Group g;
     g.name = std::string(name);
     g.members = m;
     g.text = World::group_text(g.name, m);
@@ -63,7 +63,7 @@ std::span<const int> SimRuntime::group_members(core::GroupId g) const {
 void SimRuntime::park(std::coroutine_handle<> h) {
   auto& host = world_.ranks_[rank_]->host;
   host.parked = h;
-  host.status = World::Host::Status::parked;
+  host.status = Host::Status::parked;
 }
 
 void SimRuntime::do_record(core::EventId e, core::StreamId s) {
@@ -215,22 +215,14 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
     const uint32_t p = clock_index(rank, b.stream);
     return r.streams[s].clock.covers(p, f.epoch) || r.host.clock.covers(p, f.epoch);
   };
-  // Where a held block fits no worse than the one taken, the allocation could have taken it had
-  // its streams run ahead: remembered (before the pool changes) for report_held_reuse_races.
-  std::vector<HeldReuse> could;
-  auto note_held = [&](uint64_t taken_size) {
-    if (!options_.detectors) return;
-    for (const Block* b : held) {
-      if (taken_size != 0 && b->size > taken_size) continue;
-      if (held_taken_.count(b->free_op)) continue;
-      const auto it = freed_lifetime_.find(b->free_op);
-      if (it == freed_lifetime_.end()) continue;
-      held_taken_.insert(b->free_op);
-      could.push_back({rank, it->second, b->pending, {}});
-    }
-  };
   Heap::Allocation a = r.heap.allocate(static_cast<uint64_t>(bytes), stream, legal);
-  note_held(a.reused ? r.heap.block(a.addr).size : 0);
+  // Where a held block fits no worse than the one taken, the allocation could have taken it had
+  // its streams run ahead: the detectors hear of the held blocks as the pool was.
+  std::vector<AllocEvent::Held> could;
+  if (!hooked_[std::countr_zero(unsigned{Detector::on_alloc})].empty() && !held.empty()) {
+    for (const Block* b : held) could.push_back({b->size, b->free_op, b->pending});
+  }
+  const uint64_t taken_size = a.reused ? r.heap.block(a.addr).size : 0;
   if (!a.waited.empty()) {
     // The allocator saw those record_stream events complete (cudaEventQuery): a host sync.
     for (uint64_t rec : a.waited) r.host.clock.join(records_[rec].clock);
@@ -250,9 +242,9 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
   lifetimes_.push_back(l);
   lifetime_bytes_.push_back(options_.values ? r.heap.bytes(a.addr) : nullptr);
   lifetime_maps_.emplace_back();
-  lifetime_accesses_.emplace_back();
   const uint32_t index = static_cast<uint32_t>(lifetimes_.size() - 1);
-  if (!could.empty()) held_reuses_[index] = std::move(could);
+  const AllocEvent event{rank, index, taken_size, could};
+  notify(Detector::on_alloc, [&](Detector& d, const WorldView& view) { d.alloc(view, event); });
   r.buffers.push_back(index);
   return static_cast<core::BufferId>(r.buffers.size() - 1);
 }
@@ -274,7 +266,8 @@ void World::free(int rank, core::BufferId b) {
     for (int s : l.recorded_streams)
       pending.push_back(record(rank, s, "record (record_stream " + bname() + ")"));
     l.free_op = new_op(rank, -1, OpKind::host_free, free_name);
-    if (!pending.empty()) freed_lifetime_[l.free_op] = index;
+    const FreeEvent event{rank, index, l.free_op, !pending.empty()};
+    notify(Detector::on_free, [&](Detector& d, const WorldView& view) { d.free(view, event); });
     r.heap.release(l.addr, std::move(pending), l.free_op);
     return;
   }
@@ -392,7 +385,7 @@ void World::collective(int rank, core::CollectiveCall call) {
   }
   const int stream = call.stream;
   op.call = std::move(call);
-  if (++inst.issued == static_cast<int>(group.members.size())) compare_instance(g, inst, k);
+  if (++inst.issued == static_cast<int>(group.members.size())) all_issued(g, inst, k);
   push(rank, stream, std::move(op));
 }
 
@@ -418,7 +411,7 @@ void World::p2p(int rank, core::P2PCall call, bool send) {
   const int stream = call.stream;
   const int from = send ? rank : call.peer, to = send ? call.peer : rank;
   op.call = std::move(call);
-  if (pair.first.issued && pair.second.issued) compare_p2p(from, to, ch, k);
+  if (pair.first.issued && pair.second.issued) all_issued(from, to, ch, k);
   push(rank, stream, std::move(op));
 }
 
@@ -445,6 +438,21 @@ void World::download(int rank, core::TensorRef src, int stream, std::span<std::b
   op.call = Transfer{src, {}, out};
   push(rank, stream, std::move(op));
   host_wait(rank, {record(rank, stream, "record (for download)")});
+}
+
+void World::all_issued(int group, Instance& inst, int64_t k) {
+  CollectiveEvent event{group, inst, k};
+  notify(Detector::on_collective,
+         [&](Detector& d, const WorldView& view) { d.collective(view, event, findings_); });
+  if (event.diverged) {
+    inst.mismatch = true;
+    diverged_ = true;
+  }
+}
+
+void World::all_issued(int from, int to, const Channel& ch, int64_t k) {
+  const P2PEvent event{from, to, ch, k};
+  notify(Detector::on_p2p, [&](Detector& d, const WorldView& view) { d.p2p(view, event, findings_); });
 }
 
 }  // namespace shardcheck::sim

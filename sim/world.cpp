@@ -6,6 +6,7 @@
 
 #include "core/base/cancel.hpp"
 #include "core/base/status.hpp"
+#include "sim/detector.hpp"
 #include "sim/heap.hpp"
 #include "sim/runtime.hpp"
 #include "sim/world_state.hpp"
@@ -61,6 +62,15 @@ World::World(Options options)
   }
   dirty_flag_.assign(static_cast<size_t>(options_.ranks) * kSlotsPerRank, 0);
   intern("");  // name 0: unnamed
+  if (options_.detectors) {
+    for (const DetectorEntry& e : detector_table()) {
+      detectors_.push_back(e.make());
+      const unsigned hooks = detectors_.back()->hooks();
+      for (unsigned h = 0; h < std::size(hooked_); ++h) {
+        if (hooks & (1u << h)) hooked_[h].push_back(detectors_.back().get());
+      }
+    }
+  }
 }
 
 World::~World() = default;
@@ -126,6 +136,17 @@ std::string World::op_text(uint32_t op) const {
   return what + " at " + names_[info.source];
 }
 
+std::string World::group_text(const std::string& group, const std::vector<int>& members) {
+  std::string f = group + " [";
+  for (size_t i = 0; i < members.size(); ++i) f += (i ? "," : "") + std::to_string(members[i]);
+  return f + "]";
+}
+
+bool World::is_comm(uint32_t op) const {
+  const OpKind k = op_info_[op].kind;
+  return k == OpKind::collective || k == OpKind::send || k == OpKind::recv;
+}
+
 std::span<const std::byte> World::read(int rank, core::BufferId buffer) {
   const Lifetime& l = live_buffer(rank, buffer, "read");
   if (!options_.values) throw std::logic_error("a shadow-only run has no bytes behind simulated memory");
@@ -140,16 +161,21 @@ int64_t World::live_bytes(int rank) const {
   return bytes;
 }
 
-World::Channel& World::channel(int from, int to, const std::string& name) {
-  return channels_[{from, to, name}];
-}
+Channel& World::channel(int from, int to, const std::string& name) { return channels_[{from, to, name}]; }
 
-World::Channel& World::channel_of(int rank, const Op& op) {
+Channel& World::channel_of(int rank, const Op& op) {
   return op.kind == OpKind::send ? channel(rank, op.p2p().peer, op.p2p().channel)
                                  : channel(op.p2p().peer, rank, op.p2p().channel);
 }
 
-bool World::host_ready(int rank) {
+// An issued send's or recv's channel: made when it was issued.
+const Channel& World::channel_of(int rank, const Op& op) const {
+  const auto& p = op.p2p();
+  return channels_.at(op.kind == OpKind::send ? std::tuple{rank, p.peer, p.channel}
+                                              : std::tuple{p.peer, rank, p.channel});
+}
+
+bool World::host_ready(int rank) const {
   const Host& h = ranks_[rank]->host;
   if (h.status == Host::Status::done || h.status == Host::Status::running) return false;
   if (h.status == Host::Status::not_started) return true;
@@ -160,7 +186,7 @@ bool World::host_ready(int rank) {
   return true;
 }
 
-bool World::stream_ready(int rank, int stream) {
+bool World::stream_ready(int rank, int stream) const {
   const Stream& s = ranks_[rank]->streams[stream];
   if (s.queue.empty()) return false;
   const Op& op = s.queue.front();
@@ -168,12 +194,13 @@ bool World::stream_ready(int rank, int stream) {
     case OpKind::wait:
       return op.record == kNone || records_[op.record].executed;
     case OpKind::collective: {
-      Group& g = groups_[op.group];
+      const Group& g = groups_[op.group];
       // One communicator runs its collectives in issue order, whatever streams they were
       // issued on (as NCCL serializes a communicator's kernels).
       if (op.instance != g.first) return false;
-      // The group's oldest unfinished instance: the front one (at() without its search).
-      const Instance& inst = g.instances.empty() ? g.at(op.instance) : g.instances.front();
+      // The group's oldest unfinished instance: the front one. An issued collective has one.
+      if (g.instances.empty()) throw InternalError("an issued collective without its instance");
+      const Instance& inst = g.instances.front();
       const bool ready = inst.at_head == static_cast<int>(g.members.size()) && !inst.mismatch;
       if (options_.verify_scheduler) {
         bool visited = inst.issued == static_cast<int>(g.members.size()) && !inst.mismatch;
@@ -188,7 +215,7 @@ bool World::stream_ready(int rank, int stream) {
     case OpKind::send:
     case OpKind::recv: {
       const bool send = op.kind == OpKind::send;
-      Channel& ch = channel_of(rank, op);
+      const Channel& ch = channel_of(rank, op);
       const auto& pair = ch.at(op.instance);
       const auto& other = send ? pair.second : pair.first;
       if (!other.issued || pair.first.bytes != pair.second.bytes) return false;
@@ -410,11 +437,10 @@ void World::end_run(RunResult& result) {
     done = ranks_[r]->host.status == Host::Status::done;
     for (const auto& s : ranks_[r]->streams) done = done && s.queue.empty();
   }
-  if (result.error.empty() && !result.cancelled && options_.detectors) report_held_reuse_races();
   // A cancelled run stopped with work left: that is not a deadlock.
-  if (!done && result.error.empty() && !result.cancelled && options_.detectors) report_deadlock();
+  const RunEnd end{done, result.error.empty() && !result.cancelled};
+  notify(Detector::on_end, [&](Detector& d, const WorldView& view) { d.end(view, end, findings_); });
   result.completed = done;
-  finish_cascades();
   result.findings = findings_;
   result.trace_digest = digest_;
   result.steps = step_;

@@ -1,10 +1,12 @@
 // The simulated world: R ranks in one process, each with a host program (a coroutine), named
 // streams, events, a caching or stream-ordered allocator over real bytes, and collectives
 // that compute real results. One OS thread runs everything; at each step the scheduler picks,
-// from the seed, which host program or stream head advances. Detectors watch every access
-// (stream_race, uninitialized_read), every collective (collective_mismatch, collective_swap,
-// layout_mismatch) and the stuck state (deadlock); each family lives in sim/detect_<family>.cpp,
-// over the shared machinery of world.cpp (scheduling), issue.cpp, execute.cpp and shadow.cpp.
+// from the seed, which host program or stream head advances. Detectors (sim/detector.hpp, one
+// type per family in sim/detect_<family>.cpp) hear of every access (stream_race,
+// uninitialized_read), every collective (collective_mismatch, collective_swap, layout_mismatch)
+// and the end state (deadlock) through hooks, and read the world through a WorldView; the world
+// is the shared machinery of world.cpp (scheduling), issue.cpp, execute.cpp, definedness.cpp
+// and shadow.cpp.
 //   sim::World world(options);
 //   RunResult r = world.run([&](core::Runtime& rt) -> core::Task<> { ... });
 //   r.findings, r.trace_digest, world.read(rank, buffer)
@@ -120,6 +122,18 @@ struct RunResult {
 };
 
 class SimRuntime;
+class WorldView;
+class Detector;
+// The world's internal state (sim/world_state.hpp), private to sim/.
+struct Op;
+struct Transfer;
+struct Stream;
+struct Host;
+struct Rank;
+struct Record;
+struct Group;
+struct Instance;
+struct Channel;
 
 class World {
  public:
@@ -156,15 +170,7 @@ class World {
 
  private:
   friend class SimRuntime;
-  struct Op;
-  struct Transfer;
-  struct Stream;
-  struct Host;
-  struct Rank;
-  struct Record;
-  struct Group;
-  struct Instance;
-  struct Channel;
+  friend class WorldView;
 
   // --- issue side (issue.cpp), called by SimRuntime ---
   int stream_of(int rank, std::string_view name);
@@ -191,10 +197,11 @@ class World {
   Channel& channel(int from, int to, const std::string& name);
   // The channel of a queued send or recv issued by `rank`.
   Channel& channel_of(int rank, const Op& op);
+  const Channel& channel_of(int rank, const Op& op) const;
 
   // --- scheduling (world.cpp) ---
-  bool host_ready(int rank);
-  bool stream_ready(int rank, int stream);
+  bool host_ready(int rank) const;
+  bool stream_ready(int rank, int stream) const;
   // The runnable set is kept up to date rather than rescanned every step (its cost would grow
   // with the rank count): a step marks the slots (a rank's host, or one of its streams) it may
   // have made runnable or not, and only those are looked at again before the next pick.
@@ -236,79 +243,33 @@ class World {
   uint64_t address(int rank, const core::TensorRef& t);
   std::byte* host_pointer(int rank, const core::TensorRef& t);
 
-  // --- detectors: one detect_<family>.cpp per finding family, each opening with how ---
-  // stream_race (detect_race.cpp): a conflict touch_range found, as a finding.
-  void report_race(int rank, const AccessRec& cur, Access cur_kind, const Shadow::Conflict& c);
-  // The parts of a stream_race: both sites (true when the two lifetimes share bytes), why no
-  // edge orders them, and the summary and fixes.
-  bool race_sites(int rank, const AccessRec& a, Access a_kind, const AccessRec& b, Access b_kind, bool reuse,
-                  core::RaceDetail& d);
-  std::string early_wait_reason(int rank, const AccessRec& a, const AccessRec& b) const;
-  std::string missing_edge(int rank, const AccessRec& a, const AccessRec& b, const core::RaceDetail& d) const;
-  void race_summary(int rank, Access b_kind, bool shares_bytes, const std::string& alloc_stream,
-                    core::RaceDetail& d, core::Finding& f) const;
-  // A reuse race that the schedule did not act out (caching allocator): an allocation could
-  // have taken a freed block that only its record_stream events held back (a schedule where
-  // those streams ran ahead). Decided at the end of the run from happens-before over the two
-  // lifetimes' accesses, with the new lifetime's joined with those events.
-  void note_lifetime_access(uint32_t lifetime, const AccessRec& cur, Access kind, const VectorClock& clock);
-  void report_held_reuse_races();
-  core::AccessSite site(int rank, const AccessRec& a, Access kind, uint64_t begin, uint64_t end);
-  void mark_reuse(core::RaceDetail& d, bool reuse, const Lifetime& freed, const Lifetime& taken) const;
-  // uninitialized_read (detect_uninit.cpp): definedness, in bytes relative to a tensor's start.
+  // --- definedness (definedness.cpp): the shadow's record of bytes never written, carried by
+  // elementwise kernels, collectives and p2p; reads that consume them go to the detectors ---
+  // Undefined bytes relative to a tensor's start.
   Shadow::Ranges undefined_rel(int rank, const core::TensorRef& t);
   void set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel);
   void check_defined(int rank, uint32_t op, const core::TensorRef& t);
   using ElementRanges = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end) in elements
-  // Reports the undefined inputs of a kernel that consumes them; for an elementwise kernel,
-  // returns instead the undefined elements that its outputs inherit.
+  // Checks the inputs of a kernel that consumes them; for an elementwise kernel, returns
+  // instead the undefined elements that its outputs inherit.
   ElementRanges check_kernel_inputs(int rank, uint32_t op, const core::KernelCall& k);
   void set_kernel_outputs_undefined(int rank, const core::KernelCall& k, const ElementRanges& elems);
   // Member m's undefined output bytes, from every member's undefined input bytes.
   static Shadow::Ranges collective_undefined_rel(const core::CollectiveCall& c,
                                                  const std::vector<Shadow::Ranges>& undef, size_t m);
-  // collective_mismatch, collective_swap (detect_collective.cpp): calls compared at issue.
-  // The k-th call's identity on its group, as compared across members.
-  // `where` is the group's group_text, made once per group: with a thousand members it is
-  // kilobytes, and every member of every collective names it.
-  // The text is made only for a finding: at issue, members are compared by the parts it is
-  // made of (same_fingerprint), so a collective costs no string of the group's members.
-  std::string fingerprint(const Instance& inst, size_t m, int group) const;
-  // Whether members a and b have equal fingerprints, without making them.
-  static bool same_fingerprint(const Instance& inst, size_t a, size_t b);
-  static std::string group_text(const std::string& group, const std::vector<int>& members);
-  void compare_instance(int group, const Instance& inst, int64_t k);
-  // The suggested fix of a collective_mismatch: what differs across the members.
-  // `fingerprints`: each member's fingerprint.
-  static std::string mismatch_fix(const Instance& inst, const std::vector<int>& ranks, bool p2p,
-                                  const std::vector<std::string>& fingerprints);
-  // A later divergent collective of a group whose first divergent one is findings_[root].
-  void add_consequence(size_t root, const Instance& inst, int64_t k, bool fp_differs,
-                       const std::vector<std::string>& fingerprints);
-  // At the end of a run: each first divergent collective's explanation names its consequences.
-  void finish_cascades();
-  // The k-th transfer on a channel from `from` to `to`, once both halves are issued.
-  void compare_p2p(int from, int to, Channel& ch, int64_t k);
-  // layout_mismatch (detect_layout.cpp), asked by compare_instance for reductions.
-  bool check_layouts(int group, const Instance& inst, int64_t k);  // true: a layout_mismatch
+
+  // --- detectors (detector.hpp): the hooks, each calling the detectors that ask for it ---
+  template <class F>
+  void notify(unsigned hook, F call);
+  // The k-th collective of `group` (or p2p transfer on a channel) has been issued by all.
+  void all_issued(int group, Instance& inst, int64_t k);
+  void all_issued(int from, int to, const Channel& ch, int64_t k);
+
   // run()'s parts (world.cpp): PCT's priorities and change points, the scheduler loop, the end.
   void seed_pct();
   void pct_demote(int last, size_t& next_change);
   bool schedule();
   void end_run(RunResult& result);
-  // deadlock (detect_deadlock.cpp): the wait-for graph, when nothing can run but work remains.
-  void report_deadlock();
-  struct WaitGraph;
-  void add_host_waits(int rank, WaitGraph& g);
-  void add_stream_waits(int rank, int stream, WaitGraph& g);
-  void add_collective_waits(int self, const Op& op, WaitGraph& g);
-  void add_p2p_waits(int rank, int self, const Op& op, WaitGraph& g);
-  core::DeadlockDetail wait_chain(const WaitGraph& g);
-  core::Finding deadlock_finding(core::DeadlockDetail d) const;
-  std::string describe_head(int rank, int stream);
-  core::DeadlockDetail::Node deadlock_node(int v, int next,
-                                           const std::map<std::pair<int, int>, std::string>& why);
-
   // --- shared (world.cpp) ---
   uint32_t intern(std::string_view s);
   // The names the issue side gives every operation ("alloc 'act' on 'compute'"), interned once
@@ -347,15 +308,9 @@ class World {
   // How findings name op `op`: its name ("kernel 'fc1.forward'"), or, with a source, the
   // operator and its Python line ("aten::add_ at train.py:40", "reduce_scatter 'grad' at ...").
   std::string op_text(uint32_t op) const;
-  // A race of a captured program, in PyTorch terms: the summary, explanation and fixes name
-  // Python lines, and a reuse race the free and the allocation that handed the block over.
   bool is_comm(uint32_t op) const;  // a collective, send or recv
-  std::string python_reuse(int rank, const AccessRec& a, const AccessRec& b, Access b_kind, bool shares_bytes,
-                           core::RaceDetail& d, core::Finding& f);
-  void python_race(int rank, const AccessRec& a, const AccessRec& b, Access b_kind, core::RaceDetail& d,
-                   core::Finding& f);
-  void speak_python(int rank, const AccessRec& a, const AccessRec& b, Access b_kind, bool shares_bytes,
-                    core::RaceDetail& d, core::Finding& f);
+  // A group as fingerprints name it: "name [0,1,2,3]", made once per group.
+  static std::string group_text(const std::string& group, const std::vector<int>& members);
   int participant(int rank, int stream) const {
     if (stream < kDenseStreams) return rank * kDenseStride + 1 + stream;
     return dense_participants() + rank * kExtraStride + (stream - kDenseStreams);
@@ -413,30 +368,12 @@ class World {
   int64_t device_bytes_ = 0;
   uint64_t digest_ = 0xcbf29ce484222325ULL;
   std::vector<Shadow::Conflict> conflicts_;
-  // Per lifetime (parallel to lifetimes_, caching allocator only): its latest read and latest
-  // write per participant, for report_held_reuse_races; a read and a write of two streams
-  // stay inline.
-  struct LifetimeAccess {
-    AccessRec rec;
-    Access kind;
-  };
-  std::vector<core::InlineVector<LifetimeAccess, 4>> lifetime_accesses_;
-  struct HeldReuse {
-    int rank = 0;
-    uint32_t old_lifetime = 0;
-    std::vector<uint64_t> records;  // the record_stream events that held the block back
-    // The new lifetime's first read and first write per participant, with their clocks.
-    std::vector<std::tuple<AccessRec, Access, VectorClock>> accesses;
-  };
-  std::map<uint32_t, std::vector<HeldReuse>> held_reuses_;  // by the new lifetime
-  std::unordered_map<uint64_t, uint32_t> freed_lifetime_;   // free op -> the lifetime it ended
-  // Free ops whose block got a HeldReuse: a set, as a captured program frees 10^5 such blocks.
-  std::unordered_set<uint64_t> held_taken_;
   Shadow::Ranges ranges_;
   int participants_ = 0;
-  bool mismatch_seen_ = false;
-  std::map<int, size_t> cascade_roots_;  // group -> its first divergent collective in findings_
-  bool sources_seen_ = false;            // a captured program named its operations' Python lines
+  bool diverged_ = false;                             // a collective's members disagreed: it never runs
+  bool sources_seen_ = false;                         // a captured program named its operations' Python lines
+  std::vector<std::unique_ptr<Detector>> detectors_;  // in detector_table()'s order
+  std::vector<Detector*> hooked_[7];                  // per hook (bit index): those that ask for it
   std::unordered_map<uint32_t, core::SourceLine> source_lines_;  // define_source's, by handle
 };
 

@@ -16,13 +16,13 @@ namespace shardcheck::sim {
 // small header and the one call its kind carries. The calls sit in one variant rather than
 // side by side (an Op of 488 bytes): the rings of queued operations of every rank are what a
 // step touches, and at many ranks they no longer fit in the caches.
-struct World::Transfer {
+struct Transfer {
   core::TensorRef ref;          // upload: the destination; download: the source
   std::vector<std::byte> data;  // upload
   std::span<std::byte> out;     // download
 };
 
-struct World::Op {
+struct Op {
   OpKind kind = OpKind::kernel;
   uint32_t id = 0;            // index into op_info_
   uint32_t host_version = 0;  // host clock version to join when it runs
@@ -97,7 +97,7 @@ class OpQueue {
   size_t cap_ = 0, head_ = 0, size_ = 0;
 };
 
-struct World::Stream {
+struct Stream {
   std::string name;
   uint32_t name_id = 0;  // interned name
   bool comm = false;     // not the rank's default stream
@@ -108,7 +108,7 @@ struct World::Stream {
   uint32_t joined_host_version = 0;
 };
 
-struct World::Host {
+struct Host {
   core::Task<> task;
   std::coroutine_handle<> parked;
   enum class Status : uint8_t { not_started, running, parked, done } status = Status::not_started;
@@ -119,7 +119,7 @@ struct World::Host {
   std::vector<VectorClock> versions;  // the host clock after each join; ops carry an index
 };
 
-struct World::Rank {
+struct Rank {
   std::vector<Stream> streams;
   Host host;
   Heap heap;
@@ -145,7 +145,7 @@ struct World::Rank {
       : heap(m, r, bytes, limit, values, index) {}
 };
 
-struct World::Record {
+struct Record {
   int rank = 0;
   int stream = 0;
   bool executed = false;
@@ -154,7 +154,7 @@ struct World::Record {
 };
 
 // The k-th collective of a group, as each member issued it.
-struct World::Instance {
+struct Instance {
   struct Member {
     bool issued = false;
     int stream = 0;
@@ -182,7 +182,7 @@ struct World::Instance {
   int at_head = 0;
 };
 
-struct World::Group {
+struct Group {
   std::string name;
   std::vector<int> members;     // global ranks, group-rank order
   std::string text;             // group_text(name, members), for fingerprints
@@ -196,6 +196,8 @@ struct World::Group {
     }
     return instances[static_cast<size_t>(k - first)];
   }
+  // An instance that exists: issued by some member and not yet run by all.
+  const Instance& at(int64_t k) const { return instances.at(static_cast<size_t>(k - first)); }
   int index_of(int rank) const {
     for (size_t i = 0; i < members.size(); ++i) {
       if (members[i] == rank) return static_cast<int>(i);
@@ -205,7 +207,7 @@ struct World::Group {
 };
 
 // Point-to-point traffic from one rank to another: the k-th send meets the k-th recv.
-struct World::Channel {
+struct Channel {
   struct Half {
     bool issued = false;
     int stream = 0;
@@ -221,6 +223,7 @@ struct World::Channel {
     while (first + static_cast<int64_t>(pairs.size()) <= k) pairs.emplace_back();
     return pairs[static_cast<size_t>(k - first)];
   }
+  const std::pair<Half, Half>& at(int64_t k) const { return pairs.at(static_cast<size_t>(k - first)); }
 };
 
 }  // namespace shardcheck::sim

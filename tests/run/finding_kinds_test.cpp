@@ -12,6 +12,7 @@
 #include "reports/ci_formats.hpp"
 #include "run/report.hpp"
 #include "run/scenario.hpp"
+#include "sim/detector.hpp"
 
 using namespace shardcheck;
 
@@ -35,6 +36,24 @@ TEST_CASE("every finding kind has one whole row: its name, family, meaning and w
       REQUIRE(std::filesystem::exists(file));
     }
   }
+}
+
+TEST_CASE("every detector family has one row in the simulator's detector table, and each row a kind",
+          "[run][findings]") {
+  std::set<std::string_view> families, rows;
+  for (int i = 0; i < core::kFindingKinds; ++i) {
+    const core::FindingKindInfo& row = core::kFindingKindTable[i];
+    if (row.found_by == core::FoundBy::detector) families.insert(row.family);
+  }
+  for (const sim::DetectorEntry& e : sim::detector_table()) {
+    INFO(e.family);
+    REQUIRE(rows.insert(e.family).second);   // one row per family
+    REQUIRE(families.count(e.family) == 1);  // it reports a kind of the table
+    const auto d = e.make();
+    REQUIRE(d != nullptr);
+    REQUIRE(d->hooks() != 0);
+  }
+  REQUIRE(rows == families);
 }
 
 TEST_CASE("a training run against the reference looks for every kind, a trace run for the detectors' only",

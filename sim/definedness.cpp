@@ -1,0 +1,110 @@
+// The shadow's record of definedness, after MemorySanitizer: bytes are defined once written
+// in their current lifetime; elementwise kernels, collectives and p2p carry undefined bytes to
+// their outputs, and the reads that consume them (kernels that are not elementwise, downloads)
+// go to the detectors that ask for on_undefined_read (detect_uninit.cpp).
+#include <algorithm>
+
+#include "sim/detector.hpp"
+
+namespace shardcheck::sim {
+
+Shadow::Ranges World::undefined_rel(int rank, const core::TensorRef& t) {
+  Shadow::Ranges out;
+  if (!options_.detectors || t.numel == 0) return out;
+  const uint64_t a = address(rank, t);
+  ranks_[rank]->shadow.undefined(a, a + static_cast<uint64_t>(t.bytes()), ranks_[rank]->buffers[t.buffer],
+                                 out);
+  for (auto& [x, y] : out) {
+    x -= a;
+    y -= a;
+  }
+  return out;
+}
+
+void World::set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel) {
+  if (!options_.detectors || rel.empty()) return;
+  const uint64_t a = address(rank, t);
+  for (const auto& [x, y] : rel) ranks_[rank]->shadow.set_defined(a + x, a + y, false);
+}
+
+void World::check_defined(int rank, uint32_t op, const core::TensorRef& t) {
+  const Shadow::Ranges undef = undefined_rel(rank, t);
+  if (undef.empty()) return;
+  const UndefinedRead read{rank, op, t, undef};
+  notify(Detector::on_undefined_read,
+         [&](Detector& d, const WorldView& view) { d.undefined_read(view, read, findings_); });
+}
+
+World::ElementRanges World::check_kernel_inputs(int rank, uint32_t op, const core::KernelCall& k) {
+  const bool elementwise = core::is_elementwise(k.params);
+  // Elementwise kernels propagate undefined elements; all others consume their inputs.
+  if (options_.detectors && !elementwise) {
+    for (const auto& in : k.reads) check_defined(rank, op, in);
+  }
+  // Element i of an output is defined only when element i of every input is.
+  ElementRanges elems;
+  if (options_.detectors && elementwise) {
+    for (const auto& in : k.reads) {
+      const int64_t es = core::dtype_bytes(in.dtype);
+      for (const auto& [x, y] : undefined_rel(rank, in)) {
+        elems.emplace_back(static_cast<int64_t>(x) / es, (static_cast<int64_t>(y) + es - 1) / es);
+      }
+    }
+  }
+  return elems;
+}
+
+void World::set_kernel_outputs_undefined(int rank, const core::KernelCall& k, const ElementRanges& elems) {
+  for (const auto& out : k.writes) {
+    if (elems.empty()) break;
+    const int64_t es = core::dtype_bytes(out.dtype);
+    Shadow::Ranges rel;
+    for (const auto& [x, y] : elems) {
+      rel.emplace_back(static_cast<uint64_t>(x * es), static_cast<uint64_t>(std::min(y, out.numel) * es));
+    }
+    set_undefined_rel(rank, out, rel);
+  }
+}
+
+Shadow::Ranges World::collective_undefined_rel(const core::CollectiveCall& c,
+                                               const std::vector<Shadow::Ranges>& undef, size_t m) {
+  const uint64_t in_bytes = static_cast<uint64_t>(c.input.bytes()),
+                 out_bytes = static_cast<uint64_t>(c.output.bytes());
+  const size_t n = undef.size();
+  Shadow::Ranges rel;
+  for (size_t src = 0; src < n; ++src) {
+    for (const auto& [x, y] : undef[src]) {
+      switch (c.kind) {
+        case core::CollectiveKind::all_gather:
+          rel.emplace_back(src * in_bytes + x, src * in_bytes + y);
+          break;
+        case core::CollectiveKind::reduce_scatter: {
+          const uint64_t lo = std::max<uint64_t>(x, m * out_bytes),
+                         hi = std::min<uint64_t>(y, (m + 1) * out_bytes);
+          if (lo < hi) rel.emplace_back(lo - m * out_bytes, hi - m * out_bytes);
+          break;
+        }
+        case core::CollectiveKind::all_reduce:
+          rel.emplace_back(x, y);
+          break;
+        case core::CollectiveKind::broadcast:
+          if (static_cast<int>(src) == c.root) rel.emplace_back(x, y);
+          break;
+        case core::CollectiveKind::reduce:  // only the root's output is written
+          if (static_cast<int>(m) == c.root) rel.emplace_back(x, y);
+          break;
+        case core::CollectiveKind::all_to_all: {  // block m of src's input -> block src of m's
+          const uint64_t block = in_bytes / n;
+          const uint64_t lo = std::max<uint64_t>(x, m * block), hi = std::min<uint64_t>(y, (m + 1) * block);
+          if (lo < hi) rel.emplace_back(lo - m * block + src * block, hi - m * block + src * block);
+          break;
+        }
+        case core::CollectiveKind::barrier:
+          break;
+      }
+    }
+  }
+  return rel;
+}
+
+}  // namespace shardcheck::sim
