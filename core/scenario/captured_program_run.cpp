@@ -68,8 +68,18 @@ class RankCalls {
     writes.reserve(rec.writes);
     for (uint32_t i = 0; i < rec.reads; ++i) reads.push_back(bytes(r_.ranges[rec.first + i]));
     for (uint32_t i = 0; i < rec.writes; ++i) writes.push_back(bytes(r_.ranges[rec.first + rec.reads + i]));
-    return kernels::opaque(p_.strings[static_cast<size_t>(rec.name)], stream, std::move(reads),
-                           std::move(writes));
+    const std::string& name = p_.strings[static_cast<size_t>(rec.name)];
+    // A copy moves bytes, never-written ones included, without using them (as MemorySanitizer
+    // propagates through memcpy): its output inherits its input's definedness. Every other
+    // operator consumes what it reads.
+    if (is_copy(name) && reads.size() == 1 && writes.size() == 1 && reads[0].numel == writes[0].numel)
+      return kernels::copy(stream, reads[0], writes[0], name);
+    return kernels::opaque(name, stream, std::move(reads), std::move(writes));
+  }
+
+  static bool is_copy(std::string_view name) {
+    return name == "aten::copy_" || name == "aten::clone" || name == "aten::_to_copy" ||
+           name == "aten::contiguous";
   }
 
   CollectiveCall collective(const CapturedRecord& rec, StreamId stream) const {
