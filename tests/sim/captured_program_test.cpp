@@ -214,6 +214,14 @@ TEST_CASE("a side-stream race, a read of torch.empty memory and a p2p deadlock s
   REQUIRE(uninit.explored.findings[0].kind == core::FindingKind::uninitialized_read);
   REQUIRE_THAT(uninit.explored.findings[0].explanation,
                Catch::Contains("torch.zeros instead of torch.empty"));
+  // A copy carries never-written bytes along without using them (padding copied whole): the
+  // read that uses them is the finding, at its line, not the copy.
+  const auto copied = run_fixture("uninit-copied");
+  REQUIRE(copied.explored.findings.size() == 1);
+  REQUIRE(copied.explored.findings[0].kind == core::FindingKind::uninitialized_read);
+  REQUIRE_THAT(copied.explored.findings[0].summary,
+               Catch::Contains("aten::sum at pad.py:10 reads 512 never-written bytes of 'tensor allocated at "
+                               "pad.py:7' (first at byte 512)"));
   const auto deadlock = run_fixture("p2p-deadlock");
   REQUIRE(deadlock.explored.findings.size() == 1);
   REQUIRE(deadlock.explored.findings[0].kind == core::FindingKind::deadlock);
