@@ -153,6 +153,9 @@ class RecorderTest(unittest.TestCase):
                 self.assertIn(r["stream"], defined["stream"])
 
 
+_LIBRARIES = []
+
+
 @unittest.skipUnless(HAVE_TORCH, "torch is not installed")
 class TorchCpuTest(unittest.TestCase):
     def test_views_resolve_to_byte_ranges_and_sites_name_the_user_line(self):
@@ -177,6 +180,41 @@ class TorchCpuTest(unittest.TestCase):
             self.assertEqual((name, r, w), ("aten::add_", [[1, 16, 16]], [[1, 16, 16]]))
             self.assertEqual(by_line[11][0][1], [[1, 0, 32]])
             self.assertEqual(read(path)[-1]["k"], "end")
+
+    def test_fsdp_all_gather_copy_in_writes_its_slice_and_reads_its_inputs(self):
+        # FSDP2 (torch 2.x) defines the op with a schema that marks nothing written; its eager
+        # kernel copies the inputs into this rank's slice of all_gather_output. Torch 1.13 has
+        # no FSDP2: the same definition stands in for it here.
+        import torch
+        if not hasattr(torch.ops, "fsdp") or not hasattr(torch.ops.fsdp, "all_gather_copy_in"):
+            try:
+                lib = torch.library.Library("fsdp", "FRAGMENT")
+            except ValueError:  # torch 1.13 knows DEF and IMPL only
+                lib = torch.library.Library("fsdp", "DEF")
+            lib.define("all_gather_copy_in(Tensor[] all_gather_inputs, Tensor all_gather_output, "
+                       "SymInt[] inp_split_sizes, SymInt all_gather_input_numel, SymInt rank) "
+                       "-> (Tensor, Tensor)")
+
+            def kernel(inputs, output, sizes, numel, rank):
+                slice_ = output.narrow(0, numel * rank, numel)
+                with torch.no_grad():
+                    for dst, src in zip(torch.split(slice_, sizes), inputs):
+                        dst.copy_(src)
+                return slice_, output
+            lib.impl("all_gather_copy_in", kernel, "CPU")
+            _LIBRARIES.append(lib)  # the definition lives as long as its library
+        from shardcheck import capture
+        with tempfile.TemporaryDirectory() as d:
+            with capture(d, device="cpu"):
+                a, b = torch.ones(3), torch.ones(5)
+                out = torch.empty(16)
+                torch.ops.fsdp.all_gather_copy_in([a, b], out, [3, 5], 8, 1)
+            ops = [r for r in records(os.path.join(d, "rank-0.jsonl"), "op")
+                   if r["name"] == "fsdp::all_gather_copy_in"]
+            self.assertEqual(len(ops), 1)
+            (op,) = ops
+            self.assertEqual(len(op["r"]), 2)  # the two inputs, never the output
+            self.assertEqual([w[1:] for w in op["w"]], [[32, 32]])  # bytes [32, 64): rank 1's slice
 
     def test_command_line_runs_a_script_as_main(self):
         with tempfile.TemporaryDirectory() as d:

@@ -48,6 +48,19 @@ _OVERWRITE = {"aten::copy_", "aten::fill_", "aten::zero_", "aten::normal_", "ate
 _ALLOCATING_EMPTY = {"aten::empty", "aten::empty_strided", "aten::new_empty",
                      "aten::new_empty_strided", "aten::empty_like"}
 
+
+def _all_gather_copy_in(args, kwargs, out):
+    """FSDP2's fsdp::all_gather_copy_in(inputs, all_gather_output, ...) -> (input, output): its
+    schema marks no argument as written, yet it copies the inputs into this rank's slice of
+    all_gather_output and returns that slice and the output itself (views, not new tensors)."""
+    inputs = args[0] if args else kwargs.get("all_gather_inputs", [])
+    return list(inputs), [out[0]]
+
+
+# Operators whose schema does not say what they touch: name -> (args, kwargs, result) ->
+# (tensors read, tensors written); their results are never fresh tensors.
+_ACCESS_BY_NAME = {"fsdp::all_gather_copy_in": _all_gather_copy_in}
+
 _main_thread = threading.main_thread()
 # cuda:k past this machine's GPUs onto one of them (the one-GPU backend sets it).
 _remap = None
@@ -333,6 +346,12 @@ class Hooks:
         finally:
             self._tls.depth -= 1
         fresh = []
+        by_name = _ACCESS_BY_NAME.get(name)
+        if by_name is not None:
+            read_ts, write_ts = by_name(args, kwargs, out)
+            reads = [sp for sp in (self._span_on_device(t) for t in read_ts) if sp is not None]
+            writes = [sp for sp in (self._span_on_device(t) for t in write_ts) if sp is not None]
+            returns = ()
         for fresh_return, value in zip(returns, out if isinstance(out, tuple) else (out,)):
             if not fresh_return:
                 continue
@@ -351,6 +370,9 @@ class Hooks:
             for fn, a in deferred:
                 fn(*a)
         return out
+
+    def _span_on_device(self, t):
+        return tensor_span(t) if t.device.type == self.device else None
 
     @staticmethod
     def _plan(func, name):
