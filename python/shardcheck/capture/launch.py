@@ -23,7 +23,22 @@ def free_port():
         return s.getsockname()[1]
 
 
-def rank_env(rank, n, port, timeout):
+def agent_store(port):
+    """The ranks' TCPStore, hosted here as torchrun's agent hosts it, so that a rank 0 that
+    finishes first does not take the store from ranks still using it (the one-GPU backend
+    hands out shared memory through it); None where this torch cannot host one (the ranks
+    then host it on rank 0, as a plain env:// rendezvous does)."""
+    try:
+        from datetime import timedelta
+
+        import torch.distributed as dist
+        return dist.TCPStore("127.0.0.1", port, None, True, timedelta(seconds=300),
+                             wait_for_workers=False)
+    except Exception:  # no torch.distributed here, or a TCPStore without these arguments
+        return None
+
+
+def rank_env(rank, n, port, timeout, agent=False):
     env = dict(os.environ)
     env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(n),
                 "LOCAL_WORLD_SIZE": str(n), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
@@ -31,6 +46,8 @@ def rank_env(rank, n, port, timeout):
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                 "TORCHELASTIC_RUN_ID": "shardcheck-capture", "SHARDCHECK_LAUNCHED": "1", "OMP_NUM_THREADS":
                     os.environ.get("OMP_NUM_THREADS", "1")})
+    if agent:  # init_process_group connects to the launcher's store instead of hosting one
+        env.update({"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0"})
     if timeout is not None:
         env["SHARDCHECK_CAPTURE_TIMEOUT"] = str(timeout)
     # The ranks import this package as the launcher did.
@@ -63,7 +80,9 @@ def launch(args, target):
     print("shardcheck.capture: %d ranks of %s %s" % (
         n, " ".join(target), "uncaptured" if args.no_capture else "into " + args.out),
         file=sys.stderr, flush=True)
-    procs = [subprocess.Popen(cmd, env=rank_env(r, n, port, args.timeout)) for r in range(n)]
+    store = agent_store(port)
+    procs = [subprocess.Popen(cmd, env=rank_env(r, n, port, args.timeout, store is not None))
+             for r in range(n)]
     stop = {"signal": None}
 
     def on_signal(signo, frame):

@@ -37,6 +37,7 @@ backend's own copies.
 import ctypes
 import inspect
 import os
+import sys
 import threading
 import time
 import weakref
@@ -64,6 +65,9 @@ def _mib(var, default):
 # A group's slot per rank, and a pair's slot per direction; larger tensors go in several rounds.
 SLOT_BYTES = _mib("SHARDCHECK_ONE_GPU_SLOT_MB", 64)
 PIPE_BYTES = _mib("SHARDCHECK_ONE_GPU_PIPE_MB", 16)
+# SHARDCHECK_ONE_GPU_DEBUG=1: each collective's group, stream and rounds, and each shared
+# region made or opened, on standard error.
+_DEBUG = os.environ.get("SHARDCHECK_ONE_GPU_DEBUG", "") not in ("", "0")
 _ALIGN = 256
 
 
@@ -193,6 +197,10 @@ class _Region:
             store.set(key, raw)
         else:
             self.base = drv.open_shared(store.get(key))
+        if _DEBUG:
+            print("onegpu: rank %s %s region %s at %#x (%d bytes)" % (
+                os.environ.get("RANK", "?"), "made" if owner else "opened", key, self.base, nbytes),
+                file=sys.stderr, flush=True)
         self.slots = [_bytes_at(self.base + i * slot, slot) for i in range(nslots)]
         self._counters = self.base + nslots * slot
 
@@ -592,8 +600,14 @@ class OneGpuGroup(dist.ProcessGroup):
             s = caller
         for p in parts:
             p.record(s)  # before it is issued: a rank that hangs in it still has it
+        k0 = self._rounds.k if self._rounds is not None else 0
         with _hooks.quiet(), torch.cuda.stream(s):
             _enqueue(parts, s)
+        if _DEBUG:
+            k1 = self._rounds.k if self._rounds is not None else 0
+            print("onegpu: rank %d %s: %s on stream %#x, rounds %d..%d, %s" % (
+                dist.get_rank(), self._label(), flight.what, s.cuda_stream, k0, k1,
+                "async" if async_op else "on the caller's stream"), file=sys.stderr, flush=True)
         outputs = [t for t in tensors if t.is_cuda]
         if not async_op:
             with _hooks.quiet():
@@ -1287,6 +1301,19 @@ def install():
                 return orig(_onto(device, count))
             return set_device_
         patch(torch.cuda, "set_device", set_device)
+
+        # torch.tensor(data, device="cuda:3") copies to its device in C++, under a device
+        # guard, before any operator the dispatch hook could remap: its device is remapped here.
+        def device_kwarg(orig):
+            def remapped(*args, **kwargs):
+                if kwargs.get("device") is not None:
+                    kwargs["device"] = _onto(kwargs["device"], count)
+                return orig(*args, **kwargs)
+            return remapped
+        for name in ("tensor", "as_tensor", "asarray"):
+            if hasattr(torch, name):
+                patch(torch, name, device_kwarg)
+        patch(torch.Tensor, "new_tensor", device_kwarg)
     _installed = True
 
 
