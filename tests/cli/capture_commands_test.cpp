@@ -143,3 +143,63 @@ TEST_CASE("DDP, FSDP2 and Megatron-FSDP v2 training runs captured on an H200 che
     REQUIRE_THAT(r.out, Catch::Contains("clean   " + std::string(name) + ": no findings"));
   }
 }
+
+// Four ranks (and two) of real programs on one H100 through the one-GPU backend, torch 2.11
+// (python/tests/onegpu/run-on-gpu.sh, tests/capture/h100/README.md): the bugs with their
+// Python lines, their fixes clean, and the clean training runs of DDP and Megatron-FSDP v2.
+namespace {
+std::string h100(const std::string& name) {
+  return std::string(SHARDCHECK_SOURCE_DIR) + "/tests/capture/h100/" + name;
+}
+}  // namespace
+
+TEST_CASE("4 ranks on one GPU: a rank-dependent collective order is a swap, one order is clean",
+          "[cli][capture][h100]") {
+  auto r = run_shardcheck("run " + h100("collective-order-bug-4"));
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(r.out, Catch::Contains("[collective_swap] collective #0 of group 'world'"));
+  REQUIRE_THAT(r.out, Catch::Contains("rank 1: all_reduce 'c10d::allreduce_ of the tensor from "
+                                      "examples/pytorch/collective_order_bug.py:21'"));
+  auto fixed = run_shardcheck("run " + h100("collective-order-bug-fix-4"));
+  REQUIRE(fixed.exit_code == 0);
+}
+
+TEST_CASE("4 ranks on one GPU: reading an async all_reduce's tensor before work.wait() is a race",
+          "[cli][capture][h100]") {
+  auto r = run_shardcheck("run " + h100("missing-wait-4"));
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(r.out, Catch::Contains("[stream_race] rank "));
+  REQUIRE_THAT(r.out,
+               Catch::Contains("aten::sum at examples/pytorch/missing_wait.py:27 on stream 'default' reads "
+                               "the tensor allocated at examples/pytorch/missing_wait.py:22"));
+  REQUIRE_THAT(r.out, Catch::Contains("stream 'nccl world'"));
+  REQUIRE_THAT(r.out, Catch::Contains("call work.wait()"));
+  REQUIRE(run_shardcheck("run " + h100("missing-wait-fix-4")).exit_code == 0);
+}
+
+TEST_CASE(
+    "4 ranks on one GPU: groups entered in opposite orders hang and the partial capture names the deadlock",
+    "[cli][capture][h100]") {
+  auto r = run_shardcheck("run " + h100("cross-group-deadlock-4"));
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(r.out, Catch::Contains("[deadlock]"));
+  REQUIRE_THAT(r.out, Catch::Contains("at examples/pytorch/cross_group_deadlock.py:34"));
+  REQUIRE_THAT(r.out, Catch::Contains("PARTIAL cross-group-deadlock-4: found deadlock"));
+  REQUIRE_THAT(r.out, Catch::Contains("rank 0: hung: 12 s inside allreduce"));
+  auto fixed = run_shardcheck("run " + h100("cross-group-deadlock-fix-4"));
+  REQUIRE(fixed.exit_code == 0);
+  REQUIRE_THAT(fixed.out, Catch::Contains("clean   cross-group-deadlock-fix-4: no findings"));
+}
+
+TEST_CASE("2 and 4 ranks on one GPU: DDP and every Megatron-FSDP v2 strategy, HSDP included, check clean",
+          "[cli][capture][h100]") {
+  for (const char* name :
+       {"ddp-train-4", "ddp-train-2", "mfsdp-no_shard-4", "mfsdp-optim-4", "mfsdp-optim_grads-4",
+        "mfsdp-optim_grads_params-4", "mfsdp-hsdp-4", "ddp-train-1-nccl", "ddp-train-1-onegpu"}) {
+    INFO(name);
+    auto r = run_shardcheck("run " + h100(name));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE_THAT(r.out, Catch::Contains("clean   " + std::string(name) + ": no findings"));
+  }
+}
