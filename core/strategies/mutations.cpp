@@ -7,130 +7,142 @@
 namespace shardcheck::core {
 
 namespace {
-constexpr std::string_view kMutationNames[kMutations] = {
-    "main_grad_alloc_default_stream", "post_step_sync_set_order",          "stale_model_weight_after_step",
-    "tied_grad_norm_double_count",    "pp_embedding_allreduce_raw_shards", "vpp_separate_contexts",
-    "zero1_missing_no_sync",          "grad_divisor_on_running_sum",       "no_initial_broadcast",
-    "prefetch_missing_wait",
+
+// One row per mutation, in the enum's order (tests/core/mutations_test.cpp holds it): its name,
+// the upstream reference, what goes wrong, and where it changes anything.
+struct MutationRow {
+  Mutation mutation;
+  std::string_view name;
+  const char* upstream;
+  const char* summary;
+  MutationNeeds needs;
 };
-constexpr const char* kUpstream[kMutations] = {"#6187",        "#6336",       "#6336",        "#7227",
-                                               "#6500",        "#6486",       "code reading", "#5956",
-                                               "code reading", "code reading"};
+
+using S = Strategy;
+using R = MutationNeeds::Ranks;
+using M = Mutation;
+const std::vector<Strategy> kFsdp{S::no_shard,           S::optim, S::optim_grads,
+                                  S::optim_grads_params, S::hsdp,  S::hfsdp};
+const std::vector<Strategy> kFsdpDistOpt{S::no_shard, S::optim, S::optim_grads, S::optim_grads_params,
+                                         S::hsdp,     S::hfsdp, S::distopt};
+const std::vector<Strategy> kMainSharded{S::optim, S::optim_grads, S::optim_grads_params, S::hsdp, S::hfsdp};
+// Read through mutation_table(), never during static initialization.
+const std::vector<MutationRow> kMutationTable = {
+    {M::main_grad_alloc_default_stream,
+     "main_grad_alloc_default_stream",
+     "#6187",
+     "accumulator allocated on the compute stream, read by the RS collective, freed, reused by compute",
+     {.strategies = {S::optim, S::hfsdp},
+      .vpp_min = 2,
+      .why = "the race needs an accumulator that a reduce-scatter reads on the RS stream and the host then "
+             "frees (the finalization of optim and hfsdp), and a compute-stream allocation before compute "
+             "next waits for that reduction (an interleaved pipeline's receive); elsewhere only the "
+             "accumulator's pool changes"}},
+    {M::post_step_sync_set_order,
+     "post_step_sync_set_order",
+     "#6336",
+     "per-group post-step all-gathers issued in per-rank hash order",
+     {.strategies = {S::optim, S::optim_grads, S::hfsdp},
+      .ranks = R::weights_gathered,
+      .why = "only there are the main weights all-gathered into the model weights after the step, the "
+             "collectives whose order the bug makes differ per rank"}},
+    {M::stale_model_weight_after_step,
+     "stale_model_weight_after_step",
+     "#6336",
+     "compute weights not refreshed after the optimizer step",
+     {.strategies = {S::optim, S::optim_grads, S::hfsdp},
+      .strategies_bf16 = {S::no_shard, S::optim_grads_params, S::hsdp},
+      .why = "elsewhere the model weights the compute reads are the main weights' own buffer, so no copy is "
+             "left stale"}},
+    {M::tied_grad_norm_double_count,
+     "tied_grad_norm_double_count",
+     "#7227",
+     "shared copy of the tied embedding counted in the gradient norm",
+     {.strategies = kFsdpDistOpt,
+      .pp_min = 2,
+      .tied_embeddings = true,
+      .why = "only a last pipeline stage holds the shared copy of a tied embedding that the norm could count "
+             "twice"}},
+    {M::pp_embedding_allreduce_raw_shards,
+     "pp_embedding_allreduce_raw_shards",
+     "#6500",
+     "embedding-group all-reduce of local shards with different layouts",
+     {.strategies = kMainSharded,
+      .pp_min = 2,
+      .tied_embeddings = true,
+      .ranks = R::main_sharded,
+      .why = "the embedding-group all-reduce exists only between pipeline stages sharing a tied embedding, "
+             "and a rank's raw shard differs from the tensor's logical rows only when the gradient is "
+             "sharded"}},
+    {M::vpp_separate_contexts,
+     "vpp_separate_contexts",
+     "#6486",
+     "one FSDP context per virtual pipeline chunk: separate streams and microbatch state",
+     {.strategies = kFsdp,
+      .vpp_min = 2,
+      .why = "the contexts are per virtual pipeline chunk, and DistOpt has no FSDP contexts"}},
+    {M::zero1_missing_no_sync,
+     "zero1_missing_no_sync",
+     "code reading",
+     "ZeRO-1 run without is_last=false: earlier microbatches dropped",
+     {.strategies = {S::no_shard, S::optim, S::hsdp, S::hfsdp},
+      .microbatches_min = 2,
+      .why = "with one microbatch every backward is the last; optim_grads and optim_grads_params accumulate "
+             "in their final placement and DistOpt ignores is_last, so a missing no_sync changes nothing "
+             "there"}},
+    {M::grad_divisor_on_running_sum,
+     "grad_divisor_on_running_sum",
+     "#5956",
+     "gradient divisor applied to the accumulated sum, compounding",
+     {.strategies = kFsdp,
+      .microbatches_min = 2,
+      .divisor_other_than_one = true,
+      .why = "with one contribution per step, or a divisor of 1, dividing the running sum is dividing the "
+             "contribution, and DistOpt scales once per step"}},
+    {M::no_initial_broadcast,
+     "no_initial_broadcast",
+     "code reading",
+     "ranks start from different parameters",
+     {.strategies = kFsdpDistOpt, .why = "every strategy initializes its weights"}},
+    {M::prefetch_missing_wait,
+     "prefetch_missing_wait",
+     "code reading",
+     "prefetched all-gather never awaited: compute reads weights the AG stream may still write",
+     {.strategies = kMainSharded,
+      .overlap = true,
+      .ranks = R::main_sharded,
+      .why = "only an overlapped run prefetches, and only where the weights the compute reads are gathered "
+             "from shards on the AG stream"}},
+};
+
+const std::vector<MutationRow>& mutation_table() { return kMutationTable; }
+
+const MutationRow& row(Mutation m) { return mutation_table()[static_cast<size_t>(m)]; }
+
 }  // namespace
 
-std::string_view to_string(Mutation m) { return kMutationNames[static_cast<int>(m)]; }
+std::string_view to_string(Mutation m) { return row(m).name; }
 
 std::optional<Mutation> parse_mutation(std::string_view s) {
-  for (int i = 0; i < kMutations; ++i) {
-    if (kMutationNames[i] == s) return static_cast<Mutation>(i);
+  for (const MutationRow& r : mutation_table()) {
+    if (r.name == s) return r.mutation;
   }
   return std::nullopt;
 }
 
-const char* mutation_upstream(Mutation m) { return kUpstream[static_cast<int>(m)]; }
+const char* mutation_upstream(Mutation m) { return row(m).upstream; }
 
-const char* mutation_summary(Mutation m) {
-  static constexpr const char* kSummary[kMutations] = {
-      "accumulator allocated on the compute stream, read by the RS collective, freed, reused by compute",
-      "per-group post-step all-gathers issued in per-rank hash order",
-      "compute weights not refreshed after the optimizer step",
-      "shared copy of the tied embedding counted in the gradient norm",
-      "embedding-group all-reduce of local shards with different layouts",
-      "one FSDP context per virtual pipeline chunk: separate streams and microbatch state",
-      "ZeRO-1 run without is_last=false: earlier microbatches dropped",
-      "gradient divisor applied to the accumulated sum, compounding",
-      "ranks start from different parameters",
-      "prefetched all-gather never awaited: compute reads weights the AG stream may still write",
-  };
-  return kSummary[static_cast<int>(m)];
-}
+const char* mutation_summary(Mutation m) { return row(m).summary; }
 
-MutationNeeds mutation_needs(Mutation m) {
-  using S = Strategy;
-  using R = MutationNeeds::Ranks;
-  const std::vector<Strategy> fsdp{S::no_shard,           S::optim, S::optim_grads,
-                                   S::optim_grads_params, S::hsdp,  S::hfsdp};
-  MutationNeeds n;
-  switch (m) {
-    case Mutation::main_grad_alloc_default_stream:
-      n.strategies = {S::optim, S::hfsdp};
-      n.vpp_min = 2;
-      n.why =
-          "the race needs an accumulator that a reduce-scatter reads on the RS stream and the host then "
-          "frees "
-          "(the finalization of optim and hfsdp), and a compute-stream allocation before compute next waits "
-          "for "
-          "that reduction (an interleaved pipeline's receive); elsewhere only the accumulator's pool changes";
-      break;
-    case Mutation::post_step_sync_set_order:
-      n.strategies = {S::optim, S::optim_grads, S::hfsdp};
-      n.ranks = R::weights_gathered;
-      n.why =
-          "only there are the main weights all-gathered into the model weights after the step, the "
-          "collectives "
-          "whose order the bug makes differ per rank";
-      break;
-    case Mutation::stale_model_weight_after_step:
-      n.strategies = {S::optim, S::optim_grads, S::hfsdp};
-      n.strategies_bf16 = {S::no_shard, S::optim_grads_params, S::hsdp};
-      n.why =
-          "elsewhere the model weights the compute reads are the main weights' own buffer, so no copy is "
-          "left stale";
-      break;
-    case Mutation::tied_grad_norm_double_count:
-      n.strategies = fsdp;
-      n.strategies.push_back(S::distopt);
-      n.pp_min = 2;
-      n.tied_embeddings = true;
-      n.why =
-          "only a last pipeline stage holds the shared copy of a tied embedding that the norm could count "
-          "twice";
-      break;
-    case Mutation::pp_embedding_allreduce_raw_shards:
-      n.strategies = {S::optim, S::optim_grads, S::optim_grads_params, S::hsdp, S::hfsdp};
-      n.pp_min = 2;
-      n.tied_embeddings = true;
-      n.ranks = R::main_sharded;
-      n.why =
-          "the embedding-group all-reduce exists only between pipeline stages sharing a tied embedding, and "
-          "a "
-          "rank's raw shard differs from the tensor's logical rows only when the gradient is sharded";
-      break;
-    case Mutation::vpp_separate_contexts:
-      n.strategies = fsdp;
-      n.vpp_min = 2;
-      n.why = "the contexts are per virtual pipeline chunk, and DistOpt has no FSDP contexts";
-      break;
-    case Mutation::zero1_missing_no_sync:
-      n.strategies = {S::no_shard, S::optim, S::hsdp, S::hfsdp};
-      n.microbatches_min = 2;
-      n.why =
-          "with one microbatch every backward is the last; optim_grads and optim_grads_params accumulate in "
-          "their final placement and DistOpt ignores is_last, so a missing no_sync changes nothing there";
-      break;
-    case Mutation::grad_divisor_on_running_sum:
-      n.strategies = fsdp;
-      n.microbatches_min = 2;
-      n.divisor_other_than_one = true;
-      n.why =
-          "with one contribution per step, or a divisor of 1, dividing the running sum is dividing the "
-          "contribution, and DistOpt scales once per step";
-      break;
-    case Mutation::no_initial_broadcast:
-      n.strategies = fsdp;
-      n.strategies.push_back(S::distopt);
-      n.why = "every strategy initializes its weights";
-      break;
-    case Mutation::prefetch_missing_wait:
-      n.strategies = {S::optim, S::optim_grads, S::optim_grads_params, S::hsdp, S::hfsdp};
-      n.ranks = R::main_sharded;
-      n.overlap = true;
-      n.why =
-          "only an overlapped run prefetches, and only where the weights the compute reads are gathered "
-          "from shards on the AG stream";
-      break;
+MutationNeeds mutation_needs(Mutation m) { return row(m).needs; }
+
+bool mutation_table_in_order() {
+  const auto& t = mutation_table();
+  if (t.size() != static_cast<size_t>(kMutations)) return false;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (static_cast<size_t>(t[i].mutation) != i) return false;
   }
-  return n;
+  return true;
 }
 
 namespace {

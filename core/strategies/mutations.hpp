@@ -63,6 +63,8 @@ struct MutationNeeds {
   const char* why = "";  // one sentence: why it does nothing elsewhere
 };
 MutationNeeds mutation_needs(Mutation m);
+// Whether the table of mutations (mutations.cpp) has one row per Mutation, in its order.
+bool mutation_table_in_order();
 
 // "" when `m` changes what training `c` on `mesh` does; otherwise a sentence naming the first
 // unmet need and what the run has, `where` saying whose it is:

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/scenario/training_scenario.hpp"
+#include "core/strategies/mutations.hpp"
 
 using namespace shardcheck::core;
 
@@ -113,6 +114,20 @@ std::string edited(std::initializer_list<std::pair<const char*, const char*>> ed
   return text;
 }
 }  // namespace
+
+TEST_CASE("the mutation table has one whole row per mutation, in the enum's order", "[core][mutations]") {
+  REQUIRE(mutation_table_in_order());
+  for (int i = 0; i < kMutations; ++i) {
+    const auto m = static_cast<Mutation>(i);
+    INFO(to_string(m));
+    REQUIRE(parse_mutation(to_string(m)) == m);
+    REQUIRE(std::string(mutation_upstream(m)).size() > 0);
+    REQUIRE(std::string(mutation_summary(m)).size() > 20);
+    const MutationNeeds n = mutation_needs(m);
+    REQUIRE(!n.strategies.empty());
+    REQUIRE(std::string(n.why).size() > 20);
+  }
+}
 
 TEST_CASE("every mutation loads where it can change the run", "[core][scenario][mutations]") {
   // ZeRO-1, interleaved over two stages, two dp ranks, a tied embedding, four microbatches:
