@@ -97,66 +97,118 @@ std::string_view JsonLine::string(Cursor& c) {
       out += ch;
       continue;
     }
-    if (c.i >= c.s.size()) c.fail("an unterminated string");
-    const char e = c.s[c.i++];
-    switch (e) {
-      case '"':
-      case '\\':
-      case '/':
-        out += e;
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'n':
-        out += '\n';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'u': {
-        auto hex4 = [&]() -> uint32_t {
-          if (c.i + 4 > c.s.size()) c.fail("a bad \\u escape");
-          uint32_t v = 0;
-          for (int k = 0; k < 4; ++k) {
-            const char h = c.s[c.i++];
-            v <<= 4;
-            if (h >= '0' && h <= '9')
-              v |= static_cast<uint32_t>(h - '0');
-            else if (h >= 'a' && h <= 'f')
-              v |= static_cast<uint32_t>(h - 'a' + 10);
-            else if (h >= 'A' && h <= 'F')
-              v |= static_cast<uint32_t>(h - 'A' + 10);
-            else
-              c.fail("a bad \\u escape");
-          }
-          return v;
-        };
-        uint32_t cp = hex4();
-        if (cp >= 0xd800 && cp < 0xdc00) {
-          if (c.i + 2 > c.s.size() || c.s[c.i] != '\\' || c.s[c.i + 1] != 'u') c.fail("a lone surrogate");
-          c.i += 2;
-          const uint32_t lo = hex4();
-          if (lo < 0xdc00 || lo >= 0xe000) c.fail("a lone surrogate");
-          cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-        } else if (cp >= 0xdc00 && cp < 0xe000) {
-          c.fail("a lone surrogate");
-        }
-        append_utf8(out, cp);
-        break;
-      }
-      default:
-        c.fail("a bad escape in a string");
-    }
+    escape(c, out);
   }
   if (!is_valid_utf8(out)) c.fail("a string that is not UTF-8");
   return out;
+}
+
+// The escape after a backslash inside a string, appended to out as UTF-8.
+void JsonLine::escape(Cursor& c, std::string& out) {
+  if (c.i >= c.s.size()) c.fail("an unterminated string");
+  const char e = c.s[c.i++];
+  switch (e) {
+    case '"':
+    case '\\':
+    case '/':
+      out += e;
+      break;
+    case 'b':
+      out += '\b';
+      break;
+    case 'f':
+      out += '\f';
+      break;
+    case 'n':
+      out += '\n';
+      break;
+    case 'r':
+      out += '\r';
+      break;
+    case 't':
+      out += '\t';
+      break;
+    case 'u': {
+      uint32_t cp = hex4(c);
+      if (cp >= 0xd800 && cp < 0xdc00) {
+        if (c.i + 2 > c.s.size() || c.s[c.i] != '\\' || c.s[c.i + 1] != 'u') c.fail("a lone surrogate");
+        c.i += 2;
+        const uint32_t lo = hex4(c);
+        if (lo < 0xdc00 || lo >= 0xe000) c.fail("a lone surrogate");
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+      } else if (cp >= 0xdc00 && cp < 0xe000) {
+        c.fail("a lone surrogate");
+      }
+      append_utf8(out, cp);
+      break;
+    }
+    default:
+      c.fail("a bad escape in a string");
+  }
+}
+
+uint32_t JsonLine::hex4(Cursor& c) {
+  if (c.i + 4 > c.s.size()) c.fail("a bad \\u escape");
+  uint32_t v = 0;
+  for (int k = 0; k < 4; ++k) {
+    const char h = c.s[c.i++];
+    v <<= 4;
+    if (h >= '0' && h <= '9')
+      v |= static_cast<uint32_t>(h - '0');
+    else if (h >= 'a' && h <= 'f')
+      v |= static_cast<uint32_t>(h - 'a' + 10);
+    else if (h >= 'A' && h <= 'F')
+      v |= static_cast<uint32_t>(h - 'A' + 10);
+    else
+      c.fail("a bad \\u escape");
+  }
+  return v;
+}
+
+// A number: an integer when it has no fraction or exponent and fits int64.
+void JsonLine::number(Cursor& c, Value& v) {
+  const size_t start = c.i;
+  if (c.peek() == '-') ++c.i;
+  if (c.peek() == '0') {
+    ++c.i;
+  } else if (c.peek() >= '1' && c.peek() <= '9') {
+    while (c.peek() >= '0' && c.peek() <= '9') ++c.i;
+  } else {
+    c.fail("a bad number");
+  }
+  bool integer = true;
+  if (c.peek() == '.') {
+    integer = false;
+    ++c.i;
+    if (!(c.peek() >= '0' && c.peek() <= '9')) c.fail("a bad number");
+    while (c.peek() >= '0' && c.peek() <= '9') ++c.i;
+  }
+  if (c.peek() == 'e' || c.peek() == 'E') {
+    integer = false;
+    ++c.i;
+    if (c.peek() == '+' || c.peek() == '-') ++c.i;
+    if (!(c.peek() >= '0' && c.peek() <= '9')) c.fail("a bad number");
+    while (c.peek() >= '0' && c.peek() <= '9') ++c.i;
+  }
+  v.type = Type::number;
+  if (integer) {
+    // int64 without overflow: accumulate negatively, whose range is the larger one.
+    const bool neg = c.s[start] == '-';
+    int64_t acc = 0;
+    bool fits = true;
+    for (size_t k = start + (neg ? 1 : 0); k < c.i; ++k) {
+      const int d = c.s[k] - '0';
+      if (acc < (INT64_MIN + d) / 10) {
+        fits = false;
+        break;
+      }
+      acc = acc * 10 - d;
+    }
+    if (fits && (neg || acc != INT64_MIN)) {
+      v.type = Type::integer;
+      v.i = neg ? acc : -acc;
+    }
+  }
 }
 
 uint32_t JsonLine::value(Cursor& c, int depth) {
@@ -195,48 +247,7 @@ uint32_t JsonLine::value(Cursor& c, int depth) {
       c.expect('}', "',' or '}'");
     }
   } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
-    const size_t start = c.i;
-    if (c.peek() == '-') ++c.i;
-    if (c.peek() == '0') {
-      ++c.i;
-    } else if (c.peek() >= '1' && c.peek() <= '9') {
-      while (c.peek() >= '0' && c.peek() <= '9') ++c.i;
-    } else {
-      c.fail("a bad number");
-    }
-    bool integer = true;
-    if (c.peek() == '.') {
-      integer = false;
-      ++c.i;
-      if (!(c.peek() >= '0' && c.peek() <= '9')) c.fail("a bad number");
-      while (c.peek() >= '0' && c.peek() <= '9') ++c.i;
-    }
-    if (c.peek() == 'e' || c.peek() == 'E') {
-      integer = false;
-      ++c.i;
-      if (c.peek() == '+' || c.peek() == '-') ++c.i;
-      if (!(c.peek() >= '0' && c.peek() <= '9')) c.fail("a bad number");
-      while (c.peek() >= '0' && c.peek() <= '9') ++c.i;
-    }
-    v.type = Type::number;
-    if (integer) {
-      // int64 without overflow: accumulate negatively, whose range is the larger one.
-      const bool neg = c.s[start] == '-';
-      int64_t acc = 0;
-      bool fits = true;
-      for (size_t k = start + (neg ? 1 : 0); k < c.i; ++k) {
-        const int d = c.s[k] - '0';
-        if (acc < (INT64_MIN + d) / 10) {
-          fits = false;
-          break;
-        }
-        acc = acc * 10 - d;
-      }
-      if (fits && (neg || acc != INT64_MIN)) {
-        v.type = Type::integer;
-        v.i = neg ? acc : -acc;
-      }
-    }
+    number(c, v);
   } else if (c.s.substr(c.i, 4) == "true") {
     c.i += 4;
     v.type = Type::boolean;

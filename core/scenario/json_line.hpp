@@ -44,6 +44,9 @@ class JsonLine {
   struct Cursor;
   uint32_t value(Cursor& c, int depth);
   std::string_view string(Cursor& c);
+  static void escape(Cursor& c, std::string& out);
+  static uint32_t hex4(Cursor& c);
+  static void number(Cursor& c, Value& v);
 
   std::vector<Value> values_;
   std::vector<std::pair<std::string_view, uint32_t>> fields_;  // key -> index in values_
