@@ -12,6 +12,7 @@ struct Names {
   std::map<std::string, GroupId> groups;
   std::map<std::string, EventId> events;
   std::map<std::string, BufferId> buffers;
+  std::map<std::string, int64_t> sizes;  // each live buffer's bytes
 
   EventId event(Runtime& rt, const std::string& name) {
     auto it = events.find(name);
@@ -22,23 +23,41 @@ struct Names {
     const int64_t n = r.bytes < 0 ? size_of_buffer - r.offset : r.bytes;
     return TensorRef::bytes_of(buffers.at(r.buffer), r.offset, n);
   }
+  // A range of a buffer as elements of `t`.
+  TensorRef ref(const RangeSpec& r, DType t) const {
+    TensorRef b = bytes(r, sizes.at(r.buffer));
+    const int64_t es = dtype_bytes(t);
+    return TensorRef{b.buffer, b.offset / es, b.numel / es, t};
+  }
+  KernelCall kernel(const TraceStep& t, StreamId stream) const {
+    std::vector<TensorRef> reads, writes;
+    for (const auto& r : t.reads) reads.push_back(ref(r, DType::u8));
+    for (const auto& w : t.writes) writes.push_back(ref(w, DType::u8));
+    return kernels::opaque(t.name, stream, std::move(reads), std::move(writes));
+  }
+  CollectiveCall collective(const TraceStep& t, StreamId stream) const {
+    CollectiveCall c;
+    c.kind = t.op;
+    c.group = groups.at(t.group);
+    c.stream = stream;
+    c.input = ref(t.input, t.dtype);
+    c.output = ref(t.output, t.dtype);
+    c.reduce = t.reduce;
+    c.root = t.root;
+    c.tag = t.tag;
+    return c;
+  }
 };
 
 }  // namespace
 
 Task<> run_trace_program(Runtime& rt, const TraceScenario& s) {
   Names names;
-  std::map<std::string, int64_t> sizes;
   for (const auto& name : s.streams) names.streams[name] = rt.stream(name);
   for (const auto& [name, members] : s.groups) {
     if (std::find(members.begin(), members.end(), rt.rank()) != members.end())
       names.groups[name] = rt.group(name, members);
   }
-  auto ref = [&](const RangeSpec& r, DType t) {
-    TensorRef b = names.bytes(r, sizes.at(r.buffer));
-    const int64_t es = dtype_bytes(t);
-    return TensorRef{b.buffer, b.offset / es, b.numel / es, t};
-  };
   for (const TraceStep& t : s.program) {
     if (!s.runs_on(t, rt.rank())) continue;
     const StreamId stream =
@@ -46,19 +65,15 @@ Task<> run_trace_program(Runtime& rt, const TraceScenario& s) {
     switch (t.kind) {
       case TraceStep::Kind::alloc:
         names.buffers[t.buffer] = co_await rt.alloc(t.bytes, stream, t.buffer);
-        sizes[t.buffer] = t.bytes;
+        names.sizes[t.buffer] = t.bytes;
         break;
       case TraceStep::Kind::free:
         co_await rt.free(names.buffers.at(t.buffer));
         names.buffers.erase(t.buffer);
         break;
-      case TraceStep::Kind::kernel: {
-        std::vector<TensorRef> reads, writes;
-        for (const auto& r : t.reads) reads.push_back(ref(r, DType::u8));
-        for (const auto& w : t.writes) writes.push_back(ref(w, DType::u8));
-        co_await rt.launch(kernels::opaque(t.name, stream, std::move(reads), std::move(writes)));
+      case TraceStep::Kind::kernel:
+        co_await rt.launch(names.kernel(t, stream));
         break;
-      }
       case TraceStep::Kind::wait:
         co_await rt.wait_stream(stream, names.streams.at(t.for_stream));
         break;
@@ -81,24 +96,14 @@ Task<> run_trace_program(Runtime& rt, const TraceScenario& s) {
         co_await rt.sync_event(names.event(rt, t.event));
         break;
       case TraceStep::Kind::send:
-        co_await rt.send(P2PCall{t.peer, stream, ref(t.input, DType::u8), t.tag, ""});
+        co_await rt.send(P2PCall{t.peer, stream, names.ref(t.input, DType::u8), t.tag, ""});
         break;
       case TraceStep::Kind::recv:
-        co_await rt.recv(P2PCall{t.peer, stream, ref(t.input, DType::u8), t.tag, ""});
+        co_await rt.recv(P2PCall{t.peer, stream, names.ref(t.input, DType::u8), t.tag, ""});
         break;
-      case TraceStep::Kind::collective: {
-        CollectiveCall c;
-        c.kind = t.op;
-        c.group = names.groups.at(t.group);
-        c.stream = stream;
-        c.input = ref(t.input, t.dtype);
-        c.output = ref(t.output, t.dtype);
-        c.reduce = t.reduce;
-        c.root = t.root;
-        c.tag = t.tag;
-        co_await rt.collective(std::move(c));
+      case TraceStep::Kind::collective:
+        co_await rt.collective(names.collective(t, stream));
         break;
-      }
     }
   }
 }

@@ -279,15 +279,18 @@ class Parser {
     y_.keys(n, keys, op);
   }
 
+  // The operation's map, its keys, and the ones it must have.
+  void need(const YAML::Node& n, const char* op, std::initializer_list<const char*> required,
+            std::initializer_list<const char*> allowed) const {
+    y_.map(n, op);
+    op_keys(n, allowed, op);
+    for (const char* k : required) y_.require(n, k, op);
+  }
+
   void body(const YAML::Node& n, const char* op, TraceStep& t) {
-    auto need = [&](std::initializer_list<const char*> required, std::initializer_list<const char*> allowed) {
-      y_.map(n, op);
-      op_keys(n, allowed, op);
-      for (const char* k : required) y_.require(n, k, op);
-    };
     switch (t.kind) {
       case Kind::alloc:
-        need({"buffer", "bytes"}, {"buffer", "bytes", "stream"});
+        need(n, op, {"buffer", "bytes"}, {"buffer", "bytes", "stream"});
         t.buffer = y_.str(n["buffer"], "buffer");
         t.bytes = y_.integer(n["bytes"], "bytes", 1, TraceLimits::kMaxBufferBytes);
         if (n["stream"]) t.stream = y_.str(n["stream"], "stream");
@@ -296,67 +299,36 @@ class Parser {
         if (n.IsScalar()) {
           t.buffer = n.Scalar();
         } else {
-          need({"buffer"}, {"buffer"});
+          need(n, op, {"buffer"}, {"buffer"});
           t.buffer = y_.str(n["buffer"], "buffer");
         }
         break;
       case Kind::kernel:
-        need({"stream"}, {"name", "stream", "reads", "writes"});
-        t.name = n["name"] ? y_.str(n["name"], "name") : "kernel";
-        t.stream = y_.str(n["stream"], "stream");
-        if (n["reads"]) t.reads = ranges(n["reads"], "reads");
-        if (n["writes"]) t.writes = ranges(n["writes"], "writes");
-        if (t.reads.size() + t.writes.size() > static_cast<size_t>(TraceLimits::kMaxAccessesPerKernel)) {
-          y_.fail(n, "the kernel has " + std::to_string(t.reads.size() + t.writes.size()) +
-                         " reads and writes; the limit is " +
-                         std::to_string(TraceLimits::kMaxAccessesPerKernel));
-        }
+        kernel(n, op, t);
         break;
       case Kind::wait:
-        need({"stream", "for"}, {"stream", "for"});
+        need(n, op, {"stream", "for"}, {"stream", "for"});
         t.stream = y_.str(n["stream"], "stream");
         t.for_stream = y_.str(n["for"], "for");
         break;
       case Kind::record:
       case Kind::wait_event:
-        need({"stream", "event"}, {"stream", "event"});
+        need(n, op, {"stream", "event"}, {"stream", "event"});
         t.stream = y_.str(n["stream"], "stream");
         t.event = y_.str(n["event"], "event");
         break;
       case Kind::record_stream:
-        need({"buffer", "stream"}, {"buffer", "stream"});
+        need(n, op, {"buffer", "stream"}, {"buffer", "stream"});
         t.buffer = y_.str(n["buffer"], "buffer");
         t.stream = y_.str(n["stream"], "stream");
         break;
       case Kind::sync:
-        if (n.IsScalar() && n.Scalar() == "device") {
-          t.kind = Kind::sync_device;
-          break;
-        }
-        if (n.IsScalar()) y_.fail(n, "sync takes {stream: NAME}, {event: NAME} or the word device");
-        need({}, {"stream", "event"});
-        if (n["stream"] && n["event"])
-          y_.fail(n, "sync waits for a stream or for an event, not both (write two steps)");
-        if (!n["stream"] && !n["event"])
-          y_.fail(n, "sync needs 'stream:' or 'event:' (or is the word device)");
-        if (n["event"]) {
-          t.kind = Kind::sync_event;
-          t.event = y_.str(n["event"], "event");
-        } else {
-          t.stream = y_.str(n["stream"], "stream");
-        }
+        sync(n, op, t);
         break;
       case Kind::send:
-      case Kind::recv: {
-        const char* peer = t.kind == Kind::send ? "to" : "from";
-        need({peer, "buffer", "stream"}, {peer, "buffer", "stream", "tag"});
-        t.peer = static_cast<int>(y_.integer(n[peer], peer, 0, TraceLimits::kMaxRanks - 1));
-        t.input = range(n["buffer"], "buffer");
-        t.buffer = t.input.buffer;
-        t.stream = y_.str(n["stream"], "stream");
-        t.tag = n["tag"] ? y_.str(n["tag"], "tag") : t.buffer;
+      case Kind::recv:
+        p2p(n, op, t);
         break;
-      }
       case Kind::collective:
         collective(n, t);
         break;
@@ -364,6 +336,46 @@ class Parser {
       case Kind::sync_event:
         break;
     }
+  }
+
+  void kernel(const YAML::Node& n, const char* op, TraceStep& t) {
+    need(n, op, {"stream"}, {"name", "stream", "reads", "writes"});
+    t.name = n["name"] ? y_.str(n["name"], "name") : "kernel";
+    t.stream = y_.str(n["stream"], "stream");
+    if (n["reads"]) t.reads = ranges(n["reads"], "reads");
+    if (n["writes"]) t.writes = ranges(n["writes"], "writes");
+    if (t.reads.size() + t.writes.size() > static_cast<size_t>(TraceLimits::kMaxAccessesPerKernel)) {
+      y_.fail(n, "the kernel has " + std::to_string(t.reads.size() + t.writes.size()) +
+                     " reads and writes; the limit is " + std::to_string(TraceLimits::kMaxAccessesPerKernel));
+    }
+  }
+
+  void sync(const YAML::Node& n, const char* op, TraceStep& t) {
+    if (n.IsScalar() && n.Scalar() == "device") {
+      t.kind = Kind::sync_device;
+      return;
+    }
+    if (n.IsScalar()) y_.fail(n, "sync takes {stream: NAME}, {event: NAME} or the word device");
+    need(n, op, {}, {"stream", "event"});
+    if (n["stream"] && n["event"])
+      y_.fail(n, "sync waits for a stream or for an event, not both (write two steps)");
+    if (!n["stream"] && !n["event"]) y_.fail(n, "sync needs 'stream:' or 'event:' (or is the word device)");
+    if (n["event"]) {
+      t.kind = Kind::sync_event;
+      t.event = y_.str(n["event"], "event");
+    } else {
+      t.stream = y_.str(n["stream"], "stream");
+    }
+  }
+
+  void p2p(const YAML::Node& n, const char* op, TraceStep& t) {
+    const char* peer = t.kind == Kind::send ? "to" : "from";
+    need(n, op, {peer, "buffer", "stream"}, {peer, "buffer", "stream", "tag"});
+    t.peer = static_cast<int>(y_.integer(n[peer], peer, 0, TraceLimits::kMaxRanks - 1));
+    t.input = range(n["buffer"], "buffer");
+    t.buffer = t.input.buffer;
+    t.stream = y_.str(n["stream"], "stream");
+    t.tag = n["tag"] ? y_.str(n["tag"], "tag") : t.buffer;
   }
 
   void collective(const YAML::Node& n, TraceStep& t) {
