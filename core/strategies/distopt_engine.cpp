@@ -93,20 +93,8 @@ std::shared_ptr<const LogicalMap> DistOptEngine::buffer_map() const {
 }
 
 Task<> DistOptEngine::setup() {
-  const Mesh& mesh = *env_.mesh;
   const StreamId compute = env_.streams.compute;
-  dp_all_ = rt().group("dp_all", mesh.group(env_.rank, env_.dp_axes()));
-  std::vector<int> all(mesh.world_size());
-  std::iota(all.begin(), all.end(), 0);
-  world_ = rt().group("world", all);
-  const int pp = env_.pp(), pr = env_.pp_rank();
-  if (pp > 1 && env_.model->config().tied && (pr == 0 || pr == pp - 1)) {
-    std::vector<int> c = mesh.coords(env_.rank);
-    c[mesh.axis("pp")] = 0;
-    const int first = mesh.rank_of(c);
-    c[mesh.axis("pp")] = pp - 1;
-    embedding_ = rt().group("embedding", std::vector<int>{first, mesh.rank_of(c)});
-  }
+  make_groups();
   const DType pd = env_.config->precision.param;
   params_ = co_await rt().alloc(layout_.total * dtype_bytes(pd), compute, "distopt.params");
   grads_ = co_await rt().alloc(layout_.total * 4, compute, "distopt.grads");
@@ -154,18 +142,39 @@ Task<> DistOptEngine::setup() {
   co_await rt().launch(kernels::fill(compute, TensorRef{norm_, 0, 1, DType::f64}, 0.0));
   params_ready_ = rt().create_event("distopt.params_ready");
   grads_ready_ = rt().create_event("distopt.grads_ready");
-  if (env_.config->overlap) {
-    const size_t nb = layout_.buckets.size();
-    bucket_of_.assign(layout_.offset.size(), -1);
-    for (size_t b = 0; b < nb; ++b) {
-      for (int p : layout_.buckets[b].params) bucket_of_[p] = static_cast<int>(b);
-      gathered_.push_back(rt().create_event("distopt.gathered" + std::to_string(b)));
-    }
-    landed_.assign(nb, 0);
-    reduced_.assign(nb, false);
-    gather_pending_.assign(nb, false);
-  }
+  if (env_.config->overlap) overlap_state();
   co_await rt().wait_stream(comm_, compute);  // the comm stream's first reads follow initialization
+}
+
+// The data-parallel and world groups, and the embedding group of the first and last pipeline
+// stages when they share a tied embedding.
+void DistOptEngine::make_groups() {
+  const Mesh& mesh = *env_.mesh;
+  dp_all_ = rt().group("dp_all", mesh.group(env_.rank, env_.dp_axes()));
+  std::vector<int> all(mesh.world_size());
+  std::iota(all.begin(), all.end(), 0);
+  world_ = rt().group("world", all);
+  const int pp = env_.pp(), pr = env_.pp_rank();
+  if (pp > 1 && env_.model->config().tied && (pr == 0 || pr == pp - 1)) {
+    std::vector<int> c = mesh.coords(env_.rank);
+    c[mesh.axis("pp")] = 0;
+    const int first = mesh.rank_of(c);
+    c[mesh.axis("pp")] = pp - 1;
+    embedding_ = rt().group("embedding", std::vector<int>{first, mesh.rank_of(c)});
+  }
+}
+
+// Overlap: each parameter's bucket, each bucket's gathered event and its progress.
+void DistOptEngine::overlap_state() {
+  const size_t nb = layout_.buckets.size();
+  bucket_of_.assign(layout_.offset.size(), -1);
+  for (size_t b = 0; b < nb; ++b) {
+    for (int p : layout_.buckets[b].params) bucket_of_[p] = static_cast<int>(b);
+    gathered_.push_back(rt().create_event("distopt.gathered" + std::to_string(b)));
+  }
+  landed_.assign(nb, 0);
+  reduced_.assign(nb, false);
+  gather_pending_.assign(nb, false);
 }
 
 Task<> DistOptEngine::begin_step(int) {

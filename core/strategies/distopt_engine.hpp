@@ -54,6 +54,8 @@ class DistOptEngine final : public Engine {
   const DistOptLayout& layout() const { return layout_; }
 
  private:
+  void make_groups();
+  void overlap_state();
   // The part of a parameter inside this rank's range of a bucket.
   struct Owned {
     int param = 0;
