@@ -191,11 +191,12 @@ TEST_CASE(
   REQUIRE_THAT(fixed.out, Catch::Contains("clean   cross-group-deadlock-fix-4: no findings"));
 }
 
-TEST_CASE("2 and 4 ranks on one GPU: DDP and every Megatron-FSDP v2 strategy, HSDP included, check clean",
-          "[cli][capture][h100]") {
-  for (const char* name :
-       {"ddp-train-4", "ddp-train-2", "mfsdp-no_shard-4", "mfsdp-optim-4", "mfsdp-optim_grads-4",
-        "mfsdp-optim_grads_params-4", "mfsdp-hsdp-4", "ddp-train-1-nccl", "ddp-train-1-onegpu"}) {
+TEST_CASE(
+    "2 and 4 ranks on one GPU: DDP, FSDP2 and every Megatron-FSDP v2 strategy, HSDP included, check clean",
+    "[cli][capture][h100]") {
+  for (const char* name : {"ddp-train-4", "ddp-train-2", "fsdp2-train-4", "fsdp2-hsdp-4", "mfsdp-no_shard-4",
+                           "mfsdp-optim-4", "mfsdp-optim_grads-4", "mfsdp-optim_grads_params-4",
+                           "mfsdp-hsdp-4", "ddp-train-1-nccl", "ddp-train-1-onegpu"}) {
     INFO(name);
     auto r = run_shardcheck("run " + h100(name));
     INFO(r.out);
