@@ -328,7 +328,7 @@ class RaceDetector final : public Detector {
       const auto it = freed_lifetime_.find(b.free_op);
       if (it == freed_lifetime_.end()) continue;
       held_taken_.insert(b.free_op);
-      could.push_back({e.rank, it->second, b.records, {}});
+      could.push_back({e.rank, it->second, {b.records.begin(), b.records.end()}, {}});
     }
     if (!could.empty()) held_reuses_[e.lifetime] = std::move(could);
   }

@@ -83,7 +83,7 @@ struct AllocEvent {
   struct Held {
     uint64_t size = 0;
     uint64_t free_op = 0;
-    std::vector<uint64_t> records;  // the record_stream events that held it back
+    std::span<const uint64_t> records;  // the record_stream events that held it back (during the hook)
   };
   int rank = 0;
   uint32_t lifetime = 0;
@@ -154,6 +154,8 @@ struct DetectorEntry {
   std::unique_ptr<Detector> (*make)();
 };
 std::span<const DetectorEntry> detector_table();
+
+inline bool World::asks(unsigned hook) const { return !hooked_[std::countr_zero(hook)].empty(); }
 
 template <class F>
 void World::notify(unsigned hook, F call) {

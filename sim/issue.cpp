@@ -219,7 +219,7 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
   // Where a held block fits no worse than the one taken, the allocation could have taken it had
   // its streams run ahead: the detectors hear of the held blocks as the pool was.
   std::vector<AllocEvent::Held> could;
-  if (!hooked_[std::countr_zero(unsigned{Detector::on_alloc})].empty() && !held.empty()) {
+  if (asks(Detector::on_alloc)) {
     for (const Block* b : held) could.push_back({b->size, b->free_op, b->pending});
   }
   const uint64_t taken_size = a.reused ? r.heap.block(a.addr).size : 0;

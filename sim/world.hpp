@@ -261,6 +261,7 @@ class World {
   // --- detectors (detector.hpp): the hooks, each calling the detectors that ask for it ---
   template <class F>
   void notify(unsigned hook, F call);
+  bool asks(unsigned hook) const;  // some detector asks for the hook
   // The k-th collective of `group` (or p2p transfer on a channel) has been issued by all.
   void all_issued(int group, Instance& inst, int64_t k);
   void all_issued(int from, int to, const Channel& ch, int64_t k);

@@ -100,9 +100,12 @@ TEST_CASE("a bad capture folder exits 2 with the file and line", "[cli][capture]
 // docs/capture.md): what the checker says of each is pinned here, so CI, which has no GPU,
 // holds the whole path from a real program to its findings.
 namespace {
-std::string h200(const std::string& name) {
-  return std::string(SHARDCHECK_SOURCE_DIR) + "/tests/capture/h200/" + name;
+// A capture pinned under tests/capture/<machine>/.
+std::string pinned(const std::string& machine, const std::string& name) {
+  return std::string(SHARDCHECK_SOURCE_DIR) + "/tests/capture/" + machine + "/" + name;
 }
+std::string h200(const std::string& name) { return pinned("h200", name); }
+std::string h100(const std::string& name) { return pinned("h100", name); }
 }  // namespace
 
 TEST_CASE("the #6137 pattern in PyTorch: the reuse race with its Python lines, and its fix clean",
@@ -147,11 +150,6 @@ TEST_CASE("DDP, FSDP2 and Megatron-FSDP v2 training runs captured on an H200 che
 // Four ranks (and two) of real programs on one H100 through the one-GPU backend, torch 2.11
 // (python/tests/onegpu/run-on-gpu.sh, tests/capture/h100/README.md): the bugs with their
 // Python lines, their fixes clean, and the clean training runs of DDP and Megatron-FSDP v2.
-namespace {
-std::string h100(const std::string& name) {
-  return std::string(SHARDCHECK_SOURCE_DIR) + "/tests/capture/h100/" + name;
-}
-}  // namespace
 
 TEST_CASE("4 ranks on one GPU: a rank-dependent collective order is a swap, one order is clean",
           "[cli][capture][h100]") {

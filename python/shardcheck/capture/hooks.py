@@ -355,11 +355,7 @@ class Hooks:
         for fresh_return, value in zip(returns, out if isinstance(out, tuple) else (out,)):
             if not fresh_return:
                 continue
-            for t in _tensors(value):
-                if t.device.type == self.device:
-                    span = tensor_span(t)
-                    if span is not None:
-                        fresh.append(span)
+            fresh += [sp for sp in (self._span_on_device(t) for t in _tensors(value)) if sp is not None]
         stream = self.current_stream()
         site = self.site()
         self.rec.touch(fresh, stream, site)
