@@ -2,6 +2,9 @@
 // strategy on the simulator and the comparison run on the same data, and prints per-step
 // losses side by side, the largest absolute and relative loss difference, and the first
 // tensor whose weights differ.
+// `shardcheck compare FILE --capture DIR`: sets a captured program's collectives beside those
+// the scenario's engine issues, rank by rank (run/fidelity.hpp), and prints the first
+// difference with both sides' lines and a summary of every difference.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +16,7 @@
 #include "cli/progress.hpp"
 #include "core/base/text.hpp"
 #include "run/compare.hpp"
+#include "run/fidelity.hpp"
 #include "run/gpu_runs.hpp"
 #include "run/interrupt.hpp"
 #include "run/report.hpp"
@@ -27,6 +31,7 @@ struct CompareArgs {
   std::string against = "single_rank";
   int steps = 0;
   std::string report;
+  std::string capture;  // --capture: compare collective sequences with this captured program
   GpuArgs gpu;
   int jobs = 0;  // threads; 0: every core
 };
@@ -103,6 +108,80 @@ void print_table(const CompareResult& r) {
   }
 }
 
+// The first difference in rank order, with the aligned lines before it on both sides.
+void print_first_difference(const FidelityResult& r, const std::vector<CollectiveSequence>& captured,
+                            const std::vector<CollectiveSequence>& modeled) {
+  for (const RankFidelity& rf : r.ranks) {
+    if (rf.differences.empty()) continue;
+    const SequenceDifference& d = rf.differences.front();
+    const auto& c = captured[static_cast<size_t>(rf.rank)];
+    const auto& m = modeled[static_cast<size_t>(rf.rank)];
+    using K = SequenceDifference::Kind;
+    const char* how = d.kind == K::captured_only  ? "the capture issues a collective the model does not"
+                      : d.kind == K::modeled_only ? "the model issues a collective the capture does not"
+                                                  : "aligned collectives differ";
+    std::cout << "\nfirst difference, rank " << rf.rank << ": " << how << (d.what.empty() ? "" : " (" + d.what + ")")
+              << "\n";
+    if (d.captured >= 0) {
+      std::cout << "  captured #" << d.captured << ": " << describe(c[static_cast<size_t>(d.captured)]) << "\n";
+    } else {
+      std::cout << "  captured: nothing here\n";
+    }
+    if (d.modeled >= 0) {
+      std::cout << "  modeled  #" << d.modeled << ": " << describe(m[static_cast<size_t>(d.modeled)]) << "\n";
+    } else {
+      std::cout << "  modeled:  nothing here\n";
+    }
+    return;
+  }
+}
+
+int run_capture_compare(const CompareArgs& a, const LoadedScenario& s) {
+  auto cap = load_scenario(a.capture);
+  if (!cap) {
+    std::cerr << core::printable(cap.error().message()) << "\n";
+    return kBadInput;
+  }
+  if (!cap->capture) {
+    std::cerr << "shardcheck compare: --capture takes a captured program's folder (rank-*.jsonl), not "
+              << core::printable(a.capture) << " (kind: " << cap->kind << ")\n";
+    return kBadInput;
+  }
+  InterruptScope interrupts;
+  auto captured = collective_sequences(*cap);
+  if (!captured) {
+    std::cerr << "shardcheck compare: " << core::printable(captured.error().message()) << "\n";
+    return interrupted() ? interrupt_exit_code() : kInternalError;
+  }
+  auto modeled = collective_sequences(s);
+  if (!modeled) {
+    std::cerr << "shardcheck compare: " << core::printable(modeled.error().message()) << "\n";
+    return interrupted() ? interrupt_exit_code() : kInternalError;
+  }
+  const FidelityResult r = compare_sequences(*captured, *modeled);
+  std::cout << "compare the collectives of " << core::printable(a.capture) << " (captured) with " << s.name
+            << " (modeled)\n";
+  if (!r.problem.empty()) {
+    std::cerr << "shardcheck compare: " << r.problem << "\n";
+    return kBadInput;
+  }
+  for (const RankFidelity& rf : r.ranks) {
+    std::cout << "rank " << rf.rank << ": " << rf.captured << " captured, " << rf.modeled << " modeled: "
+              << (rf.differences.empty() ? "the same sequence"
+                                         : std::to_string(rf.differences.size()) + " differences")
+              << "\n";
+  }
+  if (r.equal()) {
+    std::cout << "\nequal: every rank issues the same collectives (op, group, dtype, counts, reduce op) on "
+                 "matching streams\n";
+    return kOk;
+  }
+  print_first_difference(r, *captured, *modeled);
+  std::cout << "\nevery difference, over all ranks:\n";
+  for (const std::string& line : summarize(r, *captured, *modeled)) std::cout << "  " << line << "\n";
+  return kExpectationFailed;
+}
+
 int run_compare(const CompareArgs& a) {
   if (!outputs_ok({}, {"--report", a.report})) return kBadInput;
   auto s = load_scenario(a.file);
@@ -116,6 +195,14 @@ int run_compare(const CompareArgs& a) {
     return kBadInput;
   }
   const bool on_gpu = a.gpu.backend != "sim";
+  if (!a.capture.empty()) {
+    if (on_gpu || !a.report.empty() || a.steps > 0) {
+      std::cerr << "shardcheck compare: --capture compares collective sequences on the simulator; it takes no "
+                   "--backend gpu, --report or --steps\n";
+      return kBadInput;
+    }
+    return run_capture_compare(a, *s);
+  }
   if (a.against != "single_rank" && a.against != "distopt" && !(on_gpu && a.against == "sim")) {
     std::cerr << "shardcheck compare: --against is single_rank or distopt" << (on_gpu ? " or sim" : "")
               << " (not '" << core::printable(a.against) << "')\n";
@@ -170,6 +257,9 @@ Action add_compare_command(CLI::App& app) {
       ->check(one_of({"single_rank", "distopt", "sim"}));
   cmd->add_option("--steps", a->steps, "Steps to train (default: the file's)")
       ->transform(in_range(1, core::TrainingLimits::kMaxSteps));
+  cmd->add_option("--capture", a->capture,
+                  "Compare the collectives of this captured program (a folder of rank-*.jsonl) with the ones "
+                  "the scenario's engine issues, rank by rank");
   add_gpu_options(cmd, a->gpu);
   cmd->add_option("--report", a->report, "Write a report with the loss curves to this folder");
   add_jobs_option(cmd, a->jobs);

@@ -65,15 +65,19 @@ World::World(Options options)
   if (options_.detectors) {
     for (const DetectorEntry& e : detector_table()) {
       detectors_.push_back(e.make());
-      const unsigned hooks = detectors_.back()->hooks();
-      for (unsigned h = 0; h < std::size(hooked_); ++h) {
-        if (hooks & (1u << h)) hooked_[h].push_back(detectors_.back().get());
-      }
+      add_detector(*detectors_.back());
     }
   }
 }
 
 World::~World() = default;
+
+void World::add_detector(Detector& detector) {
+  const unsigned hooks = detector.hooks();
+  for (unsigned h = 0; h < std::size(hooked_); ++h) {
+    if (hooks & (1u << h)) hooked_[h].push_back(&detector);
+  }
+}
 
 core::Runtime& World::runtime(int rank) { return *runtimes_.at(rank); }
 

@@ -146,6 +146,10 @@ class World {
   const Options& options() const { return options_; }
   core::Runtime& runtime(int rank);
 
+  // A caller's detector that watches this world's runs after the table's (sim/detectors.cpp):
+  // an observer such as sim::CollectiveLog. The world does not own it; it must outlive the run.
+  void add_detector(Detector& detector);
+
   // Runs body on every rank until all finish or nothing can move.
   RunResult run(const std::function<core::Task<>(core::Runtime&)>& body);
 
