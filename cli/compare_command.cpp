@@ -120,10 +120,11 @@ void print_first_difference(const FidelityResult& r, const std::vector<Collectiv
     const char* how = d.kind == K::captured_only  ? "the capture issues a collective the model does not"
                       : d.kind == K::modeled_only ? "the model issues a collective the capture does not"
                                                   : "aligned collectives differ";
-    std::cout << "\nfirst difference, rank " << rf.rank << ": " << how << (d.what.empty() ? "" : " (" + d.what + ")")
-              << "\n";
+    std::cout << "\nfirst difference, rank " << rf.rank << ": " << how
+              << (d.what.empty() ? "" : " (" + d.what + ")") << "\n";
     if (d.captured >= 0) {
-      std::cout << "  captured #" << d.captured << ": " << describe(c[static_cast<size_t>(d.captured)]) << "\n";
+      std::cout << "  captured #" << d.captured << ": " << describe(c[static_cast<size_t>(d.captured)])
+                << "\n";
     } else {
       std::cout << "  captured: nothing here\n";
     }
@@ -197,8 +198,9 @@ int run_compare(const CompareArgs& a) {
   const bool on_gpu = a.gpu.backend != "sim";
   if (!a.capture.empty()) {
     if (on_gpu || !a.report.empty() || a.steps > 0) {
-      std::cerr << "shardcheck compare: --capture compares collective sequences on the simulator; it takes no "
-                   "--backend gpu, --report or --steps\n";
+      std::cerr
+          << "shardcheck compare: --capture compares collective sequences on the simulator; it takes no "
+             "--backend gpu, --report or --steps\n";
       return kBadInput;
     }
     return run_capture_compare(a, *s);

@@ -41,7 +41,8 @@ std::string field_differences(const IssuedCollective& c, const IssuedCollective&
   std::string what;
   auto add = [&](const std::string& s) { what += (what.empty() ? "" : "; ") + s; };
   if (c.reduce != m.reduce) {
-    add("reduce op " + std::string(core::to_string(c.reduce)) + " vs " + std::string(core::to_string(m.reduce)));
+    add("reduce op " + std::string(core::to_string(c.reduce)) + " vs " +
+        std::string(core::to_string(m.reduce)));
   }
   if (c.kind == core::CollectiveKind::broadcast && c.root != m.root) {
     add("root " + std::to_string(c.root) + " vs " + std::to_string(m.root));
@@ -49,9 +50,9 @@ std::string field_differences(const IssuedCollective& c, const IssuedCollective&
   if (!streams.agree(c.stream, m.stream)) {
     const auto paired = streams.to_modeled.find(c.stream);
     add("stream '" + c.stream + "' vs '" + m.stream + "' (" +
-        (paired != streams.to_modeled.end() ? "'" + c.stream + "' carried the model's '" + paired->second + "' before"
-                                            : "'" + m.stream + "' carried the capture's '" +
-                                                  streams.to_captured.at(m.stream) + "' before") +
+        (paired != streams.to_modeled.end()
+             ? "'" + c.stream + "' carried the model's '" + paired->second + "' before"
+             : "'" + m.stream + "' carried the capture's '" + streams.to_captured.at(m.stream) + "' before") +
         ")");
   }
   return what;
@@ -175,11 +176,13 @@ std::vector<std::string> summarize(const FidelityResult& r, const std::vector<Co
     const auto& m = modeled[static_cast<size_t>(rf.rank)];
     for (const SequenceDifference& d : rf.differences) {
       using K = SequenceDifference::Kind;
-      if (d.kind == K::captured_only) count("captured only: " + summary_key(c[static_cast<size_t>(d.captured)]));
+      if (d.kind == K::captured_only)
+        count("captured only: " + summary_key(c[static_cast<size_t>(d.captured)]));
       if (d.kind == K::modeled_only) count("modeled only: " + summary_key(m[static_cast<size_t>(d.modeled)]));
       if (d.kind == K::differs) {
         count("aligned, differing in " + without_numbers(d.what) + ": " +
-              summary_key(c[static_cast<size_t>(d.captured)]) + " / " + summary_key(m[static_cast<size_t>(d.modeled)]));
+              summary_key(c[static_cast<size_t>(d.captured)]) + " / " +
+              summary_key(m[static_cast<size_t>(d.modeled)]));
       }
     }
   }

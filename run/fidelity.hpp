@@ -34,7 +34,7 @@ struct SequenceDifference {
 
 struct RankFidelity {
   int rank = 0;
-  int64_t captured = 0, modeled = 0;  // collectives on each side
+  int64_t captured = 0, modeled = 0;            // collectives on each side
   std::vector<SequenceDifference> differences;  // in sequence order
 };
 

@@ -48,7 +48,8 @@ std::vector<std::vector<IssuedCollective>> CollectiveLog::per_rank(int ranks) co
     if (c.rank >= 0 && c.rank < ranks) out[static_cast<size_t>(c.rank)].push_back(c);
   }
   for (auto& r : out) {
-    std::sort(r.begin(), r.end(), [](const IssuedCollective& a, const IssuedCollective& b) { return a.op < b.op; });
+    std::sort(r.begin(), r.end(),
+              [](const IssuedCollective& a, const IssuedCollective& b) { return a.op < b.op; });
   }
   return out;
 }

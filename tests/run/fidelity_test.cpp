@@ -42,8 +42,8 @@ TEST_CASE("equal sequences under different stream names compare equal", "[fideli
 
 TEST_CASE("a collective only one side issues is one difference, not a shift of the rest", "[fidelity]") {
   const CollectiveSequence captured = {coll(AG, 4, 8, "s"), coll(RS, 8, 4, "s"), coll(AG, 2, 4, "s")};
-  const CollectiveSequence modeled = {coll(AR, 1, 1, "c", "grad_norm"), coll(AG, 4, 8, "s"), coll(RS, 8, 4, "s"),
-                                      coll(AG, 2, 4, "s")};
+  const CollectiveSequence modeled = {coll(AR, 1, 1, "c", "grad_norm"), coll(AG, 4, 8, "s"),
+                                      coll(RS, 8, 4, "s"), coll(AG, 2, 4, "s")};
   const auto r = run::compare_sequences({captured}, {modeled});
   REQUIRE_FALSE(r.equal());
   REQUIRE(r.ranks[0].differences.size() == 1);
