@@ -14,6 +14,13 @@ on a 1-D mesh of all ranks (--mesh 1d, the default), or on a 2 x (world/2) mesh:
     --mesh hfsdp   HFSDP: as HSDP, but the optimizer state is sharded across the outer axis
                    too, and the last backward reduce-scatters the gradients onto it
 
+--model picks the model: `blocks` (the default), four Linear(256, 256) + ReLU blocks, or
+`tinylm`, the simulator's TinyLM at the shapes of its training scenarios (vocabulary 64, hidden
+16, 4 layers, sequence 8; the output projection is its own weight, as the scenarios' with
+`tied_embeddings: false`), each of its units (the embedding, each block, the head) one FSDP module, as the simulator
+groups them. --microbatches N accumulates N microbatches per step, marking the last with
+megatron_fsdp's microbatch(context, is_last) as HSDP and HFSDP need.
+
 Each rank prints one line at the end with the loss of each step, so that two runs (two
 strategies, or two commits) can be compared rank by rank. A strategy that the loaded
 megatron_fsdp does not support, or that cannot be expressed on the mesh, exits 2 before any
@@ -79,7 +86,12 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--strategy", choices=list(STRATEGIES), default="optim_grads_params")
     parser.add_argument("--mesh", choices=["1d", "hsdp", "hfsdp"], default="1d")
-    return parser.parse_args()
+    parser.add_argument("--model", choices=["blocks", "tinylm"], default="blocks")
+    parser.add_argument("--microbatches", type=int, default=1)
+    args = parser.parse_args()
+    if args.microbatches < 1:
+        parser.error("--microbatches must be at least 1")
+    return args
 
 
 def placement_factories():
@@ -115,6 +127,7 @@ def load_api():
             fully_shard,
             fully_shard_context,
             fully_shard_optimizer,
+            microbatch,
         )
         from megatron_fsdp.experimental.parameter_group import FsdpParameterGroup
         from megatron_fsdp.mixed_precision import MixedPrecisionPolicy
@@ -130,7 +143,7 @@ def load_api():
         path=os.path.dirname(megatron_fsdp.__file__),
         Placements=Placements, MixedPrecisionPolicy=MixedPrecisionPolicy,
         fully_shard=fully_shard, fully_shard_context=fully_shard_context,
-        fully_shard_optimizer=fully_shard_optimizer,
+        fully_shard_optimizer=fully_shard_optimizer, microbatch=microbatch,
         placement={"R": replicate, "S": shard, "P": partial},
         # #6137 made unshard accept replicated parameters (no-shard, ZeRO-1, ZeRO-2); before it,
         # unshard raises "FSDP parameter unshard requires a changed placement axis" at the
@@ -190,35 +203,108 @@ def make_placements(api, strategy, mesh):
                           gradient=gradient, optimizer=optimizer)
 
 
-def build(api, mesh, placements):
+# TinyLM at the shapes of the simulator's training scenarios (scenarios/training/*.yaml:
+# vocab 64, hidden 16, layers 4, seq 8), its parameters named as the simulator names them.
+VOCAB, HIDDEN, LAYERS, SEQ, MICRO_BATCH = 64, 16, 4, 8, 2
+
+
+class Block(nn.Module):
+    """x + fc2(gelu(fc1(ln1(x)))), one unit of TinyLM."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(HIDDEN)
+        self.fc1 = nn.Linear(HIDDEN, 4 * HIDDEN)
+        self.fc2 = nn.Linear(4 * HIDDEN, HIDDEN)
+
+    def forward(self, x):
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln1(x))))
+
+
+class Head(nn.Module):
+    """The final LayerNorm and the output projection. (A tied projection would read the
+    embedding's weight outside the embedding's FSDP module, where ZeRO-3 has resharded it.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.final_ln = nn.LayerNorm(HIDDEN)
+        self.output = nn.Linear(HIDDEN, VOCAB, bias=False)
+
+    def forward(self, x):
+        return self.output(self.final_ln(x))
+
+
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(VOCAB, HIDDEN)
+        self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.head = Head()
+
+    def units(self):
+        return [self.embedding, *self.layers, self.head]
+
+    def forward(self, tokens):
+        x = self.embedding(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        logits = self.head(x)
+        return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+
+
+class Blocks(nn.Sequential):
+    def __init__(self):
+        super().__init__(*[nn.Sequential(nn.Linear(256, 256), nn.ReLU()) for _ in range(4)])
+
+    def units(self):
+        return list(self)
+
+    def forward(self, x):
+        return super().forward(x).square().mean()
+
+    @staticmethod
+    def batch(generator):
+        return torch.randn(32, 256, device="cuda", generator=generator)
+
+
+TinyLM.batch = staticmethod(lambda generator: torch.randint(
+    VOCAB, (MICRO_BATCH, SEQ), device="cuda", generator=generator))
+
+
+def build(api, mesh, placements, model_name):
     """The model on every rank from one seed (replicated placements keep each rank's own copy,
-    so the copies must start equal), each block its own FSDP module."""
+    so the copies must start equal), each unit its own FSDP module; returns the model, its
+    optimizer and the FSDP context."""
     torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.ReLU()) for _ in range(4)]).cuda()
+    model = (TinyLM() if model_name == "tinylm" else Blocks()).cuda()
     policy = api.MixedPrecisionPolicy(main_params_dtype=torch.float32,
                                       main_grads_dtype=torch.float32)
-    with api.fully_shard_context():
-        for block in model:
-            api.fully_shard(block, mesh=mesh, placements=placements, mixed_precision_policy=policy)
+    with api.fully_shard_context() as context:
+        for unit in model.units():
+            api.fully_shard(unit, mesh=mesh, placements=placements, mixed_precision_policy=policy)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     # Its step post-hook refreshes the compute weights from the updated main weights. ZeRO-1,
     # ZeRO-2 and HFSDP compute with a replicated copy of their own, which would otherwise keep
     # its initial values.
     api.fully_shard_optimizer(optimizer)
-    return model, optimizer
+    return model, optimizer, context
 
 
-def train(model, optimizer, rank):
-    """STEPS steps; returns each step's loss as a float. Each rank draws its own data, so that
-    a missing or wrong gradient reduction changes the losses (with the same data everywhere,
-    each rank's local gradient would already be the average). No host sync inside the loop: a
-    .item() per step would order every stream at each step and hide what a capture is for."""
+def train(api, model, optimizer, context, rank, microbatches):
+    """STEPS steps of MICROBATCHES microbatches; returns each step's mean loss as a float. Each
+    rank draws its own data, so that a missing or wrong gradient reduction changes the losses
+    (with the same data everywhere, each rank's local gradient would already be the average).
+    No host sync inside the loop: a .item() per step would order every stream at each step and
+    hide what a capture is for."""
     generator = torch.Generator(device="cuda").manual_seed(1000 + rank)
     losses = []
     for _ in range(STEPS):
-        x = torch.randn(32, 256, device="cuda", generator=generator)
-        loss = model(x).square().mean()
-        loss.backward()
+        loss = 0
+        for m in range(microbatches):
+            with api.microbatch(context, is_last=m == microbatches - 1):
+                part = model(model.batch(generator)) / microbatches
+                part.backward()
+            loss = loss + part.detach()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.detach())
@@ -243,9 +329,10 @@ def main():
     if rank == 0:
         print(f"train.py: megatron_fsdp from {api.path}", file=sys.stderr, flush=True)
     mesh = make_mesh(args.mesh, world)
-    model, optimizer = build(api, mesh, make_placements(api, args.strategy, args.mesh))
+    model, optimizer, context = build(api, mesh, make_placements(api, args.strategy, args.mesh),
+                                      args.model)
     try:
-        losses = train(model, optimizer, rank)
+        losses = train(api, model, optimizer, context, rank, args.microbatches)
     except NotImplementedError as error:
         # Code with #6441 but without #5972 runs HFSDP's first step, then cannot return the
         # gradient reduce-scattered onto the optimizer shard to its partial placement. Every
@@ -254,7 +341,8 @@ def main():
             raise
         finish()
         refuse(f"this megatron_fsdp has no HFSDP: {error} (needs Megatron-LM #5972)", rank)
-    print(f"rank {rank}/{world} strategy={args.strategy} mesh={args.mesh} losses="
+    print(f"rank {rank}/{world} model={args.model} strategy={args.strategy} mesh={args.mesh} "
+          f"microbatches={args.microbatches} losses="
           + " ".join(repr(loss) for loss in losses), flush=True)
     finish()
 
