@@ -53,3 +53,32 @@ TEST_CASE("compare --steps past the reference bound exits 2 before anything runs
   REQUIRE_THAT(r.err, Catch::Contains("2^24"));
   REQUIRE(r.out.empty());
 }
+
+TEST_CASE("compare --capture sets a capture's collectives beside the engine's, rank by rank",
+          "[cli][compare]") {
+  const std::string cap = std::string(SHARDCHECK_SOURCE_DIR) + "/tests/capture/h100/mfsdp-optim-4";
+  auto r = run_shardcheck("compare " + file("fidelity/mfsdp-optim.yaml") + " --capture " + cap);
+  // Four Linear(256, 256) blocks against TinyLM's units: nothing aligns, and the summary says
+  // what each side issues, the capture's by its Python lines.
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(r.out, Catch::Contains("rank 3: 24 captured, 45 modeled"));
+  REQUIRE_THAT(r.out, Catch::Contains("first difference, rank 0"));
+  REQUIRE_THAT(r.out, Catch::Contains("modeled only: broadcast 'block.N:init'"));
+  REQUIRE_THAT(r.out, Catch::Contains("captured only: reduce_scatter at "));
+  REQUIRE_THAT(r.out, Catch::Contains("megatron_fsdp/experimental/dbuffer.py:443"));
+}
+
+TEST_CASE("compare --capture refuses what is not a capture, and GPU or report options", "[cli][compare]") {
+  const std::string cap = std::string(SHARDCHECK_SOURCE_DIR) + "/tests/capture/h100/mfsdp-optim-4";
+  auto not_capture = run_shardcheck("compare " + file("fidelity/mfsdp-optim.yaml") + " --capture " +
+                                    file("trace/reuse-race.yaml"));
+  REQUIRE(not_capture.exit_code == 2);
+  REQUIRE_THAT(not_capture.err, Catch::Contains("--capture takes a captured program's folder"));
+  auto missing =
+      run_shardcheck("compare " + file("fidelity/mfsdp-optim.yaml") + " --capture /nonexistent/cap");
+  REQUIRE(missing.exit_code == 2);
+  auto steps =
+      run_shardcheck("compare " + file("fidelity/mfsdp-optim.yaml") + " --capture " + cap + " --steps 1");
+  REQUIRE(steps.exit_code == 2);
+  REQUIRE_THAT(steps.err, Catch::Contains("takes no --backend gpu, --report or --steps"));
+}
