@@ -234,6 +234,11 @@ Task<BufferId> TinyLmExec::block_backward(int unit, BufferId x, BlockActs& a, Bu
 
 Task<> TinyLmExec::embedding_backward(int unit, BufferId tokens, BufferId dx, int mb) {
   const int64_t N = o_.rows, H = hidden(), V = model_.config().vocab;
+  // The gradient of a lookup needs no weights, but FSDP unshards every module before its
+  // backward whatever the module computes (Megatron-FSDP's pre_backward, FSDP2's too): the
+  // embedding's weights are gathered again here, as the captures of the real code show
+  // (docs/fidelity.md).
+  co_await acquire(unit);
   co_await engine_.begin_backward(unit);
   const TensorRef gw = engine_.grad(embedding_param_);
   co_await rt_.launch(kernels::embedding_backward(s_.compute, TensorRef{tokens, 0, N, DType::i32},
@@ -246,6 +251,7 @@ Task<> TinyLmExec::embedding_backward(int unit, BufferId tokens, BufferId dx, in
     tied_pending_.erase(it);
   }
   co_await engine_.end_backward(unit);
+  co_await engine_.release(unit);
 }
 
 Task<std::optional<BufferId>> TinyLmExec::backward(int v, int mb, BufferId dy) {
@@ -257,10 +263,9 @@ Task<std::optional<BufferId>> TinyLmExec::backward(int v, int mb, BufferId dy) {
   std::optional<BufferId> result;
   for (auto u = units.rbegin(); u != units.rend(); ++u) {
     const Unit& unit = model_.units()[*u];
-    // The embedding's backward reads no weights, so it is never prefetched.
-    next_unit_ = -1;
-    if (u + 1 != units.rend() && model_.units()[*(u + 1)].kind != Unit::Kind::embedding)
-      next_unit_ = *(u + 1);
+    // Every unit is unsharded for its backward, the embedding too (embedding_backward), so the
+    // next one is prefetched whatever it is.
+    next_unit_ = u + 1 != units.rend() ? *(u + 1) : -1;
     if (unit.kind == Unit::Kind::head) {
       const BufferId x = s.xs.back();
       s.xs.pop_back();
