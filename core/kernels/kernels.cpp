@@ -19,12 +19,17 @@ KernelCall make(std::string name, StreamId s, std::vector<TensorRef> reads, std:
 }  // namespace
 
 bool is_elementwise(const KernelParams& p) {
+  if (const auto* o = std::get_if<kernel::Opaque>(&p)) return o->elementwise;
   return std::visit([](const auto& k) { return std::decay_t<decltype(k)>::kElementwise; }, p);
 }
 
 namespace kernels {
 KernelCall opaque(std::string name, StreamId s, std::vector<TensorRef> reads, std::vector<TensorRef> writes) {
   return make(std::move(name), s, std::move(reads), std::move(writes), kernel::Opaque{});
+}
+KernelCall opaque_elementwise(std::string name, StreamId s, std::vector<TensorRef> reads,
+                              std::vector<TensorRef> writes) {
+  return make(std::move(name), s, std::move(reads), std::move(writes), kernel::Opaque{.elementwise = true});
 }
 KernelCall fill(StreamId s, TensorRef out, double value, std::string name) {
   return make(std::move(name), s, {}, {out}, kernel::Fill{value});

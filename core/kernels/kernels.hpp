@@ -27,6 +27,11 @@ namespace kernel {
 // fnv1a(name) (core/base/rng.hpp): floats in [1, 2), so sums of patterns stay finite.
 struct Opaque {
   static constexpr bool kElementwise = false;
+  // A captured operator known to be elementwise (aten::add_, aten::div_, ...) over reads and
+  // writes of one size: element i of a write depends on element i of the reads alone, so
+  // never-written input elements carry to its outputs rather than being consumed
+  // (is_elementwise reads this; it changes nothing the kernel computes).
+  bool elementwise = false;
 };
 // writes[0][i] = value
 struct Fill {
@@ -226,6 +231,9 @@ struct KernelCall {
 
 namespace kernels {
 KernelCall opaque(std::string name, StreamId s, std::vector<TensorRef> reads, std::vector<TensorRef> writes);
+// An opaque kernel that is elementwise over reads and writes of one size (kernel::Opaque).
+KernelCall opaque_elementwise(std::string name, StreamId s, std::vector<TensorRef> reads,
+                              std::vector<TensorRef> writes);
 KernelCall fill(StreamId s, TensorRef out, double value, std::string name = "fill");
 KernelCall copy(StreamId s, TensorRef in, TensorRef out, std::string name = "copy");
 KernelCall add(StreamId s, TensorRef a, TensorRef b, TensorRef out, std::string name = "add");
