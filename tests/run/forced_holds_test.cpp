@@ -43,23 +43,22 @@ TEST_CASE("forced holds: the reuse race holds the reduce-scatter until the next 
 TEST_CASE("forced holds: the main-grad race names which accumulation and which receive",
           "[cli][gpu-replay]") {
   const auto holds = run::forced_holds({load("catalog/main-grad-alloc-default-stream.yaml")});
-  REQUIRE(holds.size() == 3);
+  REQUIRE(holds.size() == 2);
   // The accumulation of the last microbatch before the receive that reuses the block, and the
-  // finalizing reduce-scatter of the same block: two races, one second access. The third is
-  // the next step's: its last accumulation reads the block after that step's receive.
+  // finalizing reduce-scatter of the same block: two races, one second access, in the third
+  // step (the 12th accumulation, the third finalization and receive). The block is freed at
+  // every step; which step's receive takes it depends on what else the allocator holds (until
+  // the engines gathered the embedding for its backward, the first and the third step raced).
   CHECK(holds[0].first_stream == "rs");
   CHECK(holds[0].first_op == "kernel 'block.2.accumulate'");
-  CHECK(holds[0].first_occurrence == 3);
-  CHECK(holds[0].second_occurrence == 0);
+  CHECK(holds[0].first_occurrence == 11);
+  CHECK(holds[0].second_occurrence == 2);
   CHECK(holds[1].first_op == "reduce_scatter 'block.2:grad.finalize'");
-  CHECK(holds[1].first_occurrence == 0);
-  CHECK(holds[1].second_occurrence == 0);
-  CHECK(holds[2].first_op == "kernel 'block.2.accumulate'");
-  CHECK(holds[2].first_occurrence == 7);
-  CHECK(holds[2].second_occurrence == 1);
+  CHECK(holds[1].first_occurrence == 2);
+  CHECK(holds[1].second_occurrence == 2);
   for (const auto& h : holds) {
     CHECK(h.second_stream == "p2p.bwd.recv");
-    CHECK(h.second_op == "recv 'grad:1:mb2' from 2");
+    CHECK(h.second_op == "recv 'grad:1:mb2' from 3");
     CHECK(h.freed_buffer == "block.2.main_grad");
     CHECK(h.reusing_buffer == "recv:grad:1:mb2");
   }
