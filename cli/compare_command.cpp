@@ -166,6 +166,10 @@ int run_capture_compare(const CompareArgs& a, const LoadedScenario& s) {
     std::cerr << "shardcheck compare: " << r.problem << "\n";
     return kBadInput;
   }
+  if (!cap->partial.empty()) {
+    std::cout << "the capture is partial, so it holds only the collectives before its ranks stopped: "
+              << core::printable(cap->partial) << "\n";
+  }
   for (const RankFidelity& rf : r.ranks) {
     std::cout << "rank " << rf.rank << ": " << rf.captured << " captured, " << rf.modeled << " modeled: "
               << (rf.differences.empty() ? "the same sequence"

@@ -202,3 +202,77 @@ TEST_CASE(
     REQUIRE_THAT(r.out, Catch::Contains("clean   " + std::string(name) + ": no findings"));
   }
 }
+
+// The seeds' bugs in Megatron-FSDP itself (examples/megatron_fsdp/run-seeds.sh, the pairs of
+// docs/fidelity.md), 4 ranks on one H100.
+TEST_CASE("#6187 in Megatron-FSDP: its parent and the fix check clean at one and four microbatches",
+          "[cli][capture][h100]") {
+  // The parent frees the default-stream main_grad while the reduce-scatter stream still reads
+  // it, but no default-stream allocation before the end of the backward takes its block
+  // (docs/fidelity.md): nothing reuses it, so there is no race to find in these programs.
+  for (const char* name : {"m6187-before-hsdp-4", "m6187-after-hsdp-4", "m6187-before-hsdp-mb4-4",
+                           "m6187-before-4", "m6187-after-4"}) {
+    INFO(name);
+    auto r = run_shardcheck("run " + h100(name));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE_THAT(r.out, Catch::Contains("clean   " + std::string(name) + ": no findings"));
+  }
+  // The fix's HSDP run with four microbatches hung inside an all-reduce on the one-GPU backend,
+  // every rank at the same collective: partial, so never clean, and nothing found before it.
+  auto hung = run_shardcheck("run " + h100("m6187-after-hsdp-mb4-4"));
+  REQUIRE(hung.exit_code == 1);
+  REQUIRE_THAT(hung.out, Catch::Contains("PARTIAL m6187-after-hsdp-mb4-4: no findings in what was captured"));
+}
+
+TEST_CASE("#6336 in Megatron-FSDP: the set-ordered post-step sync mismatches under HFSDP; the fix is clean",
+          "[cli][capture][h100]") {
+  for (const char* name : {"m6336-before-hsdp-4", "m6336-after-hsdp-4", "m6336-before-4", "m6336-after-4",
+                           "m6336-fix-hfsdp-4"}) {
+    INFO(name);
+    auto r = run_shardcheck("run " + h100(name));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE_THAT(r.out, Catch::Contains("clean   " + std::string(name) + ": no findings"));
+  }
+  // Three runs of the graft (540f4203ef with the parent's optimizer.py), each rank process
+  // with its own hash seed: in every one, the ranks of a dp_outer pair gather TinyLM's units
+  // in different orders, so one all-gather differs in size.
+  for (const char* name : {"m6336-graft-hfsdp-4-1", "m6336-graft-hfsdp-4-2", "m6336-graft-hfsdp-4-3"}) {
+    INFO(name);
+    auto r = run_shardcheck("run " + h100(name));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 1);
+    REQUIRE_THAT(r.out, Catch::Contains("FOUND   " + std::string(name) + ": collective_mismatch"));
+    REQUIRE_THAT(r.out, Catch::Contains("megatron_fsdp/experimental/dbuffer.py:378"));
+    REQUIRE_THAT(r.out, Catch::Contains("make every member pass the same element counts"));
+  }
+}
+
+TEST_CASE("the engines issue Megatron-FSDP's collectives, but for the initial broadcast and the norm",
+          "[cli][capture][h100][fidelity]") {
+  // docs/fidelity.md's table: per strategy, the capture of train.py --model tinylm
+  // --microbatches 4 at d98e8a64dd against scenarios/fidelity/mfsdp-<strategy>.yaml. Every
+  // difference left is one of the two the table accounts for.
+  for (const char* st : {"no_shard", "optim", "optim_grads", "optim_grads_params", "hfsdp"}) {
+    INFO(st);
+    auto r = run_shardcheck("compare " + std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/fidelity/mfsdp-" + st +
+                            ".yaml --capture " + h100(std::string("mfsdp-tinylm-") + st + "-4"));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 1);
+    const std::string every = r.out.substr(r.out.find("every difference, over all ranks:"));
+    REQUIRE(every ==
+            "every difference, over all ranks:\n"
+            "  4 x modeled only: broadcast 'embedding:init'\n"
+            "  16 x modeled only: broadcast 'block.N:init'\n"
+            "  4 x modeled only: broadcast 'head:init'\n"
+            "  12 x modeled only: all_reduce 'grad_norm'\n");
+  }
+  // HSDP's capture hung at its 79th collective; the 78 before it are the model's, in order.
+  auto hsdp = run_shardcheck("compare " + std::string(SHARDCHECK_SOURCE_DIR) +
+                             "/scenarios/fidelity/mfsdp-hsdp.yaml --capture " + h100("mfsdp-tinylm-hsdp-4"));
+  REQUIRE(hsdp.exit_code == 1);
+  REQUIRE_THAT(hsdp.out, Catch::Contains("the capture is partial"));
+  REQUIRE_THAT(hsdp.out, Catch::Contains("rank 3: 78 captured, 243 modeled: 165 differences"));
+  REQUIRE_THAT(hsdp.out, !Catch::Contains("captured only"));
+}
