@@ -205,7 +205,7 @@ TEST_CASE(
 
 // The seeds' bugs in Megatron-FSDP itself (examples/megatron_fsdp/run-seeds.sh, the pairs of
 // docs/fidelity.md), 4 ranks on one H100.
-TEST_CASE("#6187 in Megatron-FSDP: its parent and the fix check clean at one and four microbatches",
+TEST_CASE("Megatron-FSDP #6187: its parent and the fix check clean at one and four microbatches",
           "[cli][capture][h100]") {
   // The parent frees the default-stream main_grad while the reduce-scatter stream still reads
   // it, but no default-stream allocation before the end of the backward takes its block
@@ -225,7 +225,7 @@ TEST_CASE("#6187 in Megatron-FSDP: its parent and the fix check clean at one and
   REQUIRE_THAT(hung.out, Catch::Contains("PARTIAL m6187-after-hsdp-mb4-4: no findings in what was captured"));
 }
 
-TEST_CASE("#6336 in Megatron-FSDP: the set-ordered post-step sync mismatches under HFSDP; the fix is clean",
+TEST_CASE("Megatron-FSDP #6336: the set-ordered post-step sync mismatches under HFSDP, the fix is clean",
           "[cli][capture][h100]") {
   for (const char* name : {"m6336-before-hsdp-4", "m6336-after-hsdp-4", "m6336-before-4", "m6336-after-4",
                            "m6336-fix-hfsdp-4"}) {
@@ -256,8 +256,8 @@ TEST_CASE("the engines issue Megatron-FSDP's collectives, but for the initial br
   // difference left is one of the two the table accounts for.
   for (const char* st : {"no_shard", "optim", "optim_grads", "optim_grads_params", "hfsdp"}) {
     INFO(st);
-    auto r = run_shardcheck("compare " + std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/fidelity/mfsdp-" + st +
-                            ".yaml --capture " + h100(std::string("mfsdp-tinylm-") + st + "-4"));
+    auto r = run_shardcheck("compare " + std::string(SHARDCHECK_SOURCE_DIR) + "/scenarios/fidelity/mfsdp-" +
+                            st + ".yaml --capture " + h100(std::string("mfsdp-tinylm-") + st + "-4"));
     INFO(r.out);
     REQUIRE(r.exit_code == 1);
     const std::string every = r.out.substr(r.out.find("every difference, over all ranks:"));

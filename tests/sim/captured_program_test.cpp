@@ -1,6 +1,7 @@
 // Captured programs on the simulator: the fixtures' findings with their Python lines under every
 // policy, shadow-only runs that change nothing but the bytes, and the collectives only captured
 // programs issue (reduce, all_to_all, barrier).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -222,6 +223,21 @@ TEST_CASE("a side-stream race, a read of torch.empty memory and a p2p deadlock s
   REQUIRE_THAT(copied.explored.findings[0].summary,
                Catch::Contains("aten::sum at pad.py:10 reads 512 never-written bytes of 'tensor allocated at "
                                "pad.py:7' (first at byte 512)"));
+  // Elementwise operators over operands of one size carry them too (a gradient accumulated into
+  // a buffer whose padding nobody wrote, then divided in place): the norm that reads them is
+  // the finding. An add_ with an operand of another size (a broadcast) is opaque, and uses them.
+  const auto accumulated = run_fixture("uninit-accumulated");
+  REQUIRE(accumulated.explored.findings.size() == 2);
+  std::vector<std::string> summaries;
+  for (const auto& f : accumulated.explored.findings) {
+    REQUIRE(f.kind == core::FindingKind::uninitialized_read);
+    summaries.push_back(f.summary);
+  }
+  std::sort(summaries.begin(), summaries.end());
+  REQUIRE_THAT(summaries[0], Catch::Contains("aten::add_ at acc.py:13 reads 1024 never-written bytes"));
+  REQUIRE_THAT(summaries[1],
+               Catch::Contains("aten::norm at acc.py:11 reads 512 never-written bytes of 'tensor "
+                               "allocated at acc.py:5' (first at byte 512)"));
   const auto deadlock = run_fixture("p2p-deadlock");
   REQUIRE(deadlock.explored.findings.size() == 1);
   REQUIRE(deadlock.explored.findings[0].kind == core::FindingKind::deadlock);
