@@ -126,12 +126,20 @@ void print_first_difference(const FidelityResult& r, const std::vector<Collectiv
       std::cout << "  captured #" << d.captured << ": " << describe(c[static_cast<size_t>(d.captured)])
                 << "\n";
     } else {
-      std::cout << "  captured: nothing here\n";
+      std::cout << "  captured: nothing here; its next is "
+                << (d.captured_next < rf.captured ? "#" + std::to_string(d.captured_next) + ": " +
+                                                        describe(c[static_cast<size_t>(d.captured_next)])
+                                                  : std::string("none (its end)"))
+                << "\n";
     }
     if (d.modeled >= 0) {
       std::cout << "  modeled  #" << d.modeled << ": " << describe(m[static_cast<size_t>(d.modeled)]) << "\n";
     } else {
-      std::cout << "  modeled:  nothing here\n";
+      std::cout << "  modeled:  nothing here; its next is "
+                << (d.modeled_next < rf.modeled ? "#" + std::to_string(d.modeled_next) + ": " +
+                                                      describe(m[static_cast<size_t>(d.modeled_next)])
+                                                : std::string("none (its end)"))
+                << "\n";
     }
     return;
   }

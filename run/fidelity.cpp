@@ -81,10 +81,11 @@ RankFidelity compare_rank(int rank, const CollectiveSequence& c, const Collectiv
       }
       ++i, ++j;
     } else if (j < k && (i == n || lcs[i][j + 1] >= lcs[i + 1][j])) {
-      r.differences.push_back({K::modeled_only, -1, static_cast<int64_t>(j), ""});
+      r.differences.push_back({K::modeled_only, -1, static_cast<int64_t>(j), "", static_cast<int64_t>(i), 0});
       ++j;
     } else {
-      r.differences.push_back({K::captured_only, static_cast<int64_t>(i), -1, ""});
+      r.differences.push_back(
+          {K::captured_only, static_cast<int64_t>(i), -1, "", 0, static_cast<int64_t>(j)});
       ++i;
     }
   }

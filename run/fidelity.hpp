@@ -30,6 +30,9 @@ struct SequenceDifference {
   Kind kind = Kind::differs;
   int64_t captured = -1, modeled = -1;  // positions in each rank's sequence; -1: none
   std::string what;                     // differs: the fields, "reduce op avg vs sum; stream"
+  // Where the other side stands at a one-sided difference: the position of its next collective
+  // (its length when none follows).
+  int64_t captured_next = 0, modeled_next = 0;
 };
 
 struct RankFidelity {
