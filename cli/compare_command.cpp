@@ -108,39 +108,34 @@ void print_table(const CompareResult& r) {
   }
 }
 
-// The first difference in rank order, with the aligned lines before it on both sides.
+// One side's line at a difference: its collective there, or, where it has none, its next one.
+void print_side(const std::string& label, int64_t at, int64_t next, const CollectiveSequence& seq) {
+  const std::string pad(label.size() < 9 ? 9 - label.size() : 1, ' ');  // the two sides' lines align
+  if (at >= 0) {
+    std::cout << "  " << label << pad << "#" << at << ": " << describe(seq[static_cast<size_t>(at)]) << "\n";
+    return;
+  }
+  std::cout << "  " << label << ":" << pad << "nothing here; its next is "
+            << (next < static_cast<int64_t>(seq.size())
+                    ? "#" + std::to_string(next) + ": " + describe(seq[static_cast<size_t>(next)])
+                    : std::string("none (its end)"))
+            << "\n";
+}
+
+// The first difference in rank order, with both sides' lines there.
 void print_first_difference(const FidelityResult& r, const std::vector<CollectiveSequence>& captured,
                             const std::vector<CollectiveSequence>& modeled) {
   for (const RankFidelity& rf : r.ranks) {
     if (rf.differences.empty()) continue;
     const SequenceDifference& d = rf.differences.front();
-    const auto& c = captured[static_cast<size_t>(rf.rank)];
-    const auto& m = modeled[static_cast<size_t>(rf.rank)];
     using K = SequenceDifference::Kind;
     const char* how = d.kind == K::captured_only  ? "the capture issues a collective the model does not"
                       : d.kind == K::modeled_only ? "the model issues a collective the capture does not"
                                                   : "aligned collectives differ";
     std::cout << "\nfirst difference, rank " << rf.rank << ": " << how
               << (d.what.empty() ? "" : " (" + d.what + ")") << "\n";
-    if (d.captured >= 0) {
-      std::cout << "  captured #" << d.captured << ": " << describe(c[static_cast<size_t>(d.captured)])
-                << "\n";
-    } else {
-      std::cout << "  captured: nothing here; its next is "
-                << (d.captured_next < rf.captured ? "#" + std::to_string(d.captured_next) + ": " +
-                                                        describe(c[static_cast<size_t>(d.captured_next)])
-                                                  : std::string("none (its end)"))
-                << "\n";
-    }
-    if (d.modeled >= 0) {
-      std::cout << "  modeled  #" << d.modeled << ": " << describe(m[static_cast<size_t>(d.modeled)]) << "\n";
-    } else {
-      std::cout << "  modeled:  nothing here; its next is "
-                << (d.modeled_next < rf.modeled ? "#" + std::to_string(d.modeled_next) + ": " +
-                                                      describe(m[static_cast<size_t>(d.modeled_next)])
-                                                : std::string("none (its end)"))
-                << "\n";
-    }
+    print_side("captured", d.captured, d.captured_next, captured[static_cast<size_t>(rf.rank)]);
+    print_side("modeled", d.modeled, d.modeled_next, modeled[static_cast<size_t>(rf.rank)]);
     return;
   }
 }

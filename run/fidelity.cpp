@@ -5,7 +5,7 @@
 #include <map>
 #include <tuple>
 
-#include "sim/world.hpp"
+#include "sim/explore.hpp"
 
 namespace shardcheck::run {
 
@@ -122,8 +122,11 @@ core::Expected<std::vector<CollectiveSequence>> collective_sequences(const Loade
   sim::World world(*options);
   sim::CollectiveLog log;
   world.add_detector(log.detector());
-  const sim::RunSetup setup = s.factory(world);  // its oracles (`after`) judge values: not run
-  const sim::RunResult r = world.run(setup.program);
+  const sim::RunResult r = sim::run_once(world, [&s](sim::World& w) {
+    sim::RunSetup setup = s.factory(w);
+    setup.after = {};  // its oracles judge values: not needed here
+    return setup;
+  });
   if (!r.error.empty()) return core::fail(s.file, ": the run stopped: ", r.error);
   if (r.cancelled) return core::fail(s.file, ": the run was interrupted");
   return log.per_rank(world.ranks());
