@@ -190,6 +190,24 @@ int run_capture_compare(const CompareArgs& a, const LoadedScenario& s) {
   return kExpectationFailed;
 }
 
+// Whether compare can take the loaded file; says why not on stderr.
+bool is_training(const run::LoadedScenario& s, const std::string& file) {
+  if (s.capture) {
+    // A folder has no line to point at: say what it is and what compare takes.
+    std::cerr << "shardcheck compare: " << core::printable(file)
+              << " is a captured program; compare takes a training scenario (compare FILE.yaml runs it "
+                 "against the single-rank reference; compare FILE.yaml --capture "
+              << core::printable(file) << " compares its collectives with the capture's)\n";
+    return false;
+  }
+  if (!s.training) {
+    std::cerr << core::printable(file)
+              << ":1:1: compare needs a training scenario (this one is kind: " << s.kind << ")\n";
+    return false;
+  }
+  return true;
+}
+
 int run_compare(const CompareArgs& a) {
   if (!outputs_ok({}, {"--report", a.report})) return kBadInput;
   auto s = load_scenario(a.file);
@@ -197,11 +215,7 @@ int run_compare(const CompareArgs& a) {
     std::cerr << core::printable(s.error().message()) << "\n";
     return kBadInput;
   }
-  if (!s->training) {
-    std::cerr << core::printable(a.file)
-              << ":1:1: compare needs a training scenario (this one is kind: " << s->kind << ")\n";
-    return kBadInput;
-  }
+  if (!is_training(*s, a.file)) return kBadInput;
   const bool on_gpu = a.gpu.backend != "sim";
   if (!a.capture.empty()) {
     if (on_gpu || !a.report.empty() || a.steps > 0) {

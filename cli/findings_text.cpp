@@ -14,6 +14,7 @@ void print_findings(std::ostream& out, const run::LoadedScenario& s,
     out << "[" << core::to_string(f.kind) << "] " << f.explanation << "\n";
     if (f.occurrences > 1)
       out << "  (seen " << f.occurrences << " times: on several ranks, steps or schedules)\n";
+    out << core::spread_text(f);
     out << "  reproduce: " << reports::command_name() << " replay " << core::shell_word(s.file) << " --seed "
         << f.seed << policy_flag << "\n\n";
   }

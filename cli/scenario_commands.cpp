@@ -36,7 +36,11 @@ void add_schedule_options(CLI::App* cmd, ScheduleArgs& a, bool with_runs) {
   a.with_runs = with_runs;
   cmd->add_option("--policy", a.policy, "Schedule policy (default: the file's)")
       ->check(one_of({"in_order", "random", "pct", "delay_comm"}));
-  cmd->add_option("--seed", a.seed, "First schedule seed (default: the file's)")
+  cmd->add_option("--seed", a.seed,
+                  with_runs
+                      ? "First schedule seed (default: the file's)"
+                      : "The schedule's seed, as a finding's reproduce line gives it (default: the file's "
+                        "first)")
       ->transform(in_range(0, L::kMaxSeed));
   if (with_runs) {
     cmd->add_option("--runs", a.runs, "Schedules to explore (default: the file's)")

@@ -76,6 +76,7 @@ std::string findings_text(const ScenarioResult& s) {
     out += "[" + std::string(core::to_string(f.kind)) + "] " + f.explanation + "\n";
     if (f.occurrences > 1)
       out += "  (seen " + std::to_string(f.occurrences) + " times: on several ranks, steps or schedules)\n";
+    out += core::spread_text(f);
     out += "  reproduce: " + reproducer(s, f) + "\n\n";
   }
   return out;

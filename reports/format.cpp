@@ -188,6 +188,12 @@ std::string compare_verdict(const ScenarioResult& s, const CompareData& c) {
 
 std::string result_text(const ScenarioResult& s) {
   if (!s.judged && s.error.empty()) return kNoVerdict;
+  // A captured program states no expectation: it is clean, has findings, or stopped partway
+  // (as the terminal's verdict says).
+  if (s.kind == "capture" && s.error.empty()) {
+    if (!s.partial.empty()) return "PARTIAL";
+    return s.found.empty() ? "clean" : "FOUND";
+  }
   return s.met && s.error.empty() ? "ok" : "FAILED";
 }
 
@@ -209,7 +215,7 @@ Totals totals(const Report& r) {
   for (const auto& s : r.scenarios) {
     ++t.scenarios;
     const std::string result = result_text(s);
-    if (result == "ok")
+    if (result == "ok" || result == "clean")
       ++t.met;
     else if (result == kNoVerdict)
       ++t.no_verdict;

@@ -48,7 +48,8 @@ svg .series.mark.series-0,svg .series.mark.series-1,svg .series.mark.series-2,sv
 
 // The CSS class of a result_text.
 const char* result_class(const string& result) {
-  return result == "ok" ? "ok" : result == "FAILED" ? "failed" : "noverdict";
+  if (result == "ok" || result == "clean") return "ok";
+  return result == "FAILED" || result == "FOUND" || result == "PARTIAL" ? "failed" : "noverdict";
 }
 
 string td(const string& text, std::string_view cls = {}) {
@@ -88,7 +89,9 @@ string finding_html(const ScenarioResult& s, size_t i, size_t scenario, const st
                "</span>" + html_escape(f.summary) + "</h3>";
   out += "<p class=\"meta\">seed " + std::to_string(f.seed) + " · seen " + std::to_string(f.occurrences) +
          (f.occurrences == 1 ? " time" : " times") + " · key <code>" + html_escape(f.key) + "</code></p>";
-  if (!f.explanation.empty()) out += "<pre class=\"explanation\">" + html_escape(f.explanation) + "</pre>";
+  if (!f.explanation.empty())
+    out +=
+        "<pre class=\"explanation\">" + html_escape(f.explanation + "\n" + core::spread_text(f)) + "</pre>";
   out +=
       "<p>Reproduce:</p><pre class=\"reproducer\"><code>" + html_escape(reproducer(s, f)) + "</code></pre>";
   out += "<figure>" + finding_picture(f, trace, id) + "</figure>" + race_notes(f);

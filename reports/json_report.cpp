@@ -71,6 +71,15 @@ ordered_json detail_json(const core::FindingDetail& detail) {
                     detail);
 }
 
+// One code site's instances (core::Spread), null for a finding keyed otherwise.
+ordered_json spread_json(const core::Spread& sp) {
+  if (sp.empty()) return nullptr;
+  return {{"instances", sp.instances.size()},
+          {"ranks", sp.ranks},
+          {"streams", sp.streams},
+          {"also_seen_as", sp.symptoms}};
+}
+
 ordered_json finding_json(const ScenarioResult& s, const core::Finding& f, const std::string& trace) {
   return {{"kind", core::to_string(f.kind)},
           {"summary", f.summary},
@@ -78,6 +87,7 @@ ordered_json finding_json(const ScenarioResult& s, const core::Finding& f, const
           {"key", f.key},
           {"seed", f.seed},
           {"occurrences", f.occurrences},
+          {"spread", spread_json(f.spread)},
           {"reproducer", reproducer(s, f)},
           {"trace", trace.empty() ? ordered_json(nullptr) : ordered_json(trace)},
           {"detail", detail_json(f.detail)}};

@@ -23,7 +23,8 @@ void summary_table(std::ostringstream& out, const Report& r) {
     const std::string result = result_text(s);
     out << "| " << md_cell(s.name) << " | " << md_cell(s.expected) << " | " << md_cell(kinds_text(s.found))
         << " | " << s.schedules << " | " << seconds_text(s.seconds) << " | "
-        << (result == "FAILED" ? "**FAILED**" : result) << " |\n";
+        << (result == "FAILED" || result == "FOUND" || result == "PARTIAL" ? "**" + result + "**" : result)
+        << " |\n";
   }
   out << "\n" << totals_text(totals(r)) << ".\n\n";
 }
@@ -79,7 +80,7 @@ void finding_section(std::ostringstream& out, const ScenarioResult& s, size_t i,
     out << (cut.empty() ? "" : "; " + md_text(cut)) << ".";
   }
   out << "\n\n";
-  if (!f.explanation.empty()) code_block(out, "text", f.explanation);
+  if (!f.explanation.empty()) code_block(out, "text", f.explanation + "\n" + core::spread_text(f));
   out << "Reproduce:\n\n";
   code_block(out, "sh", reproducer(s, f));
 }

@@ -130,6 +130,15 @@ std::string encode(const sim::ExploreResult& r) {
     w.str(f.key);
     w.u64(f.seed);
     w.u64(static_cast<uint64_t>(f.occurrences));
+    const core::Spread& sp = f.spread;
+    w.u64(sp.instances.size());
+    for (uint64_t h : sp.instances) w.u64(h);
+    w.u64(sp.ranks.size());
+    for (int rank : sp.ranks) w.u64(static_cast<uint64_t>(rank));
+    w.u64(sp.streams.size());
+    for (const std::string& s : sp.streams) w.str(s);
+    w.u64(sp.symptoms.size());
+    for (const std::string& s : sp.symptoms) w.str(s);
   }
   return std::move(w.out);
 }
@@ -155,6 +164,11 @@ sim::ExploreResult decode(const std::string& bytes) {
     f.key = in.str();
     f.seed = in.u64();
     f.occurrences = in.i64();
+    core::Spread& sp = f.spread;
+    for (uint64_t n = in.u64(); n > 0; --n) sp.instances.push_back(in.u64());
+    for (uint64_t n = in.u64(); n > 0; --n) sp.ranks.push_back(static_cast<int>(in.i64()));
+    for (uint64_t n = in.u64(); n > 0; --n) sp.streams.push_back(in.str());
+    for (uint64_t n = in.u64(); n > 0; --n) sp.symptoms.push_back(in.str());
     r.findings.push_back(std::move(f));
   }
   return r;

@@ -138,7 +138,7 @@ reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioO
   r.kind = s.kind;
   r.description = s.description;
   r.partial = s.partial;
-  r.expected = core::describe(s.expect);
+  r.expected = s.capture ? "not stated (a capture)" : core::describe(s.expect);
   r.found = o.judged.found;
   // Stopped before a schedule finished: nothing was judged (a long first schedule, a signal).
   r.judged = !(o.explored.cancelled && o.explored.runs_done == 0);

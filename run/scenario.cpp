@@ -84,8 +84,9 @@ LoadedScenario from_capture(core::CapturedProgram c) {
   s.name = std::filesystem::path(owned->dir).filename().string();
   if (s.name.empty() || s.name == ".") s.name = "capture";
   s.kind = "capture";
-  s.description = "a captured program: " + std::to_string(owned->world_size) + " ranks, " +
-                  std::to_string(owned->records()) + " records";
+  const int ranks = owned->world_size;
+  s.description = "a captured program: " + std::to_string(ranks) + (ranks == 1 ? " rank, " : " ranks, ") +
+                  std::to_string(owned->file_records()) + " records";
   s.partial = owned->partial();
   if (!s.partial.empty()) s.description += "; partial: " + s.partial;
   s.schedule.policy = "random";

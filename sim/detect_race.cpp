@@ -303,6 +303,18 @@ void report_race(const WorldView& w, int rank, const AccessRec& cur, Access cur_
   const std::string sa = A.stream + ":" + key_op(A.op) + ":" + A.buffer + ":" + access_verb(a_kind),
                     sb = B.stream + ":" + key_op(B.op) + ":" + B.buffer + ":" + access_verb(b_kind);
   f.key = std::string(d.reuse ? "reuse|" : "race|") + sa + "|" + sb;
+  // A captured program's race is one finding per pair of lines (and for a reuse race, the free
+  // and the allocation that handed the block over): the tensors, streams, ranks and accesses at
+  // those lines are its instances, which the spread counts.
+  if (A.source.known() && B.source.known()) {
+    auto line = [](const core::SourceLine& l) { return l.file + ":" + std::to_string(l.line); };
+    const std::string instance = f.key + "|" + std::to_string(rank) + "|" +
+                                 std::to_string(w.lifetime(a->lifetime).buffer) + "|" +
+                                 std::to_string(w.lifetime(b->lifetime).buffer);
+    f.spread = core::spread_of(instance, rank, {A.stream, B.stream});
+    f.key = std::string(d.reuse ? "reuse|" : "race|") + line(A.source) + "|" + line(B.source);
+    if (d.reuse) f.key += "|" + line(d.freed) + "|" + line(d.allocated);
+  }
   f.detail = std::move(d);
   f.seed = w.options().seed;
   core::add_finding(out, std::move(f));

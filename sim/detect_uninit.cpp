@@ -38,6 +38,12 @@ class UninitDetector final : public Detector {
     }
     f.key = "uninit|" + opname + "|" + bname;
     core::ElementDetail d;
+    if (w.op(r.op).source != kNone) {  // one finding per reader line and tensor (core::Spread)
+      const core::SourceLine at = w.source_line(r.op);
+      f.spread =
+          core::spread_of(f.key + "|" + std::to_string(r.rank) + "|" + std::to_string(l.buffer), r.rank, {});
+      f.key = "uninit|" + at.file + ":" + std::to_string(at.line) + "|" + bname;
+    }
     d.tensor = bname;
     d.element = first;
     d.rank = r.rank;

@@ -151,6 +151,7 @@ void fill_in(ExploreResult& r, const std::vector<size_t>& stubs, const Factory& 
       if (g.kind != f.kind || g.key != f.key) continue;
       g.seed = f.seed;
       g.occurrences = f.occurrences;
+      g.spread = std::move(f.spread);  // every process's instances, not only this run's
       f = std::move(g);
       break;
     }
@@ -340,10 +341,12 @@ ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
   Options opts = o.base;
   if (opts.policy == Policy::pct && opts.pct_steps_hint <= 0)
     opts.pct_steps_hint = measure_steps(factory, opts);
-  if (o.share.count > 1) return explore_shared(factory, o, opts);
   const int threads = std::max(1, std::min(resolve_jobs(o.jobs), o.runs));
-  if (threads == 1) return explore_sequential(factory, o, opts);
-  return ParallelExplore(factory, o, opts, threads).run();
+  ExploreResult r = o.share.count > 1 ? explore_shared(factory, o, opts)
+                    : threads == 1    ? explore_sequential(factory, o, opts)
+                                      : ParallelExplore(factory, o, opts, threads).run();
+  core::fold_symptoms(r.findings);
+  return r;
 }
 
 Replay replay(const Factory& factory, Options options) {
@@ -353,6 +356,7 @@ Replay replay(const Factory& factory, Options options) {
   options.record_trace = true;
   r.world = std::make_unique<World>(options);
   r.result = run_once(*r.world, factory);
+  core::fold_symptoms(r.result.findings);
   r.log = trace_log(*r.world, "");
   return r;
 }

@@ -235,6 +235,7 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
   l.bytes = static_cast<uint64_t>(bytes);
   l.stream = stream;
   l.generation = ++r.generations[a.addr];
+  l.buffer = static_cast<uint32_t>(r.buffers.size());
   l.alloc_op = new_op(rank, -1, OpKind::host_alloc,
                       cached_name(NameForm::alloc, l.name, r.streams[stream].name_id, [&] {
                         return "alloc " + quoted(name) + " on " + quoted(r.streams[stream].name);

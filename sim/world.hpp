@@ -75,7 +75,8 @@ struct Lifetime {
   uint64_t addr = 0;
   uint64_t bytes = 0;
   int stream = 0;
-  int generation = 1;  // 1 for the first lifetime starting at this address, 2 for the next...
+  int generation = 1;   // 1 for the first lifetime starting at this address, 2 for the next...
+  uint32_t buffer = 0;  // the rank's buffer id: its allocations counted in the host's order
   bool live = true;
   uint32_t alloc_op = kNone;
   uint32_t free_op = kNone;

@@ -1,6 +1,11 @@
 // Finding kind names and de-duplication.
 #include "core/check/findings.hpp"
 
+#include <algorithm>
+#include <iterator>
+
+#include "core/base/rng.hpp"
+
 namespace shardcheck::core {
 
 // In FindingKind's order: info(k) indexes it.
@@ -43,14 +48,120 @@ std::optional<FindingKind> parse_finding_kind(std::string_view s) {
   return std::nullopt;
 }
 
+namespace {
+
+template <class T>
+void join(std::vector<T>& into, const std::vector<T>& from) {
+  std::vector<T> out;
+  out.reserve(into.size() + from.size());
+  std::set_union(into.begin(), into.end(), from.begin(), from.end(), std::back_inserter(out));
+  into = std::move(out);
+}
+
+void join(Spread& into, const Spread& from) {
+  join(into.instances, from.instances);
+  join(into.ranks, from.ranks);
+  join(into.streams, from.streams);
+  join(into.symptoms, from.symptoms);
+}
+
+std::string source_text(const SourceLine& s) { return s.file + ":" + std::to_string(s.line); }
+
+}  // namespace
+
 void add_finding(std::vector<Finding>& list, Finding f) {
   for (Finding& g : list) {
     if (g.kind == f.kind && g.key == f.key) {
       g.occurrences += f.occurrences;
+      join(g.spread, f.spread);
       return;
     }
   }
   list.push_back(std::move(f));
+}
+
+Spread spread_of(const std::string& instance_key, int rank, std::vector<std::string> streams) {
+  Spread s;
+  s.instances = {fnv1a(instance_key)};
+  s.ranks = {rank};
+  std::sort(streams.begin(), streams.end());
+  streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
+  s.streams = std::move(streams);
+  return s;
+}
+
+void fold_symptoms(std::vector<Finding>& list) {
+  auto explains = [](const Finding& race, const ElementDetail& u) {
+    const auto* d = std::get_if<RaceDetail>(&race.detail);
+    if (race.kind != FindingKind::stream_race || race.spread.empty() || !d || d->reuse || !d->first.write)
+      return false;
+    const AccessSite &w = d->first, &r = d->second;
+    return r.source.file == u.source.file && r.source.line == u.source.line && w.buffer == u.tensor &&
+           r.buffer == u.tensor;
+  };
+  std::vector<bool> drop(list.size(), false);
+  for (size_t i = 0; i < list.size(); ++i) {
+    const auto* u = list[i].kind == FindingKind::uninitialized_read
+                        ? std::get_if<ElementDetail>(&list[i].detail)
+                        : nullptr;
+    if (!u || !u->source.known()) continue;
+    for (Finding& race : list) {
+      if (!explains(race, *u)) continue;
+      join(race.spread.symptoms, {std::string(to_string(list[i].kind)) + ": " + list[i].summary +
+                                  " (in the schedules where the read ran before " +
+                                  std::get<RaceDetail>(race.detail).first.op + ")"});
+      drop[i] = true;
+      break;
+    }
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (drop[i]) continue;
+    if (k != i) list[k] = std::move(list[i]);
+    ++k;
+  }
+  list.resize(k);
+}
+
+std::string spread_text(const Finding& f) {
+  const Spread& s = f.spread;
+  if (s.empty()) return "";
+  std::string out;
+  const auto* race = std::get_if<RaceDetail>(&f.detail);
+  std::string where = "this code site";
+  if (race && race->first.source.known() && race->second.source.known())
+    where = source_text(race->first.source) + " and " + source_text(race->second.source);
+  out += "  one finding for " + where + ": " + std::to_string(s.instances.size()) +
+         (s.instances.size() == 1 ? " instance" : " instances") + " (tensors, streams, accesses) on rank";
+  if (s.ranks.size() > 1) out += "s";
+  for (size_t i = 0; i < s.ranks.size() && i < 8; ++i) out += (i ? ", " : " ") + std::to_string(s.ranks[i]);
+  if (s.ranks.size() > 8) out += " and " + std::to_string(s.ranks.size() - 8) + " more";
+  if (!s.streams.empty()) {
+    // Streams made at one line ("stream from f.py:5", "... #2", ...) are one entry with a count.
+    std::vector<std::pair<std::string, int>> made;
+    for (const std::string& name : s.streams) {
+      std::string base = name;
+      const size_t hash = name.rfind(" #");
+      if (hash != std::string::npos && hash + 2 < name.size() &&
+          name.find_first_not_of("0123456789", hash + 2) == std::string::npos)
+        base = name.substr(0, hash);
+      auto it = std::find_if(made.begin(), made.end(), [&](const auto& m) { return m.first == base; });
+      if (it == made.end()) {
+        made.emplace_back(base, 1);
+      } else {
+        ++it->second;
+      }
+    }
+    out += s.streams.size() == 1 ? ", stream" : ", streams";
+    for (size_t i = 0; i < made.size() && i < 4; ++i) {
+      out += (i ? ", '" : " '") + made[i].first + "'";
+      if (made[i].second > 1) out += " (" + std::to_string(made[i].second) + " of them)";
+    }
+    if (made.size() > 4) out += " and " + std::to_string(made.size() - 4) + " more";
+  }
+  out += "\n";
+  for (const std::string& symptom : s.symptoms) out += "  also seen as " + symptom + "\n";
+  return out;
 }
 
 }  // namespace shardcheck::core

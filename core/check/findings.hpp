@@ -150,6 +150,18 @@ struct ElementDetail {  // numerics, replica and layout findings
 using FindingDetail =
     std::variant<std::monostate, RaceDetail, CollectiveDetail, DeadlockDetail, NormDetail, ElementDetail>;
 
+// One finding per code site: where a detector keys a finding by the program's lines (a captured
+// program: the two accesses' lines of a race, the reader's of an uninitialized read), every
+// instance at those lines (other tensors, streams, iterations of a loop, ranks, read or write) is
+// one finding, and its spread says what it covers. Empty for findings keyed otherwise.
+struct Spread {
+  std::vector<uint64_t> instances;    // sorted, distinct: a hash of each instance's own key
+  std::vector<int> ranks;             // sorted, distinct
+  std::vector<std::string> streams;   // sorted, distinct
+  std::vector<std::string> symptoms;  // other findings of the same root, folded under this one
+  bool empty() const { return instances.empty(); }
+};
+
 struct Finding {
   FindingKind kind = FindingKind::stream_race;
   std::string summary;      // one line
@@ -162,9 +174,23 @@ struct Finding {
   // where a detector knows one that its detail does not name; -1 otherwise. A timeline
   // places the finding there.
   int64_t op = -1;
+  Spread spread;
 };
 
-// Adds `f` unless a finding with the same key is present, in which case it counts it.
+// Adds `f` unless a finding with the same key is present, in which case it counts it (and
+// joins their spreads).
 void add_finding(std::vector<Finding>& list, Finding f);
+
+// A spread of one instance: `instance_key` names the instance (hashed), the rest where it is.
+Spread spread_of(const std::string& instance_key, int rank, std::vector<std::string> streams);
+
+// Folds each uninitialized_read that a stream_race of the list explains (the same reader line and
+// tensor, the race's other access a write of it: in the schedules where the read ran first, it
+// read bytes not yet written) under that race, as a symptom. Order-independent.
+void fold_symptoms(std::vector<Finding>& list);
+
+// The lines that say what a finding of one code site covers ("" when it has no spread), each
+// starting with two spaces and ending in a newline.
+std::string spread_text(const Finding& f);
 
 }  // namespace shardcheck::core

@@ -256,6 +256,7 @@ class RankLoader {
       }
       record(k->s);
     }
+    r_.file_records = records_;
     if (!ended) {
       // Killed or crashed before it could end its file: what reached the file is the rank's
       // program up to there (records reach it at every collective and synchronization).
@@ -721,6 +722,12 @@ Header read_header(Lines& lines, const std::string& file, int file_rank) {
 }
 
 }  // namespace
+
+int64_t CapturedProgram::file_records() const {
+  int64_t n = 0;
+  for (const auto& r : ranks) n += r.file_records;
+  return n;
+}
 
 int64_t CapturedProgram::records() const {
   int64_t n = 0;

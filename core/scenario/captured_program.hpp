@@ -84,11 +84,12 @@ struct CapturedRecord {
 };
 
 struct CapturedRank {
-  std::string file;                  // DIR/rank-R.jsonl
-  std::vector<std::string> streams;  // names by id, unique within the rank; 0 is the default
-  std::vector<int32_t> groups;       // group id in this file -> CapturedProgram::groups index
-  std::vector<CapturedRecord> records;
+  std::string file;                     // DIR/rank-R.jsonl
+  std::vector<std::string> streams;     // names by id, unique within the rank; 0 is the default
+  std::vector<int32_t> groups;          // group id in this file -> CapturedProgram::groups index
+  std::vector<CapturedRecord> records;  // what the interpreter issues: allocations, operations, ...
   std::vector<CapturedRange> ranges;
+  int64_t file_records = 0;  // the records of its file (what its end record counts)
   // Buffers that existed before the capture ("pre": true): allocated, written and ordered
   // before the first record.
   struct Pre {
@@ -120,7 +121,8 @@ struct CapturedProgram {
   std::vector<std::string> strings;      // operator and collective names, tags; 0 is ""
   std::vector<std::string> sources;      // "train.py:31": a site's file and line
   std::vector<SourceLine> source_lines;  // the same, as data, index for index
-  int64_t records() const;               // summed over the ranks
+  int64_t records() const;               // interpreter records, summed over the ranks
+  int64_t file_records() const;          // the files' records, summed over the ranks
   // "rank 1: raised ValueError: ... at train.py:31; rank 2: ..." for the ranks that did not
   // finish; "" when every rank did.
   std::string partial() const;

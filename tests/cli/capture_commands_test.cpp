@@ -2,6 +2,8 @@
 // the findings' Python lines, 0 when clean, 2 with DIR/rank-R.jsonl:LINE for a bad folder.
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "tests/support/run_command.hpp"
 
@@ -59,7 +61,51 @@ TEST_CASE("run with --report writes a report of a captured program", "[cli][capt
   REQUIRE(r.exit_code == 1);
   REQUIRE(std::filesystem::exists(dir + "/report.md"));
   REQUIRE(std::filesystem::exists(dir + "/report.json"));
+  // A capture states no expectation: the report says what it found, as the terminal does, and
+  // counts the records of its files.
+  auto md = run_shardcheck("run " + fixture("side-stream-race") + " --runs 2 --report " + dir);
+  REQUIRE(md.exit_code == 1);
+  std::ifstream in(dir + "/report.md");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE_THAT(text, Catch::Contains("a captured program: 1 rank, 12 records"));
+  REQUIRE_THAT(text, Catch::Contains("| side-stream-race | not stated (a capture) |"));
+  REQUIRE_THAT(text, Catch::Contains("## side-stream-race (FOUND)"));
+  REQUIRE_THAT(text, !Catch::Contains("FAILED"));
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a race in a loop is one finding per pair of lines, with what it covers", "[cli][capture]") {
+  // Ten trials, each on a stream of its own: fill (line 7), sum on the side stream (line 8)
+  // without a wait, add_ on the default stream (line 10) without a wait.
+  auto r = run_shardcheck("run " + fixture("race-loop"));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 1);
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = r.out.find(what); at != std::string::npos; at = r.out.find(what, at + 1)) ++n;
+    return n;
+  };
+  REQUIRE(count("[stream_race]") == 2);
+  REQUIRE(count("[uninitialized_read]") == 0);
+  REQUIRE_THAT(r.out, Catch::Contains("one finding for race_warm.py:7 and race_warm.py:8: 10 instances "
+                                      "(tensors, streams, accesses) on rank 0, streams 'default', 'stream "
+                                      "from race_warm.py:5' (10 of them)"));
+  REQUIRE_THAT(r.out, Catch::Contains("one finding for race_warm.py:8 and race_warm.py:10: 10 instances"));
+  REQUIRE_THAT(r.out, Catch::Contains("also seen as uninitialized_read: rank 0: aten::sum at race_warm.py:8 "
+                                      "reads 4096 never-written bytes"));
+  // The same findings, whatever runs them: one thread or every core.
+  auto one = run_shardcheck("run " + fixture("race-loop") + " --jobs 1");
+  REQUIRE(one.out == r.out);
+  auto replay = run_shardcheck("replay " + fixture("race-loop") + " --seed 1");
+  REQUIRE(replay.exit_code == 1);
+  REQUIRE_THAT(replay.out, Catch::Contains("one finding for race_warm.py:8 and race_warm.py:10"));
+}
+
+TEST_CASE("compare on a capture folder says what compare takes", "[cli][capture]") {
+  auto r = run_shardcheck("compare " + fixture("side-stream-race"));
+  REQUIRE(r.exit_code == 2);
+  REQUIRE_THAT(r.err, Catch::Contains("is a captured program; compare takes a training scenario"));
+  REQUIRE_THAT(r.err, !Catch::Contains(":1:1"));
 }
 
 TEST_CASE("a capture whose rank was killed is checked and never called clean", "[cli][capture]") {

@@ -52,6 +52,9 @@ check "run trace" run scenarios/trace/*.yaml -j 1
 check "run training" run scenarios/catalog/main-grad-alloc-default-stream.yaml --seed 1 --runs 12 -j 1 --check-determinism
 check "explore first finding" explore scenarios/catalog/main-grad-alloc-default-stream.yaml --seed 1 --runs 10 -j 1
 check "explore all" explore scenarios/trace/reuse-race.yaml --runs 40 --all -j 2 --check-determinism
+# A captured race in a loop: each process's instances of one finding per pair of lines (its
+# spread) reach process 0 whole.
+check "run capture spread" run tests/capture/fixtures/race-loop -j 1 --check-determinism
 check "props" props --cases 12 -j 1 --out "$out/props"
 check "props mutation" props --mutations --only matches_reference --cases 5 -j 1 --out "$out/props"
 exit $status
