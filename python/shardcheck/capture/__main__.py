@@ -60,6 +60,10 @@ def main(argv=None):
         p.error("give --out DIR (the folder for the rank files)")
     if args.no_capture and args.check:
         p.error("--check needs a capture: drop --no-capture")
+    missing = _missing_torch()
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     if args.nproc_per_node is not None:
         if not 1 <= args.nproc_per_node <= 64:
             p.error("--nproc-per-node must be between 1 and 64 (the checker's bound on ranks)")
@@ -90,6 +94,19 @@ def main(argv=None):
               file=sys.stderr)
         return 0
     return check(args.out)
+
+
+def _missing_torch():
+    """Why the capture cannot run here ("" when it can): it follows a PyTorch program, so the
+    Python running it needs torch."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as error:
+        return ("python3 -m shardcheck.capture: this Python (%s) cannot import torch (%s). The "
+                "capture runs your program under the Python that has PyTorch: install it there, "
+                "or start the capture with that interpreter (e.g. /usr/bin/python3 -m "
+                "shardcheck.capture ...)." % (sys.executable, error))
+    return ""
 
 
 def _run_uncaptured(script):
