@@ -111,9 +111,11 @@ class RankCalls {
     return std::find(std::begin(kOps), std::end(kOps), name) != std::end(kOps);
   }
 
+  // aten::resize_ as the capture writes it: a storage that grew within its block becomes a new,
+  // larger lifetime holding the old bytes (docs/capture-format.md).
   static bool is_copy(std::string_view name) {
     return name == "aten::copy_" || name == "aten::clone" || name == "aten::_to_copy" ||
-           name == "aten::contiguous";
+           name == "aten::contiguous" || name == "aten::resize_";
   }
 
   CollectiveCall collective(const CapturedRecord& rec, StreamId stream) const {

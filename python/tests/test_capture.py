@@ -33,6 +33,24 @@ def records(path, kind):
     return [r for r in read(path)[1:] if r.get("k") == kind]
 
 
+def ranges_outside_their_buffers(path):
+    """Every range of the file that reaches past its live buffer's allocation (the checker
+    refuses such a file as bad input): [] for a file it takes."""
+    size, bad = {}, []
+    for r in read(path)[1:]:
+        k = r.get("k")
+        if k == "alloc":
+            size[r["buf"]] = r["bytes"]
+        elif k == "free":
+            size.pop(r["buf"], None)
+        spans = r.get("r", []) + r.get("w", []) if k == "op" else \
+            [r[x] for x in ("in", "out", "buf") if isinstance(r.get(x), list)]
+        for buf, off, n in spans:
+            if buf not in size or off + n > size[buf]:
+                bad.append((k, r.get("name"), [buf, off, n], size.get(buf)))
+    return bad
+
+
 class WriterTest(unittest.TestCase):
     def test_header_and_end_count_records(self):
         with tempfile.TemporaryDirectory() as d:
@@ -97,6 +115,34 @@ class RecorderTest(unittest.TestCase):
         self.assertEqual([a["buf"] for a in allocs], [0, 1])
         self.assertEqual(records(self.path, "free"), [{"k": "free", "buf": 0, "at": self.site}])
 
+    def test_a_storage_that_grew_in_place_is_a_larger_lifetime_holding_its_bytes(self):
+        # resize_ within its block (CUDA: every free is seen, so no free came between).
+        self.rec.on_alloc(0x1000, 0, self.site)
+        self.rec.op("aten::fill_", 0, [], [(0x1000, 512, 0, 512)], self.site)
+        self.rec.op("aten::mm", 0, [(0x1000, 1024, 0, 512)], [(0x1000, 1024, 0, 1024)], self.site)
+        self.rec.close()
+        allocs = records(self.path, "alloc")
+        self.assertEqual([(a["buf"], a["bytes"]) for a in allocs], [(0, 512), (1, 1024)])
+        ops = records(self.path, "op")
+        self.assertEqual([o["name"] for o in ops], ["aten::fill_", "aten::resize_", "aten::mm"])
+        self.assertEqual((ops[1]["r"], ops[1]["w"]), ([[0, 0, 512]], [[1, 0, 512]]))
+        # The operator's read and write both name the new lifetime, which covers them.
+        self.assertEqual((ops[2]["r"], ops[2]["w"]), ([[1, 0, 512]], [[1, 0, 1024]]))
+        self.assertEqual([f["buf"] for f in records(self.path, "free")], [0])
+
+    def test_a_cpu_address_used_again_with_a_larger_size_is_a_new_storage(self):
+        rec = Recorder(os.path.join(self.dir.name, "rank-1.jsonl"), {"rank": 1, "world_size": 2},
+                       sees_frees=False)
+        site = rec.site("dp.py", 7, "main")
+        rec.op("aten::fill_", 0, [], [(0x1000, 512, 0, 512)], site)
+        rec.op("aten::mm", 0, [], [(0x1000, 1024, 0, 1024)], site)
+        rec.close()
+        path = os.path.join(self.dir.name, "rank-1.jsonl")
+        self.assertEqual([a["bytes"] for a in records(path, "alloc")], [512, 1024])
+        self.assertEqual([o["name"] for o in records(path, "op")], ["aten::fill_", "aten::mm"])
+        self.assertEqual(records(path, "op")[1]["w"], [[1, 0, 1024]])
+        self.assertEqual([f["buf"] for f in records(path, "free")], [0])
+
     def test_storage_seen_before_its_allocation_is_pre_existing(self):
         self.rec.op("aten::add_", 0, [(0x2000, 64, 0, 64)], [(0x2000, 64, 0, 64)], self.site)
         self.rec.close()
@@ -156,6 +202,27 @@ class RecorderTest(unittest.TestCase):
 _LIBRARIES = []
 
 
+class WithoutTorchTest(unittest.TestCase):
+    def test_a_python_without_torch_is_told_so_without_a_traceback(self):
+        with tempfile.TemporaryDirectory() as d:
+            # A torch that cannot be imported, ahead of any real one on the path.
+            with open(os.path.join(d, "torch.py"), "w") as f:
+                f.write("raise ImportError(\"No module named 'torch'\")\n")
+            script = os.path.join(d, "prog.py")
+            with open(script, "w") as f:
+                f.write("print('ran')\n")
+            p = subprocess.run([sys.executable, "-m", "shardcheck.capture", "--out",
+                                os.path.join(d, "cap"), "--", script],
+                               env=dict(os.environ, PYTHONPATH=d + os.pathsep + PYROOT),
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("cannot import torch", p.stderr)
+            self.assertIn(sys.executable, p.stderr)
+            self.assertNotIn("Traceback", p.stderr)
+            self.assertNotIn("ran", p.stdout)
+
+
+
 @unittest.skipUnless(HAVE_TORCH, "torch is not installed")
 class TorchCpuTest(unittest.TestCase):
     def test_views_resolve_to_byte_ranges_and_sites_name_the_user_line(self):
@@ -180,6 +247,32 @@ class TorchCpuTest(unittest.TestCase):
             self.assertEqual((name, r, w), ("aten::add_", [[1, 16, 16]], [[1, 16, 16]]))
             self.assertEqual(by_line[11][0][1], [[1, 0, 32]])
             self.assertEqual(read(path)[-1]["k"], "end")
+
+    def test_operators_that_resize_what_they_write_stay_inside_their_buffers(self):
+        # out= arguments of the wrong size, resize_, and storages made and dropped in a loop
+        # (on CPU no free is reported, so addresses come back with other sizes).
+        from shardcheck import capture
+        with tempfile.TemporaryDirectory() as d:
+            with capture(d, device="cpu"):
+                a, b = torch.randn(8, 16), torch.randn(16, 16)
+                c = torch.empty(0)
+                torch.mm(a, b, out=c)
+                x = torch.zeros(4)
+                x.resize_(64)
+                x.fill_(1.0)
+                total = x.sum() + c.sum()
+                for n in (16, 64, 8, 256, 32, 1024):
+                    y = torch.ones(n) * 2
+                    total = total + torch.mm(y.view(1, n), torch.ones(n, 1)).sum()
+                total.item()
+            path = os.path.join(d, "rank-0.jsonl")
+            self.assertEqual(ranges_outside_their_buffers(path), [])
+            mm = [r for r in records(path, "op") if r["name"] == "aten::mm"][0]
+            self.assertEqual(mm["w"][0][2], 8 * 16 * 4)  # the resized output, written whole
+            shardcheck = os.environ.get("SHARDCHECK_BIN")
+            if shardcheck:
+                p = subprocess.run([shardcheck, "run", d], capture_output=True, text=True)
+                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
     def test_fsdp_all_gather_copy_in_writes_its_slice_and_reads_its_inputs(self):
         # FSDP2 (torch 2.x) defines the op with a schema that marks nothing written; its eager

@@ -85,7 +85,8 @@ class Capture:
             onegpu.install()
             self._onegpu = onegpu
             header["process_group"] = "shardcheck one-GPU backend, NCCL's stream semantics"
-        self.recorder = Recorder(self.path, header)
+        # CUDA's caching allocator reports every free; CPU tensors have no such callbacks.
+        self.recorder = Recorder(self.path, header, sees_frees=device == "cuda")
         self._hooks = Hooks(self.recorder, device)
         self._hooks.install()
         self._start_guards()

@@ -318,7 +318,7 @@ class Hooks:
         if plan is None:
             plan = self._plans[func] = self._plan(func, name)
         args_plan, aliasing, no_access, returns = plan
-        reads, writes = [], []
+        reads, writes, written = [], [], []
         nargs = len(args)
         for i, argname, is_write, also_read in args_plan:
             value = args[i] if i < nargs else kwargs.get(argname)
@@ -327,6 +327,8 @@ class Hooks:
             for t in _tensors(value):
                 if t.device.type != self.device:
                     continue
+                if is_write:
+                    written.append(t)  # empty too: an out= argument the operator resizes
                 span = tensor_span(t)
                 if span is None:
                     continue
@@ -336,8 +338,8 @@ class Hooks:
                         reads.append(span)
                 else:
                     reads.append(span)
-        if no_access or (aliasing and not writes):
-            reads, writes = [], []  # a view, or an allocator bookkeeping call
+        if no_access or (aliasing and not written):
+            reads, writes, written = [], [], []  # a view, or an allocator bookkeeping call
         self._tls.depth = getattr(self._tls, "depth", 0) + 1
         if self._tls.depth == 1:
             self._tls.deferred = []
@@ -345,6 +347,10 @@ class Hooks:
             out = func(*args, **kwargs)
         finally:
             self._tls.depth -= 1
+        if written:
+            # An operator may resize what it writes (out= arguments, resize_): it wrote the
+            # storage the tensor has now, as large as it is now.
+            writes = [sp for sp in (tensor_span(t) for t in written) if sp is not None]
         fresh = []
         by_name = _ACCESS_BY_NAME.get(name)
         if by_name is not None:

@@ -16,7 +16,10 @@ def _ranges_json(ranges):
 
 
 class Recorder:
-    def __init__(self, path, header, default_stream=0):
+    def __init__(self, path, header, default_stream=0, sees_frees=True):
+        """sees_frees: the allocator reports every free (CUDA's caching allocator does; CPU
+        tensors have no such callbacks, so a CPU address seen again may be a new storage)."""
+        self._sees_frees = sees_frees
         self._w = Writer(path, header)
         self._lock = threading.RLock()
         self._sites = {}  # (file, line, func) -> id
@@ -102,16 +105,16 @@ class Recorder:
             self._w.write({"k": "free", "buf": live[0], "at": site})
             self.stats["frees"] += 1
 
-    def buffer(self, ptr, nbytes, end=0):
+    def buffer(self, ptr, nbytes, end=0, stream_handle=None, site=None):
         """The lifetime holding the storage at ``ptr``: emits its allocation on first use.
         nbytes: the storage's size, or a function that gives it (asked only for a new one);
-        end: the end of the range about to be used, which the storage holds."""
+        end: the end of the range about to be used, which the storage holds; stream_handle and
+        site: where that use is (for a lifetime that has to be renewed, below)."""
         live = self._live.get(ptr)
         if live is not None:
-            if end > live[1]:
-                # A storage that grew in place (resize_ within its block): same lifetime.
-                self._live[ptr] = (live[0], end)
-            return live[0]
+            if end <= live[1]:
+                return live[0]
+            return self._outgrown(ptr, live, nbytes, end, stream_handle, site)
         nbytes = max(nbytes() if callable(nbytes) else nbytes, end)
         buf = self._next_buf
         self._next_buf += 1
@@ -129,31 +132,63 @@ class Recorder:
         self._buf_site[buf] = rec["at"]
         return buf
 
+    def _outgrown(self, ptr, live, nbytes, end, stream_handle, site):
+        """A use past the end of the lifetime at ``ptr``: the file's allocation is too small, so
+        the lifetime ends and a larger one begins at the same address. With every free seen
+        (CUDA), the storage itself grew within its block (``resize_``, an ``out=`` argument):
+        the new lifetime holds the old bytes, as a resize that moves the storage copies them.
+        Without frees (CPU), the old storage was freed unseen and a new one took its address:
+        nothing carries over."""
+        old, old_bytes = live
+        at = site if site is not None else self._pre_site()
+        stream = self.stream(stream_handle) if stream_handle is not None else 0
+        nbytes = max(nbytes() if callable(nbytes) else nbytes, end)
+        buf = self._next_buf
+        self._next_buf += 1
+        self._w.write({"k": "alloc", "buf": buf, "bytes": nbytes, "stream": stream, "at": at})
+        if self._sees_frees:
+            self._w.write_line('{"k":"op","name":"aten::resize_","stream":%d,"r":%s,"w":%s,"at":%d}'
+                               % (stream, _ranges_json([(old, 0, old_bytes)]),
+                                  _ranges_json([(buf, 0, old_bytes)]), at))
+            self.stats["ops"] += 1
+        for sid in sorted(self._coll_streams.pop(old, ())):
+            self._w.write({"k": "stream_sync", "stream": sid, "at": at})
+        self._w.write({"k": "free", "buf": old, "at": at})
+        self.stats["allocs"] += 1
+        self.stats["frees"] += 1
+        self._live[ptr] = (buf, nbytes)
+        self._buf_site[buf] = self._buf_site.get(old, at) if self._sees_frees else at
+        return buf
+
     def touch(self, spans, stream_handle, site):
         """Storages an operator made: their allocation, on the stream it ran on."""
         with self._lock:
             for ptr, nbytes, off, length in spans:
                 if ptr not in self._live and ptr not in self._pending:
                     self._pending[ptr] = (stream_handle, site)
-                self.buffer(ptr, nbytes, off + length)
+                self.buffer(ptr, nbytes, off + length, stream_handle, site)
 
     def _pre_site(self):
         return self.site("<before capture>", 0, "")
 
-    def ranges(self, spans):
+    def ranges(self, spans, stream_handle=None, site=None):
         """spans: (storage ptr, storage bytes, offset, length) -> [[buf, offset, length]]."""
         out = []
         for ptr, nbytes, off, length in spans:
             if length <= 0 or ptr == 0:
                 continue
-            out.append([self.buffer(ptr, nbytes, off + length), off, length])
+            out.append([self.buffer(ptr, nbytes, off + length, stream_handle, site), off, length])
         return out
 
     # -- stream work ---------------------------------------------------------------------
     def op(self, name, stream_handle, reads, writes, site):
         with self._lock:
-            r = self.ranges(reads)
-            w = self.ranges(writes)
+            # Each storage's lifetime first reaches the furthest byte the operator touches, so
+            # its reads and writes name one lifetime.
+            self.ranges(sorted(list(reads) + list(writes), key=lambda sp: sp[2] + sp[3],
+                               reverse=True), stream_handle, site)
+            r = self.ranges(reads, stream_handle, site)
+            w = self.ranges(writes, stream_handle, site)
             if not r and not w:
                 return
             # The hottest record: formatted by hand (names are operator names, plain ASCII).
@@ -218,6 +253,8 @@ class Recorder:
                 return
             rec = {"k": "coll", "op": op, "group": group_id, "stream": self.stream(stream_handle)}
             if op != "barrier":
+                self.ranges(sorted([inp, out], key=lambda sp: sp[2] + sp[3], reverse=True),
+                            stream_handle, site)
                 rec["in"] = self.ranges([inp])[0]
                 rec["out"] = self.ranges([out])[0]
                 for r in (rec["in"], rec["out"]):
