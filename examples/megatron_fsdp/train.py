@@ -88,9 +88,14 @@ def parse_args():
     parser.add_argument("--mesh", choices=["1d", "hsdp", "hfsdp"], default="1d")
     parser.add_argument("--model", choices=["blocks", "tinylm"], default="blocks")
     parser.add_argument("--microbatches", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=None,
+                        help="rows of a microbatch: inputs of 256 features for blocks "
+                             "(default 32), sequences for tinylm (default 2)")
     args = parser.parse_args()
     if args.microbatches < 1:
         parser.error("--microbatches must be at least 1")
+    if args.batch is not None and args.batch < 1:
+        parser.error("--batch must be at least 1")
     return args
 
 
@@ -262,21 +267,25 @@ class Blocks(nn.Sequential):
     def forward(self, x):
         return super().forward(x).square().mean()
 
-    @staticmethod
-    def batch(generator):
-        return torch.randn(32, 256, device="cuda", generator=generator)
+    rows = 32
+
+    def batch(self, generator):
+        return torch.randn(self.rows, 256, device="cuda", generator=generator)
 
 
-TinyLM.batch = staticmethod(lambda generator: torch.randint(
-    VOCAB, (MICRO_BATCH, SEQ), device="cuda", generator=generator))
+TinyLM.rows = MICRO_BATCH
+TinyLM.batch = lambda self, generator: torch.randint(
+    VOCAB, (self.rows, SEQ), device="cuda", generator=generator)
 
 
-def build(api, mesh, placements, model_name):
+def build(api, mesh, placements, model_name, rows=None):
     """The model on every rank from one seed (replicated placements keep each rank's own copy,
     so the copies must start equal), each unit its own FSDP module; returns the model, its
     optimizer and the FSDP context."""
     torch.manual_seed(0)
     model = (TinyLM() if model_name == "tinylm" else Blocks()).cuda()
+    if rows is not None:
+        model.rows = rows
     policy = api.MixedPrecisionPolicy(main_params_dtype=torch.float32,
                                       main_grads_dtype=torch.float32)
     with api.fully_shard_context() as context:
@@ -330,7 +339,7 @@ def main():
         print(f"train.py: megatron_fsdp from {api.path}", file=sys.stderr, flush=True)
     mesh = make_mesh(args.mesh, world)
     model, optimizer, context = build(api, mesh, make_placements(api, args.strategy, args.mesh),
-                                      args.model)
+                                      args.model, args.batch)
     try:
         losses = train(api, model, optimizer, context, rank, args.microbatches)
     except NotImplementedError as error:
@@ -342,7 +351,7 @@ def main():
         finish()
         refuse(f"this megatron_fsdp has no HFSDP: {error} (needs Megatron-LM #5972)", rank)
     print(f"rank {rank}/{world} model={args.model} strategy={args.strategy} mesh={args.mesh} "
-          f"microbatches={args.microbatches} losses="
+          f"microbatches={args.microbatches} batch={model.rows} losses="
           + " ".join(repr(loss) for loss in losses), flush=True)
     finish()
 
