@@ -48,6 +48,9 @@ for c in 07a0de65ad:m6187-before fa0758c3b6:m6187-after; do
   run "$n-hsdp-4" "$pkg" $Z3 --mesh hsdp
   run "$n-hsdp-mb4-4" "$pkg" $Z3 --mesh hsdp --microbatches 4
   run "$n-4" "$pkg" $Z3
+  # Activations of 128 rows (131,072 bytes): the first default-stream allocation after the
+  # replaced main_grad's free whose best fit is its 133,120-byte block.
+  run "$n-hsdp-b128-4" "$pkg" $Z3 --mesh hsdp --batch 128
 done
 # #6336: the post-step sync over a set of parameter groups. At its parent and the fix only
 # ZeRO-3 runs, whose sync is a local cast. The sync all-gathers (over dp_outer) only under
