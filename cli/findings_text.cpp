@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "core/base/text.hpp"
+#include "core/scenario/captured_values.hpp"
 #include "reports/report_model.hpp"
 
 namespace shardcheck::cli {
@@ -15,6 +16,10 @@ void print_findings(std::ostream& out, const run::LoadedScenario& s,
     if (f.occurrences > 1)
       out << "  (seen " << f.occurrences << " times: on several ranks, steps or schedules)\n";
     out << core::spread_text(f);
+    if (s.capture && core::is_captured_value_kind(f.kind)) {  // from the recorded values, in every schedule
+      out << "  reproduce: " << reports::command_name() << " run " << core::shell_word(s.file) << "\n\n";
+      continue;
+    }
     out << "  reproduce: " << reports::command_name() << " replay " << core::shell_word(s.file) << " --seed "
         << f.seed << policy_flag << "\n\n";
   }

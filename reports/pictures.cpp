@@ -115,10 +115,14 @@ std::string collective_picture(const core::CollectiveDetail& d, std::string_view
 
 std::string norm_picture(const core::NormDetail& d, std::string_view kind, const std::string& id) {
   Svg svg(id, 640, 0);
-  const double y = param_bars(svg, d, norm_bars(svg, d, kMargin) + 12);
+  // A captured program's norm is known by what it counts, not by its values (NaN).
+  const bool values = !std::isnan(d.expected);
+  const double y = param_bars(svg, d, values ? norm_bars(svg, d, kMargin) + 12 : kMargin);
   svg.resize(svg.width(), y + 8);
   return svg.finish(kPictureClass, kind,
-                    "gradient norm: expected " + number(d.expected) + ", reported " + number(d.reported));
+                    values
+                        ? "gradient norm: expected " + number(d.expected) + ", reported " + number(d.reported)
+                        : std::string("gradient norm: parameters by times counted"));
 }
 
 std::string element_picture(const core::ElementDetail& d, std::string_view kind, const std::string& id) {

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/base/overloaded.hpp"
+#include "core/scenario/captured_values.hpp"
 #include "reports/chrome_trace.hpp"
 #include "reports/report.hpp"
 #include "run/compare.hpp"
@@ -122,9 +123,11 @@ std::optional<reports::CompareData> loss_curves(const LoadedScenario& s,
 std::vector<std::string> detectors_of(const LoadedScenario& s) {
   std::vector<std::string> out;
   for (const auto& row : core::kFindingKindTable) {
-    const bool runs =
-        row.found_by == core::FoundBy::detector || (s.training && row.found_by == core::FoundBy::training) ||
-        (s.training && row.found_by == core::FoundBy::reference && s.training->scenario.reference != "none");
+    const bool runs = row.found_by == core::FoundBy::detector ||
+                      (s.training && row.found_by == core::FoundBy::training) ||
+                      (s.training && row.found_by == core::FoundBy::reference &&
+                       s.training->scenario.reference != "none") ||
+                      (s.capture && core::is_captured_value_kind(row.kind));
     if (runs) out.emplace_back(row.name);
   }
   return out;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/scenario/captured_values.hpp"
 #include "run/memory_budget.hpp"
 #include "run/processes.hpp"
 
@@ -92,6 +93,10 @@ ScenarioOutcome run_scenario(const LoadedScenario& s, const ScheduleOverrides& o
   const sim::ExploreOptions e = explore_options(s, o, &out.jobs_note);
   const auto t0 = std::chrono::steady_clock::now();
   out.explored = sim::explore(factory_with_fault(s, e.base.seed), e);
+  if (s.capture) {  // what its values show, the same under every schedule
+    for (core::Finding& f : core::check_captured_values(*s.capture))
+      core::add_finding(out.explored.findings, f);
+  }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.judged = core::judge(s.expect, out.explored.findings);
   return out;

@@ -1,5 +1,7 @@
 """Capture overhead on a real model: the step time of a TransformerEncoder (DDP, or FSDP2 with
---fsdp) without and with shardcheck.capture, after warm-up. Rank 0 prints one JSON line.
+--fsdp) without shardcheck.capture, with it, and with it but no value digests (--no-values'
+capture), after warm-up. Rank 0 prints one JSON line. On a machine without CUDA it runs on
+CPU over gloo (DDP only: torch 1.x has no fully_shard).
 
     torchrun --nproc-per-node 1 bench/capture/overhead.py [--layers 6] [--steps 5]
     # 4 ranks on one GPU, on the one-GPU backend (the uncaptured steps run on it too):
@@ -17,14 +19,13 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "examples", "pytorch"))
 import shardcheck  # noqa: E402
-from _launch import finish, init  # noqa: E402
+from _launch import device, finish, init  # noqa: E402
 
 
 def main():
@@ -37,15 +38,18 @@ def main():
     rank, world = init()
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(args.width, 8, 4 * args.width, batch_first=True)
-    model = nn.TransformerEncoder(layer, args.layers).cuda()
+    dev = device()
+    model = nn.TransformerEncoder(layer, args.layers).to(dev)
     if args.fsdp:
+        from torch.distributed.fsdp import fully_shard
         for block in model.layers:
             fully_shard(block)
         fully_shard(model)
     else:
         model = DDP(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(16, 256, args.width, device="cuda")
+    x = torch.randn(16, 256, args.width, device=dev)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
     def step():
         loss = model(x).square().mean()
@@ -54,20 +58,24 @@ def main():
         opt.zero_grad(set_to_none=True)
 
     def timed(n):
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         for _ in range(n):
             step()
-        torch.cuda.synchronize()
+        sync()
         return (time.perf_counter() - t0) / n
 
     for _ in range(3):
         step()
     plain = timed(args.steps)
     with tempfile.TemporaryDirectory() as d:
+        with shardcheck.capture(d, values=False) as cap:
+            no_values = timed(args.steps)
+    with tempfile.TemporaryDirectory() as d:
         with shardcheck.capture(d) as cap:
             captured = timed(args.steps)
         records = cap.recorder._w.records
+        values = cap.recorder.stats["values"]
         size = os.path.getsize(cap.path)
     if rank == 0:
         print(json.dumps({"model": "TransformerEncoder", "wrap": "fsdp2" if args.fsdp else "ddp",
@@ -76,10 +84,14 @@ def main():
                           "steps": args.steps, "plain_ms": round(plain * 1e3, 2),
                           "captured_ms": round(captured * 1e3, 2),
                           "ratio": round(captured / plain, 2),
+                          "captured_no_values_ms": round(no_values * 1e3, 2),
+                          "values_cost": round(captured / no_values, 2),
+                          "value_records_per_step": values // args.steps,
                           "records_per_step": records // args.steps,
                           "bytes_per_step": size // args.steps,
                           "process_group": type(dist.distributed_c10d._get_default_group()).__name__,
-                          "torch": torch.__version__, "device": torch.cuda.get_device_name()}))
+                          "torch": torch.__version__,
+                          "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"}))
     finish()
 
 

@@ -35,6 +35,9 @@ const FindingKindInfo kFindingKindTable[kFindingKinds] = {
      false, true, "Weights differ from the single-rank reference (bitwise in exact mode)."},
     {FindingKind::replica_divergence, "replica_divergence", "training judge", FoundBy::training, true, false,
      true, "Replicated buffers differ across the ranks that should hold copies."},
+    {FindingKind::double_reduction, "double_reduction", "values", FoundBy::values, true, false, false,
+     "A sum over a group of a tensor already the same on every member (a gradient reduced twice): the "
+     "result is the group size times the value."},
 };
 
 const FindingKindInfo& info(FindingKind k) { return kFindingKindTable[static_cast<int>(k)]; }
@@ -68,6 +71,8 @@ void join(Spread& into, const Spread& from) {
 std::string source_text(const SourceLine& s) { return s.file + ":" + std::to_string(s.line); }
 
 }  // namespace
+
+void join_spread(Spread& into, const Spread& from) { join(into, from); }
 
 void add_finding(std::vector<Finding>& list, Finding f) {
   for (Finding& g : list) {
@@ -131,6 +136,8 @@ std::string spread_text(const Finding& f) {
   std::string where = "this code site";
   if (race && race->first.source.known() && race->second.source.known())
     where = source_text(race->first.source) + " and " + source_text(race->second.source);
+  if (const auto* e = std::get_if<ElementDetail>(&f.detail); e && e->source.known())
+    where = source_text(e->source);
   out += "  one finding for " + where + ": " + std::to_string(s.instances.size()) +
          (s.instances.size() == 1 ? " instance" : " instances") + " (tensors, streams, accesses) on rank";
   if (s.ranks.size() > 1) out += "s";

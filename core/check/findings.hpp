@@ -26,12 +26,14 @@ enum class FindingKind : uint8_t {
   uninitialized_read,
   numerics_divergence,
   replica_divergence,
+  double_reduction,
 };
-inline constexpr int kFindingKinds = 9;
+inline constexpr int kFindingKinds = 10;
 
 // Who finds a kind: the simulator's detectors on every run (sim/detect_*.cpp), the training
-// judge on training runs, or the judge against the single-rank reference.
-enum class FoundBy : uint8_t { detector, training, reference };
+// judge on training runs, the judge against the single-rank reference, or the value checks of a
+// captured program (core/scenario/captured_values.hpp; they also report replica_divergence).
+enum class FoundBy : uint8_t { detector, training, reference, values };
 
 // Everything a consumer needs to know of a kind, in one row per kind (kFindingKindTable): a
 // new kind is one row here plus its detector, and tests/core/finding_kinds_test.cpp fails when
@@ -180,6 +182,9 @@ struct Finding {
 // Adds `f` unless a finding with the same key is present, in which case it counts it (and
 // joins their spreads).
 void add_finding(std::vector<Finding>& list, Finding f);
+
+// Joins `from` into `into` (the union of each list).
+void join_spread(Spread& into, const Spread& from);
 
 // A spread of one instance: `instance_key` names the instance (hashed), the rest where it is.
 Spread spread_of(const std::string& instance_key, int rank, std::vector<std::string> streams);

@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <span>
 #include <unordered_map>
@@ -381,6 +383,7 @@ class RankLoader {
         {"coll", &RankLoader::collective},
         {"send", &RankLoader::p2p},
         {"recv", &RankLoader::p2p},
+        {"value", &RankLoader::value},
     };
     return kTable;
   }
@@ -621,6 +624,7 @@ class RankLoader {
 
   bool collective(std::string_view, CapturedRecord& rec) {
     Fields f(j_, line_, "coll");
+    colls_.push_back(static_cast<int32_t>(r_.records.size()));
     rec.kind = CapturedKind::coll;
     const std::string_view op = f.str("op");
     rec.coll = collective_kind(f, op);
@@ -681,6 +685,62 @@ class RankLoader {
     return true;
   }
 
+  // A digest (docs/capture-format.md, "Values"): kept beside the records, never issued.
+  bool value(std::string_view, CapturedRecord&) {
+    Fields f(j_, line_, "value");
+    CapturedValue v;
+    const std::string_view of = f.str("of");
+    v.source = site_ref(f);
+    if (of == "coll_in" || of == "coll_out") {
+      v.of = of == "coll_in" ? CapturedValue::Of::coll_in : CapturedValue::Of::coll_out;
+      const int64_t c = f.integer("coll", 0, INT32_MAX);
+      if (c >= static_cast<int64_t>(colls_.size()))
+        f.fail("a value of collective " + std::to_string(c) + ", which no coll record before it defines");
+      v.record = colls_[static_cast<size_t>(c)];
+    } else if (of == "param" || of == "grad") {
+      v.of = of == "param" ? CapturedValue::Of::param : CapturedValue::Of::grad;
+      v.tensor = name(f, "tensor");
+      v.step = static_cast<int32_t>(f.integer("step", 0, INT32_MAX));
+      const std::string_view when = f.str("when");
+      if (when != "before" && when != "after") f.fail("field 'when' of value must be before or after");
+      v.after = when == "after";
+    } else {
+      f.fail("unknown value of '" + std::string(of) + "' (expected coll_in, coll_out, param or grad)");
+    }
+    const std::string_view h = f.str("h");
+    if (h.size() != 16 ||
+        std::from_chars(h.data(), h.data() + h.size(), v.hash, 16).ptr != h.data() + h.size())
+      f.fail("field 'h' of value must be 16 hexadecimal digits");
+    v.elements = f.integer("n", 0, INT64_MAX);
+    v.sum = fraction(f, "s");
+    v.abs_sum = fraction(f, "a");
+    v.uniform = f.need("u", Type::boolean).b;
+    if (f.has("r")) v.range = value_range(f);
+    r_.values.push_back(v);
+    return false;
+  }
+  // The bytes a value's tensor occupied when it was taken: a buffer defined before, whatever
+  // became of it since (the record may be written after its free).
+  CapturedRange value_range(const Fields& f) const {
+    const Value& v = f.need("r", Type::array);
+    int64_t x[3] = {-1, -1, -1};
+    for (uint32_t i = 0; i < 3 && v.count == 3; ++i) {
+      const Value& e = f.json().element(v, i);
+      if (e.type == Type::integer) x[i] = e.i;
+    }
+    if (x[0] < 0 || x[0] >= static_cast<int64_t>(sizes_.size()) || x[1] < 0 || x[2] < 0 ||
+        x[2] > sizes_[static_cast<size_t>(x[0])] - x[1])
+      f.fail("field 'r' of value must be [buf, offset, bytes] inside a buffer defined before it");
+    return {x[1], x[2], static_cast<int32_t>(x[0])};
+  }
+  // A number (null where the program's value was not finite: NaN).
+  static double fraction(const Fields& f, std::string_view key) {
+    const Value* v = f.json().find(key);
+    if (v && v->type == Type::null) return std::numeric_limits<double>::quiet_NaN();
+    if (v && v->type == Type::integer) return static_cast<double>(v->i);
+    return f.need(key, Type::number).x;
+  }
+
   CapturedProgram& p_;
   CapturedRank& r_;
   int rank_;
@@ -690,6 +750,7 @@ class RankLoader {
   JsonLine j_;
   int64_t line_ = 1;
   int64_t records_ = 0;
+  std::vector<int32_t> colls_;  // the file's coll records, in order: their index in r_.records
   std::vector<int32_t> sites_;  // site id -> index in p_.sources
   std::vector<int64_t> sizes_;  // buffer id -> bytes
   std::vector<uint8_t> live_;

@@ -83,13 +83,34 @@ struct CapturedRecord {
   int64_t n = 0;
 };
 
+// A digest of what a tensor held at a point of the program (a `value` record): the input of a
+// collective as it was about to be read, its output once written, or a parameter or its
+// gradient at an optimizer step.
+// Not issued by the interpreter: the value checks (captured_values.hpp) compare them across ranks.
+struct CapturedValue {
+  enum class Of : uint8_t { coll_in, coll_out, param, grad };
+  Of of = Of::coll_in;
+  bool after = false;             // param: after the optimizer step (else before it)
+  bool uniform = false;           // every 32-bit word (or byte) of it the same, such as zeros
+  int32_t record = -1;            // coll_in, coll_out: its collective, an index into CapturedRank::records
+  int32_t tensor = 0;             // param, grad: its name, an index into CapturedProgram::strings
+  int32_t step = 0;               // param, grad: the optimizer's step, from 0
+  int32_t source = -1;            // index into CapturedProgram::sources
+  CapturedRange range{0, 0, -1};  // grad: the bytes it occupied (buf -1: not said)
+  uint64_t hash = 0;              // of its bytes
+  int64_t elements = 0;
+  double sum = 0;      // of its elements, NaN when not finite
+  double abs_sum = 0;  // of their absolute values, NaN when not finite
+};
+
 struct CapturedRank {
   std::string file;                     // DIR/rank-R.jsonl
   std::vector<std::string> streams;     // names by id, unique within the rank; 0 is the default
   std::vector<int32_t> groups;          // group id in this file -> CapturedProgram::groups index
   std::vector<CapturedRecord> records;  // what the interpreter issues: allocations, operations, ...
   std::vector<CapturedRange> ranges;
-  int64_t file_records = 0;  // the records of its file (what its end record counts)
+  std::vector<CapturedValue> values;  // in file order
+  int64_t file_records = 0;           // the records of its file (what its end record counts)
   // Buffers that existed before the capture ("pre": true): allocated, written and ordered
   // before the first record.
   struct Pre {

@@ -1,6 +1,7 @@
 // A small JSON reader for one flat object per line (RFC 8259, with the limits of json_line.hpp).
 #include "core/scenario/json_line.hpp"
 
+#include <charconv>
 #include <stdexcept>
 
 #include "core/base/text.hpp"
@@ -191,6 +192,8 @@ void JsonLine::number(Cursor& c, Value& v) {
     while (c.peek() >= '0' && c.peek() <= '9') ++c.i;
   }
   v.type = Type::number;
+  // Its value as a double too (integers included), for the fields that are fractions.
+  std::from_chars(c.s.data() + start, c.s.data() + c.i, v.x);
   if (integer) {
     // int64 without overflow: accumulate negatively, whose range is the larger one.
     const bool neg = c.s[start] == '-';

@@ -23,6 +23,7 @@ class JsonLine {
     Type type = Type::null;
     bool b = false;
     int64_t i = 0;       // integer
+    double x = 0;        // integer or number: its value as a double
     std::string_view s;  // string
     uint32_t first = 0;  // array: its elements are element(v, 0 .. count-1)
     uint32_t count = 0;
@@ -30,7 +31,8 @@ class JsonLine {
 
   // Parses `line` as one JSON object. Returns "" or what is wrong, with its column
   // ("column 14: expected ',' or '}'"). Integers past int64 and numbers with a fraction or
-  // an exponent are kept as Type::number, so a reader can refuse them as the wrong type.
+  // an exponent are kept as Type::number (with `x`), so a reader can refuse them as the wrong
+  // type, or read them as doubles where a field is a fraction.
   std::string parse(std::string_view line);
 
   // The value of a top-level key, or nullptr.

@@ -1,6 +1,7 @@
 """Process-group setup shared by the examples: torchrun's environment when present, else a
 one-rank group on GPU 0 (so each example also runs as `python3 example.py`). NCCL by default;
-EXAMPLE_BACKEND=gloo runs several ranks on one GPU, which NCCL refuses."""
+EXAMPLE_BACKEND=gloo runs several ranks on one GPU, which NCCL refuses. On a machine without CUDA
+the examples that say so run on CPU over gloo (device())."""
 
 import os
 
@@ -15,6 +16,9 @@ def init():
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29517")
     local = int(os.environ["LOCAL_RANK"])
+    if not torch.cuda.is_available():
+        dist.init_process_group("gloo")
+        return dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(local % torch.cuda.device_count())
     backend = os.environ.get("EXAMPLE_BACKEND", "nccl")
     if backend == "nccl":
@@ -24,6 +28,12 @@ def init():
     return dist.get_rank(), dist.get_world_size()
 
 
+def device():
+    """Where an example's tensors go: the GPU, or the CPU where there is none."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
 def finish():
-    torch.cuda.synchronize()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     dist.destroy_process_group()

@@ -271,8 +271,9 @@ TEST_CASE("Megatron-FSDP #6187: its parent and the fix check clean at one and fo
   REQUIRE_THAT(hung.out, Catch::Contains("PARTIAL m6187-after-hsdp-mb4-4: no findings in what was captured"));
 }
 
-TEST_CASE("Megatron-FSDP #6187: with 128 rows the backward takes the freed main_grad's block, the fix is clean",
-          "[cli][capture][h100]") {
+TEST_CASE(
+    "Megatron-FSDP #6187: with 128 rows the backward takes the freed main_grad's block, the fix is clean",
+    "[cli][capture][h100]") {
   // 131,072-byte activation gradients: the first default-stream allocation after the free whose
   // best fit is the replaced main_grad's 133,120-byte block (docs/fidelity.md).
   auto r = run_shardcheck("run " + h100("m6187-before-hsdp-b128-4"));
@@ -282,8 +283,11 @@ TEST_CASE("Megatron-FSDP #6187: with 128 rows the backward takes the freed main_
   const std::string pkg = ".megatron/07a0de65ad/megatron_fsdp/experimental/";
   REQUIRE_THAT(r.out, Catch::Contains("the tensor allocated at " + pkg + "dbuffer.py:102 is freed at " + pkg +
                                       "parameter_group.py:382 while reduce_scatter"));
-  REQUIRE_THAT(r.out, Catch::Contains("at " + pkg + "dbuffer.py:399 on stream 'stream from " + pkg + "module.py:60'"));
-  REQUIRE_THAT(r.out, Catch::Contains("second: rank 2, stream 'default', aten::mm at examples/megatron_fsdp/train.py:315"));
+  REQUIRE_THAT(
+      r.out, Catch::Contains("at " + pkg + "dbuffer.py:399 on stream 'stream from " + pkg + "module.py:60'"));
+  REQUIRE_THAT(
+      r.out,
+      Catch::Contains("second: rank 2, stream 'default', aten::mm at examples/megatron_fsdp/train.py:315"));
   REQUIRE_THAT(r.out, Catch::Contains("on ranks 0, 1, 2, 3"));
   auto fixed = run_shardcheck("run " + h100("m6187-after-hsdp-b128-4"));
   INFO(fixed.out);
@@ -336,3 +340,72 @@ TEST_CASE("the engines issue Megatron-FSDP's collectives, but for the initial br
   }
 }
 
+// Values in captures (docs/findings.md): the reproducers of examples/pytorch captured on CPU over
+// gloo at 2 ranks (tests/capture/fixtures), and on one H100 at 4 (tests/capture/h100).
+TEST_CASE(
+    "a parameter left out of the gradient reduction is a replica_divergence at the step's line, and the fix "
+    "is "
+    "clean",
+    "[cli][capture][values]") {
+  auto r = run_shardcheck("run " + fixture("replica-drift-2"));
+  INFO(r.out);
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(
+      r.out, Catch::Contains("[replica_divergence] head.weight, head.bias: the same on ranks 0, 1 before the "
+                             "optimizer step at examples/pytorch/replica_drift.py:49 (step 0), different "
+                             "after it: their gradients differed across those ranks going into the step."));
+  REQUIRE_THAT(r.out, Catch::Contains("stayed the same on those ranks (2: body.0.weight, body.0.bias)"));
+  REQUIRE_THAT(r.out, Catch::Contains("reproduce: "));
+  REQUIRE_THAT(r.out, Catch::Contains(" run " + fixture("replica-drift-2") + "\n"));
+  REQUIRE_THAT(r.out, Catch::Contains("FOUND   replica-drift-2: replica_divergence"));
+  auto fixed = run_shardcheck("run " + fixture("replica-drift-fix-2"));
+  INFO(fixed.out);
+  REQUIRE(fixed.exit_code == 0);
+}
+
+TEST_CASE(
+    "a gradient summed again after its reduction is a double_reduction naming both lines, and the fix is "
+    "clean",
+    "[cli][capture][values]") {
+  auto r = run_shardcheck("run " + fixture("double-reduction-2"));
+  INFO(r.out);
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(
+      r.out, Catch::Contains("[double_reduction] all_reduce (sum) at examples/pytorch/double_reduction.py:66 "
+                             "over ranks 0, 1 sums what all_reduce at "
+                             "examples/pytorch/double_reduction.py:42 already reduced over them: the "
+                             "result is 2 times it."));
+  REQUIRE_THAT(r.out, Catch::Contains("FOUND   double-reduction-2: double_reduction\n"));
+  REQUIRE(run_shardcheck("run " + fixture("double-reduction-fix-2")).exit_code == 0);
+  // On the GPU, with DDP as the first reduction (its bucket all-reduce at the backward's line).
+  auto ddp = run_shardcheck("run " + h100("double-reduction-ddp-4"));
+  INFO(ddp.out);
+  REQUIRE(ddp.exit_code == 1);
+  REQUIRE_THAT(ddp.out,
+               Catch::Contains("all_reduce (sum) at examples/pytorch/double_reduction.py:66 over ranks 0, 1, "
+                               "2, 3 sums what all_reduce at examples/pytorch/double_reduction.py:63 already "
+                               "reduced over them: the result is 4 times it"));
+  auto fsdp2 = run_shardcheck("run " + h100("fsdp2-train-values-4"));
+  INFO(fsdp2.out);
+  REQUIRE(fsdp2.exit_code == 0);
+}
+
+TEST_CASE(
+    "a norm whose terms count a tied embedding on both pipeline stages is a grad_norm_miscount, and the fix "
+    "is "
+    "clean",
+    "[cli][capture][values]") {
+  auto r = run_shardcheck("run " + fixture("tied-norm-2"));
+  INFO(r.out);
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(
+      r.out, Catch::Contains("[grad_norm_miscount] all_reduce (sum) at examples/pytorch/tied_norm.py:62 over "
+                             "ranks 0, 1 adds up terms computed from the gradient of 'shared', which ranks "
+                             "0, 1 each hold a copy of: it is counted 2 times."));
+  REQUIRE_THAT(r.out, Catch::Contains("FOUND   tied-norm-2: grad_norm_miscount\n"));
+  // The data-parallel reductions of the other reproducers are of gradients themselves, no norm.
+  for (const char* name : {"tied-norm-fix-2", "replica-drift-fix-2", "double-reduction-fix-2"}) {
+    INFO(name);
+    REQUIRE(run_shardcheck("run " + fixture(name)).exit_code == 0);
+  }
+}

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/check/findings.hpp"
 #include "tests/support/run_command.hpp"
 
 using shardcheck::testing::CommandResult;
@@ -58,7 +59,7 @@ void require_valid_sarif(const nlohmann::json& s) {
   const auto& driver = run.at("tool").at("driver");
   REQUIRE(driver.at("name") == "shardcheck");
   const auto& rules = driver.at("rules");
-  REQUIRE(rules.size() == 9);
+  REQUIRE(rules.size() == static_cast<size_t>(shardcheck::core::kFindingKinds));  // a rule per kind
   for (const auto& result : run.at("results")) {
     INFO(result.dump());
     const std::string id = result.at("ruleId");

@@ -50,7 +50,12 @@ class Capture:
     or marked partial with why and where (an exception and its line, a signal, a collective
     that hung past the timeout)."""
 
-    def __init__(self, out_dir, device=None, argv=None, timeout=None):
+    def __init__(self, out_dir, device=None, argv=None, timeout=None, values=None):
+        """values: write digests of collective inputs and of parameters and gradients at
+        each optimizer step (values.py); on by default, SHARDCHECK_CAPTURE_VALUES=0 turns it off."""
+        from . import values as _values
+        self.values = _values.enabled() if values is None else values
+        self._values = None
         self.out_dir = out_dir
         self.device = device
         self.argv = argv
@@ -89,6 +94,10 @@ class Capture:
         self.recorder = Recorder(self.path, header, sees_frees=device == "cuda")
         self._hooks = Hooks(self.recorder, device)
         self._hooks.install()
+        if self.values:
+            from .values import Values
+            self._values = self._hooks.values = Values(self.recorder, self._hooks)
+            self._values.install()
         self._start_guards()
         return self
 
@@ -100,6 +109,10 @@ class Capture:
             with quiet():  # inside the guards: a collective that never ends is hung
                 torch.cuda.synchronize()
         self._stop_guards()
+        if self._values is not None:
+            self._values.uninstall()
+            if exc_type is None:
+                self._values.flush()
         self._hooks.uninstall()
         if exc_type is None:
             self._close(None, None)
@@ -231,9 +244,10 @@ def _main_site():
     return where(frame) if frame is not None else None
 
 
-def capture(out_dir, device=None):
-    """Context manager: records what runs inside it into out_dir/rank-<R>.jsonl."""
-    return Capture(out_dir, device=device)
+def capture(out_dir, device=None, values=None):
+    """Context manager: records what runs inside it into out_dir/rank-<R>.jsonl; values=False
+    leaves out the value digests (on by default; SHARDCHECK_CAPTURE_VALUES=0 turns them off)."""
+    return Capture(out_dir, device=device, values=values)
 
 
 __all__ = ["capture", "Capture", "rank_and_world"]
@@ -243,8 +257,8 @@ class _CallableModule(type(sys)):
     """`shardcheck.capture("DIR")` is capture("DIR"); the name still denotes this module, so
     `import shardcheck.capture` and `shardcheck.capture.Capture` work too."""
 
-    def __call__(self, out_dir, device=None):
-        return capture(out_dir, device=device)
+    def __call__(self, out_dir, device=None, values=None):
+        return capture(out_dir, device=device, values=values)
 
 
 sys.modules[__name__].__class__ = _CallableModule

@@ -1,5 +1,6 @@
 """python3 -m shardcheck.capture [--nproc-per-node N] --out DIR [--device cuda|cpu]
-                                 [--timeout S] [--check] [--no-capture] -- script.py ARGS...
+                                 [--timeout S] [--check] [--no-capture] [--no-values]
+                                 -- script.py ARGS...
 
 Runs script.py as __main__ (as `python3 script.py ARGS...` would) inside a capture, then
 prints where the files are and the command that checks them. With --check (one process, the
@@ -39,6 +40,10 @@ def main(argv=None):
                    help="run the program without recording it (with --nproc-per-node and more "
                         "ranks than GPUs, still on the one-GPU backend): the baseline a "
                         "capture's cost is measured against")
+    p.add_argument("--no-values", action="store_true",
+                   help="record no value digests (of collective inputs, and of parameters and "
+                        "gradients at each optimizer step): no replica_divergence or "
+                        "double_reduction findings, and none of their cost")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="a rank inside one collective for longer than S seconds is hung: its "
                         "file ends marked partial (default %d, NCCL's own)" % DEFAULT_TIMEOUT)
@@ -64,6 +69,8 @@ def main(argv=None):
     if missing:
         print(missing, file=sys.stderr)
         return 2
+    if args.no_values:
+        os.environ["SHARDCHECK_CAPTURE_VALUES"] = "0"  # the ranks inherit it
     if args.nproc_per_node is not None:
         if not 1 <= args.nproc_per_node <= 64:
             p.error("--nproc-per-node must be between 1 and 64 (the checker's bound on ranks)")

@@ -195,6 +195,7 @@ class Hooks:
         self._plans = {}
         self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self._device_index = torch.cuda.current_device() if self.cuda else 0
+        self.values = None  # values.Values, when value capture is on
         # The collective the main thread is inside, if any: (what, since, (file, line, func)),
         # for the hang watchdog (Capture).
         self.in_flight = None
@@ -303,6 +304,8 @@ class Hooks:
         if getattr(self._tls, "inside", False):
             return func(*args, **kwargs)
         if name.startswith("c10d::"):
+            if not self._c10d_dispatched:
+                self._host_filled(func, name, args, site=self.site())
             return self._c10d(func, name, args, kwargs)
         if name == "aten::record_stream":
             out = func(*args, **kwargs)
@@ -425,6 +428,10 @@ class Hooks:
         values = {}
         for i, arg in enumerate(func._schema.arguments):
             values[arg.name] = args[i] if i < len(args) else kwargs.get(arg.name)
+        if "tensors" not in values and func._schema.arguments:
+            # torch 1.x names the c10d operators' arguments _0, _1, ...: the first is the
+            # tensor list of allreduce_, broadcast_ and reduce_ (what DDP issues from C++).
+            values["tensors"] = values[func._schema.arguments[0].name]
         pg = next((values[a.name] for a in func._schema.arguments
                    if "ProcessGroup" in str(a.type)), None)
         red = next((values[a.name] for a in func._schema.arguments
@@ -466,6 +473,8 @@ class Hooks:
             calls.append(("barrier", None, None, 0))
         elif base in ("send", "recv_"):
             peer = values.get("dstRank", values.get("srcRank"))
+            if peer is None and "_2" in values:  # torch 1.x: (tensors, group, peer, tag)
+                peer, values["tag"] = values["_2"], values.get("_3", 0)
             for t in values["tensors"]:
                 calls.append(("send" if base == "send" else "recv", t, t, t.numel()))
             return calls, pg, reduce, root, peer, values.get("tag", 0)
@@ -481,6 +490,7 @@ class Hooks:
         if not outer:
             self._tls.deferred = []
         self._tls.inside = True
+        taken = self._inputs_before(name, func, args, kwargs)
         self._enter_collective(name)
         try:
             out = func(*args, **kwargs)
@@ -520,10 +530,38 @@ class Hooks:
         if calls is None:
             self._record_unknown(func, name, args, kwargs, stream, site)
         else:
-            self._record_calls(name, calls, pg, reduce, root, peer, tag, stream, site)
+            self._record_calls(name, calls, pg, reduce, root, peer, tag, stream, site, taken)
         for fn, a in during[split:]:
             fn(*a)
         return out
+
+    def _host_filled(self, func, name, args, site):
+        """torch 1.x: a c10d operator that reaches the dispatcher comes from C++ (DDP's checks
+        and state sync at construction; Python's torch.distributed calls are wrapped instead),
+        whose CPU tensors were filled through raw pointers that no operator shows. Their inputs
+        are recorded as written on the host just before, so that they are not taken for memory
+        nobody wrote."""
+        if self.cuda or not args:
+            return
+        lists = name.split("::", 1)[1] in ("allgather_", "reduce_scatter_", "gather_", "scatter_",
+                                           "alltoall_", "allgather_coalesced_")
+        inputs = args[1] if lists and len(args) > 1 else args[0]
+        spans = [sp for sp in (tensor_span(t) for t in _tensors(inputs) if self._on_device(t))
+                 if sp is not None]
+        if spans:
+            self.rec.op(name + " inputs (filled on the host)", 0, [], spans, site)
+
+    def _inputs_before(self, name, func, args, kwargs):
+        """Digests of what each collective of the call reads, taken before it runs (an
+        all_reduce overwrites its input); None when values are off or it is not one."""
+        if self.values is None:
+            return None
+        calls = self._describe(name, func, args, kwargs)[0]
+        if calls is None:
+            return None
+        return [self.values.coll_input(i_) if op not in ("send", "recv", "barrier")
+                and i_ is not None and self._on_device(i_) else None
+                for op, i_, o, count in calls]
 
     def _record_unknown(self, func, name, args, kwargs, stream, site):
         """A c10d operator not recorded as a collective (the list forms of all_gather and
@@ -538,6 +576,10 @@ class Hooks:
             if not spans:
                 continue
             lowered = arg.name.lower()
+            if lowered in ("_0", "_1") and len(func._schema.arguments) > 2:
+                # torch 1.x leaves them unnamed: the list forms (allgather_, reduce_scatter_,
+                # gather_, scatter_, alltoall_) take the outputs first, then the inputs.
+                lowered = "output" if lowered == "_0" else "input"
             if "output" in lowered:
                 writes += spans
             elif "input" in lowered:
@@ -549,13 +591,16 @@ class Hooks:
             self.rec.stream(stream, "nccl")
         self.rec.op(name, stream, reads, writes, site)
 
-    def _record_calls(self, name, calls, pg, reduce, root, peer, tag, stream, site):
+    def _record_calls(self, name, calls, pg, reduce, root, peer, tag, stream, site, taken=None):
+        """taken: the inputs' digests, one per call, where they were taken before the call ran;
+        otherwise (the calls have not run yet) they are taken here."""
         if pg is None:
             return
         gid, ranks, _ = self._group(pg)
         if self.cuda and not self.rec.has_stream(stream):
             self.rec.stream(stream, "nccl %s" % ranks_name(ranks))
-        for op, i_, o, count in calls:
+        indices = []  # (collective index, output) of those written, for their output digests
+        for n, (op, i_, o, count) in enumerate(calls):
             if i_ is not None and not (self._on_device(i_) and self._on_device(o)):
                 continue
             dtype = _DTYPES.get(i_.dtype, "u8") if i_ is not None else "u8"
@@ -564,15 +609,25 @@ class Hooks:
             if op in ("send", "recv"):
                 span = tensor_span(i_)
                 if span is not None:
-                    self.rec.p2p(op, ranks[peer], gid, stream, span, dtype, count, str(tag), name,
+                    # No name: the two halves' operators are named differently (c10d::send,
+                    # c10d::recv_), and names are compared across the pair.
+                    self.rec.p2p(op, ranks[peer], gid, stream, span, dtype, count, str(tag), "",
                                  site)
                 continue
             ispan = tensor_span(i_) if i_ is not None else None
             ospan = tensor_span(o) if o is not None else None
             if op != "barrier" and (ispan is None or ospan is None):
                 continue
-            self.rec.collective(op, gid, stream, ispan, ospan, dtype, count, reduce, root, name,
-                                site)
+            index = self.rec.collective(op, gid, stream, ispan, ospan, dtype, count, reduce, root,
+                                        name, site)
+            if self.values is not None and op != "barrier":
+                digest = taken[n] if taken is not None and n < len(taken) else \
+                    self.values.coll_input(i_)
+                self.values.bind_coll(digest, index, site)
+                if taken is not None and self.cuda:  # it has been issued: behind it, its output
+                    self.values.bind_coll(self.values.coll_output(o, stream), index, site, "out")
+                indices.append((index, o))
+        return indices
 
     # -- torch.distributed before 2.0: wrap the functions -------------------------------
     def _wrap_distributed(self):
@@ -598,16 +653,21 @@ class Hooks:
                 if "src" in a or "dst" in a:
                     ranks = dist.get_process_group_ranks(group)
                     root = ranks.index(a.get("src", a.get("dst")))
-                hooks._record_calls("torch.distributed." + fname, [(op, i_, o, count_of(i_, o))],
-                                    group, reduce, root, None, 0, hooks.current_stream(),
-                                    hooks.site())
+                site = hooks.site()
+                written = hooks._record_calls("torch.distributed." + fname,
+                                              [(op, i_, o, count_of(i_, o))], group, reduce, root,
+                                              None, 0, hooks.current_stream(), site)
                 hooks._tls.inside = True
                 hooks._enter_collective("torch.distributed." + fname)
                 try:
-                    return orig(*args, **kwargs)
+                    result = orig(*args, **kwargs)
                 finally:
                     hooks._leave_collective()
                     hooks._tls.inside = False
+                if hooks.values is not None and not a.get("async_op") and not hooks.cuda:
+                    for index, out in written or ():  # finished: what it wrote
+                        hooks.values.bind_coll(hooks.values.coll_output(out), index, site, "out")
+                return result
 
             setattr(dist, fname, wrapped)
             self._patched.append((dist, fname, orig))

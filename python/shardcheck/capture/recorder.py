@@ -36,7 +36,9 @@ class Recorder:
         self._coll_streams = {}
         self._buf_site = {}  # buf -> the site of its allocation
         self._site_text = {}  # site id -> "file:line"  # buf -> stream ids of collectives that used it
-        self.stats = {"ops": 0, "allocs": 0, "frees": 0, "collectives": 0, "unseen_allocs": 0}
+        self.stats = {"ops": 0, "allocs": 0, "frees": 0, "collectives": 0, "unseen_allocs": 0,
+                      "values": 0}
+        self._colls = 0  # coll records written: a value record names one by its index
         self.stream(default_stream, "default")
 
     # -- definitions ---------------------------------------------------------------------
@@ -161,9 +163,17 @@ class Recorder:
         return buf
 
     def touch(self, spans, stream_handle, site):
-        """Storages an operator made: their allocation, on the stream it ran on."""
+        """Storages an operator made: their allocation, on the stream it ran on. Without frees
+        (CPU), a storage made at the address of a live lifetime is a new one there: the old was
+        freed unseen."""
         with self._lock:
             for ptr, nbytes, off, length in spans:
+                if not self._sees_frees and ptr in self._live:
+                    old = self._live.pop(ptr)[0]
+                    for sid in sorted(self._coll_streams.pop(old, ())):
+                        self._w.write({"k": "stream_sync", "stream": sid, "at": site})
+                    self._w.write({"k": "free", "buf": old, "at": site})
+                    self.stats["frees"] += 1
                 if ptr not in self._live and ptr not in self._pending:
                     self._pending[ptr] = (stream_handle, site)
                 self.buffer(ptr, nbytes, off + length, stream_handle, site)
@@ -259,10 +269,11 @@ class Recorder:
                 rec["out"] = self.ranges([out])[0]
                 for r in (rec["in"], rec["out"]):
                     self._coll_streams.setdefault(r[0], set()).add(rec["stream"])
-                if op not in ("broadcast",):
+                if op not in ("broadcast",) and self._sees_frees:
                     # Ranks that reduce different tensors at one position of a group (equal
                     # shapes, swapped order) are told apart by where each tensor was made:
-                    # the checker compares names across the ranks.
+                    # the checker compares names across the ranks. Only where every free is
+                    # seen (CUDA): on CPU a recycled address can keep an older tensor's site.
                     where = self._site_text.get(self._buf_site.get(rec["in"][0]))
                     if where and not where.startswith("<"):
                         name = "%s of the tensor from %s" % (name, where)
@@ -270,7 +281,21 @@ class Recorder:
                         "name": name, "at": site})
             self._w.write(rec)
             self.stats["collectives"] += 1
+            self._colls += 1
             self._w.flush()  # a rank that hangs or dies here keeps it
+            return self._colls - 1
+
+    def range_of(self, span):
+        """[buf, offset, bytes] of a span (see ranges) as the file knows it now, or None."""
+        with self._lock:
+            ranges = self.ranges([span])
+            return ranges[0] if ranges else None
+
+    def value(self, rec):
+        """A `value` record (values.py): what a tensor held at a point of the program."""
+        with self._lock:
+            self._w.write(rec)
+            self.stats["values"] += 1
 
     def p2p(self, kind, peer, group_id, stream_handle, span, dtype, count, tag, name, site):
         with self._lock:

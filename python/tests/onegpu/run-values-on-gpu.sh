@@ -1,0 +1,43 @@
+#!/bin/bash
+# The value checks' programs on a GPU machine (torch 2.x, one GPU is enough), from the
+# repository root:  python/tests/onegpu/run-values-on-gpu.sh [OUT]
+# Captures, at 4 ranks on the one-GPU backend, each value reproducer with and without --fix and
+# the clean programs (DDP, FSDP2, Megatron-FSDP when .megatron/d98e8a64dd holds its package) with
+# values on, into OUT/caps/<name> (the names of tests/capture/h100/); then the cost of value
+# capture: ddp_train.py captured with and without --no-values, twice each, alternating,
+# each wall time in OUT/runs.txt. OUT defaults to $OUT, else /tmp/values-out.
+set -u
+cd "$(dirname "$0")/../../.."
+OUT=${1:-${OUT:-/tmp/values-out}}
+CAPS=$OUT/caps
+mkdir -p "$CAPS"
+export PYTHONUNBUFFERED=1
+ROOT=$PWD
+E=examples/pytorch
+run() {  # NAME ARGS... (the capture's own arguments after --out)
+  local n=$1; shift
+  echo "== $n" >> "$OUT/runs.txt"
+  local s=$EPOCHREALTIME
+  PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH} timeout 45 \
+    python3 -m shardcheck.capture --out "$CAPS/$n" "$@" >> "$OUT/runs.txt" 2>&1
+  echo "rc=$? wall=$(awk "BEGIN{print $EPOCHREALTIME - $s}")" >> "$OUT/runs.txt"
+}
+run replica-drift-4 --nproc-per-node 4 --timeout 25 -- "$E/replica_drift.py"
+run replica-drift-fix-4 --nproc-per-node 4 --timeout 25 -- "$E/replica_drift.py" --fix
+run double-reduction-4 --nproc-per-node 4 --timeout 25 -- "$E/double_reduction.py"
+run double-reduction-fix-4 --nproc-per-node 4 --timeout 25 -- "$E/double_reduction.py" --fix
+run double-reduction-ddp-4 --nproc-per-node 4 --timeout 25 -- "$E/double_reduction.py" --ddp
+run double-reduction-ddp-fix-4 --nproc-per-node 4 --timeout 25 -- "$E/double_reduction.py" --ddp --fix
+run ddp-train-values-4 --nproc-per-node 4 --timeout 25 -- "$E/ddp_train.py"
+run fsdp2-train-values-4 --nproc-per-node 4 --timeout 25 -- "$E/fsdp2_train.py"
+if [[ -d .megatron/d98e8a64dd/megatron_fsdp ]]; then
+  PYTHONPATH=.megatron/d98e8a64dd run mfsdp-tinylm-values-4 --nproc-per-node 4 --timeout 25 -- \
+    examples/megatron_fsdp/train.py --model tinylm --microbatches 4 --strategy optim_grads_params
+fi
+for i in 1 2; do
+  run "cost-values-$i" --nproc-per-node 4 --timeout 25 -- "$E/ddp_train.py"
+  run "cost-no-values-$i" --no-values --nproc-per-node 4 --timeout 25 -- "$E/ddp_train.py"
+done
+rm -rf "$CAPS"/cost-*
+tar czf "$OUT/caps.tgz" -C "$OUT" caps && rm -rf "$CAPS"
+grep -E "^(==|rc=)|Error|rank [0-9]" "$OUT/runs.txt" | tail -c 5000

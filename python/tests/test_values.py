@@ -1,0 +1,115 @@
+"""Value capture (shardcheck/capture/values.py): the digest tells equal tensors from different
+ones without a copy to the host, and the reproducers of examples/pytorch, captured at 2 CPU
+ranks over gloo by the launcher, give their findings at their lines while their fixes, and a
+capture with --no-values, give none."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYROOT = os.path.dirname(HERE)
+REPO = os.path.dirname(PYROOT)
+
+try:
+    import torch
+    import torch.distributed as dist
+    HAVE_GLOO = dist.is_available() and dist.is_gloo_available()
+except ImportError:
+    if os.environ.get("SHARDCHECK_REQUIRE_TORCH"):
+        raise
+    torch = None
+    HAVE_GLOO = False
+
+
+@unittest.skipUnless(torch is not None, "torch is not installed")
+class DigestTest(unittest.TestCase):
+    def record(self, t):
+        from shardcheck.capture.values import as_record, digest
+        return as_record(digest(t).tolist())
+
+    def test_equal_bytes_give_equal_digests_and_any_change_another(self):
+        a = torch.arange(10000, dtype=torch.float32) / 7
+        b = a.clone()
+        self.assertEqual(self.record(a), self.record(b))
+        b[9999] += 1e-3
+        self.assertNotEqual(self.record(a)["h"], self.record(b)["h"])
+        c = a.clone()
+        c[[0, 1]] = c[[1, 0]]  # the same values in another order
+        self.assertNotEqual(self.record(a)["h"], self.record(c)["h"])
+
+    def test_sums_tell_rounding_from_a_real_difference(self):
+        a = torch.randn(4096, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        r = self.record(a)
+        self.assertAlmostEqual(r["s"], a.sum().item(), places=6)
+        self.assertAlmostEqual(r["a"], a.abs().sum().item(), places=6)
+        self.assertEqual(r["n"], 4096)
+
+    def test_one_repeated_value_is_uniform_and_views_odd_sizes_and_empties_work(self):
+        self.assertTrue(self.record(torch.zeros(33))["u"])
+        self.assertFalse(self.record(torch.arange(3, dtype=torch.int8))["u"])  # 3 bytes: bytewise
+        self.assertEqual(self.record(torch.ones(6, 4)[:, 1])["n"], 6)  # a strided view
+        self.assertEqual(self.record(torch.empty(0))["n"], 0)
+        self.assertIsNone(self.record(torch.tensor([1.0, float("nan")]))["s"])  # JSON has no NaN
+
+
+@unittest.skipUnless(HAVE_GLOO, "torch with gloo is not installed")
+class ReproducerTest(unittest.TestCase):
+    def capture(self, d, name, script, *args, values=True):
+        out = os.path.join(d, name)
+        cmd = [sys.executable, "-m", "shardcheck.capture", "--nproc-per-node", "2", "--device", "cpu",
+               "--out", out, "--timeout", "60"] + ([] if values else ["--no-values"])
+        p = subprocess.run(cmd + ["--", os.path.join("examples", "pytorch", script)] + list(args),
+                           cwd=REPO, env=dict(os.environ, PYTHONPATH=PYROOT), capture_output=True,
+                           text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return out
+
+    def verdict(self, cap):
+        shardcheck = os.environ.get("SHARDCHECK_BIN")
+        if not shardcheck:
+            self.skipTest("no SHARDCHECK_BIN")
+        p = subprocess.run([shardcheck, "run", cap], capture_output=True, text=True)
+        return p.returncode, p.stdout
+
+    def test_a_parameter_left_out_of_the_reduction_drifts_and_the_fix_does_not(self):
+        with tempfile.TemporaryDirectory() as d:
+            code, out = self.verdict(self.capture(d, "drift", "replica_drift.py"))
+            self.assertEqual(code, 1, out)
+            self.assertIn("[replica_divergence] head.weight, head.bias: the same on ranks 0, 1 before "
+                          "the optimizer step at examples/pytorch/replica_drift.py:49", out)
+            code, out = self.verdict(self.capture(d, "fix", "replica_drift.py", "--fix"))
+            self.assertEqual(code, 0, out)
+
+    def test_a_tied_embedding_counted_on_both_stages_is_a_norm_miscount(self):
+        with tempfile.TemporaryDirectory() as d:
+            code, out = self.verdict(self.capture(d, "tied", "tied_norm.py"))
+            self.assertEqual(code, 1, out)
+            self.assertIn("[grad_norm_miscount] all_reduce (sum) at examples/pytorch/tied_norm.py:62 "
+                          "over ranks 0, 1 adds up terms computed from the gradient of 'shared'", out)
+            code, out = self.verdict(self.capture(d, "fix", "tied_norm.py", "--fix"))
+            self.assertEqual(code, 0, out)
+
+    def test_a_gradient_summed_twice_is_found_and_the_fix_and_no_values_are_clean(self):
+        with tempfile.TemporaryDirectory() as d:
+            code, out = self.verdict(self.capture(d, "double", "double_reduction.py"))
+            self.assertEqual(code, 1, out)
+            self.assertIn("[double_reduction] all_reduce (sum) at "
+                          "examples/pytorch/double_reduction.py:66 over ranks 0, 1 sums what all_reduce "
+                          "at examples/pytorch/double_reduction.py:42 already reduced", out)
+            code, out = self.verdict(self.capture(d, "fix", "double_reduction.py", "--fix"))
+            self.assertEqual(code, 0, out)
+            cap = self.capture(d, "off", "double_reduction.py", values=False)
+            with open(os.path.join(cap, "rank-0.jsonl")) as f:
+                kinds = {json.loads(line)["k"] for line in f if line.startswith("{\"k\"")}
+            self.assertNotIn("value", kinds)
+            self.assertIn("coll", kinds)
+            code, out = self.verdict(cap)
+            self.assertEqual(code, 0, out)  # nothing to see the double reduction with
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,253 @@
+// The value checks of captured programs (core/scenario/captured_values.hpp) on small two-rank
+// folders written here: which digests make a replica_divergence or a double_reduction, which do
+// not (shards, one repeated value, a buffer written since where the capture does not see), and
+// how value records are read and refused.
+#include <unistd.h>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/scenario/captured_program.hpp"
+#include "core/scenario/captured_values.hpp"
+#include "core/scenario/json_line.hpp"
+
+using namespace shardcheck::core;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Folder {
+  std::string dir;
+  Folder() {
+    char tmpl[] = "/tmp/shardcheck-values-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+  }
+  ~Folder() { fs::remove_all(dir); }
+};
+
+// Rank `rank` of 2: the header, a prologue (stream, sites t.py:10 and t.py:20, the world group,
+// a 64-byte buffer), `body`, and the end record.
+std::string rank_file(int rank, const std::string& body) {
+  std::string text = R"({"shardcheck_capture": 1, "rank": )" + std::to_string(rank) +
+                     R"(, "world_size": 2, "torch": "2.11.0", "device": "cpu", "argv": ["t.py"]})" + "\n" +
+                     "{\"k\": \"stream\", \"id\": 0, \"name\": \"default\"}\n"
+                     "{\"k\": \"site\", \"id\": 0, \"file\": \"t.py\", \"line\": 10, \"func\": \"f\"}\n"
+                     "{\"k\": \"site\", \"id\": 1, \"file\": \"t.py\", \"line\": 20, \"func\": \"f\"}\n"
+                     "{\"k\": \"group\", \"id\": 0, \"name\": \"world\", \"ranks\": [0, 1]}\n"
+                     "{\"k\": \"alloc\", \"buf\": 0, \"bytes\": 64, \"stream\": 0, \"at\": 0}\n"
+                     "{\"k\": \"op\", \"name\": \"aten::fill_\", \"stream\": 0, \"r\": [], \"w\": [[0, 0, "
+                     "64]], \"at\": 0}\n" +
+                     body;
+  int64_t n = 0;
+  for (char c : text) n += c == '\n';
+  return text + R"({"k": "end", "records": )" + std::to_string(n - 1) + "}\n";
+}
+
+std::string digest(const std::string& h, bool uniform = false, int n = 16) {
+  return R"("h": ")" + h + R"(", "n": )" + std::to_string(n) + R"(, "s": 1.5, "a": 2.5, "u": )" +
+         (uniform ? "true" : "false");
+}
+
+std::string all_reduce(int at) {
+  return R"({"k": "coll", "op": "all_reduce", "group": 0, "stream": 0, "in": [0, 0, 64], "out": [0, 0, 64], )"
+         R"("dtype": "f32", "count": 16, "reduce": "sum", "root": 0, "name": "g", "at": )" +
+         std::to_string(at) + "}\n";
+}
+
+std::string coll_value(const char* side, int coll, const std::string& d) {
+  return std::string(R"({"k": "value", "of": "coll_)") + side + R"(", "coll": )" + std::to_string(coll) +
+         R"(, "at": 0, )" + d + "}\n";
+}
+
+std::string tensor_value(const char* of, const char* name, int step, const char* when, const std::string& d) {
+  return std::string(R"({"k": "value", "of": ")") + of + R"(", "tensor": ")" + name + R"(", "step": )" +
+         std::to_string(step) + R"(, "when": ")" + when + R"(", "at": 1, )" + d + "}\n";
+}
+
+std::vector<Finding> check(const std::string& rank0, const std::string& rank1) {
+  Folder f;
+  std::ofstream(f.dir + "/rank-0.jsonl") << rank_file(0, rank0);
+  std::ofstream(f.dir + "/rank-1.jsonl") << rank_file(1, rank1);
+  auto p = load_captured_program(f.dir);
+  INFO((p ? std::string() : p.error().message()));
+  REQUIRE(p);
+  return check_captured_values(*p);
+}
+
+// Two all_reduces of buffer 0, the second summing what the first wrote. `in2` is each rank's
+// digest of the second's input; `out1` of the first's output.
+std::vector<Finding> twice(const std::string& out1, const std::string& in2_0, const std::string& in2_1) {
+  auto body = [&](const std::string& in1, const std::string& in2) {
+    return all_reduce(0) + coll_value("in", 0, digest(in1)) + coll_value("out", 0, digest(out1)) +
+           all_reduce(1) + coll_value("in", 1, in2);
+  };
+  return check(body("00000000000000a0", in2_0), body("00000000000000b0", in2_1));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a sum over the group of what a reduction over it made, the same on every rank, is a double reduction",
+    "[core][capture][values]") {
+  const auto found = twice("00000000000000c0", digest("00000000000000c0"), digest("00000000000000c0"));
+  REQUIRE(found.size() == 1);
+  REQUIRE(found[0].kind == FindingKind::double_reduction);
+  REQUIRE(found[0].summary ==
+          "all_reduce (sum) at t.py:20 over ranks 0, 1 sums what all_reduce at t.py:10 already reduced over "
+          "them: "
+          "the result is 2 times it");
+  REQUIRE_THAT(found[0].explanation, Catch::Contains("Fix: reduce it once"));
+  const auto* d = std::get_if<ElementDetail>(&found[0].detail);
+  REQUIRE(d);
+  REQUIRE(d->source.file == "t.py");
+  REQUIRE(d->source.line == 20);
+  REQUIRE(d->actual == 2 * d->expected);
+}
+
+TEST_CASE("a second sum is not called double where the digests do not show the same reduced value",
+          "[core][capture][values]") {
+  SECTION("the ranks' inputs differ") {
+    REQUIRE(twice("00000000000000c0", digest("00000000000000c0"), digest("00000000000000c1")).empty());
+  }
+  SECTION("one repeated value (a count of ranks, zeros)") {
+    REQUIRE(twice("00000000000000c0", digest("00000000000000c0", true), digest("00000000000000c0", true))
+                .empty());
+  }
+  SECTION("the buffer holds something else than the first reduction wrote (an unseen write since)") {
+    REQUIRE(twice("00000000000000c0", digest("00000000000000d0"), digest("00000000000000d0")).empty());
+  }
+  SECTION("an operator wrote it from something else in between") {
+    auto body = [](const std::string& in1) {
+      return all_reduce(0) + coll_value("in", 0, digest(in1)) +
+             "{\"k\": \"op\", \"name\": \"aten::fill_\", \"stream\": 0, \"r\": [], \"w\": [[0, 0, 64]], "
+             "\"at\": 0}\n" +
+             all_reduce(1) + coll_value("in", 1, digest("00000000000000e0"));
+    };
+    REQUIRE(check(body("00000000000000a0"), body("00000000000000b0")).empty());
+  }
+}
+
+TEST_CASE("a division of the reduced value carries its provenance to the next sum",
+          "[core][capture][values]") {
+  auto body = [](const std::string& in1) {
+    return all_reduce(0) + coll_value("in", 0, digest(in1)) +
+           coll_value("out", 0, digest("00000000000000c0")) +
+           "{\"k\": \"op\", \"name\": \"aten::div_\", \"stream\": 0, \"r\": [[0, 0, 64]], \"w\": [[0, 0, "
+           "64]], "
+           "\"at\": 0}\n" +
+           all_reduce(1) + coll_value("in", 1, digest("00000000000000f0"));
+  };
+  const auto found = check(body("00000000000000a0"), body("00000000000000b0"));
+  REQUIRE(found.size() == 1);
+  REQUIRE(found[0].kind == FindingKind::double_reduction);
+}
+
+TEST_CASE("parameters the same on two ranks before a step and apart after it are a replica_divergence",
+          "[core][capture][values]") {
+  auto body = [](const std::string& grad, const std::string& after) {
+    return tensor_value("param", "head.weight", 0, "before", digest("1000000000000000")) +
+           tensor_value("grad", "head.weight", 0, "before", digest(grad)) +
+           tensor_value("param", "head.weight", 0, "after", digest(after)) +
+           tensor_value("param", "body.weight", 0, "before", digest("2000000000000000")) +
+           tensor_value("param", "body.weight", 0, "after", digest("2100000000000000"));
+  };
+  SECTION("their gradients differed") {
+    const auto found =
+        check(body("3000000000000000", "4000000000000000"), body("3100000000000000", "4100000000000000"));
+    REQUIRE(found.size() == 1);
+    REQUIRE(found[0].kind == FindingKind::replica_divergence);
+    REQUIRE(
+        found[0].summary ==
+        "head.weight: the same on ranks 0, 1 before the optimizer step at t.py:20 (step 0), different after "
+        "it: their gradients differed across those ranks going into the step");
+    REQUIRE_THAT(found[0].explanation, Catch::Contains("stayed the same on those ranks (1: body.weight)"));
+    REQUIRE_THAT(found[0].explanation, Catch::Contains("equal up to rounding: the bytes differ"));
+  }
+  SECTION("the gradients were the same: the step differed") {
+    const auto found =
+        check(body("3000000000000000", "4000000000000000"), body("3000000000000000", "4100000000000000"));
+    REQUIRE(found.size() == 1);
+    REQUIRE_THAT(found[0].summary, Catch::EndsWith("the step itself differed"));
+  }
+  SECTION("the same after the step: clean") {
+    REQUIRE(check(body("3000000000000000", "4000000000000000"), body("3100000000000000", "4000000000000000"))
+                .empty());
+  }
+}
+
+TEST_CASE("shards, zeros and empty tensors are not replicas", "[core][capture][values]") {
+  auto body = [](const std::string& before, bool uniform, const std::string& after) {
+    return tensor_value("param", "w", 0, "before", digest(before, uniform)) +
+           tensor_value("param", "w", 0, "after", digest(after));
+  };
+  // Each rank its own shard from the start.
+  REQUIRE(check(body("1000000000000000", false, "2000000000000000"),
+                body("1100000000000000", false, "2100000000000000"))
+              .empty());
+  // Zeros on both (a bias, or two shards of zeros): the same bytes say nothing of replication.
+  REQUIRE(check(body("1000000000000000", true, "2000000000000000"),
+                body("1000000000000000", true, "2100000000000000"))
+              .empty());
+}
+
+TEST_CASE("a replica changed on one rank between two steps is found at the next step",
+          "[core][capture][values]") {
+  auto body = [](const std::string& next) {
+    return tensor_value("param", "w", 0, "before", digest("1000000000000000")) +
+           tensor_value("param", "w", 0, "after", digest("2000000000000000")) +
+           tensor_value("param", "w", 1, "before", digest(next)) +
+           tensor_value("param", "w", 1, "after", digest("3000000000000000"));
+  };
+  const auto found = check(body("2000000000000000"), body("2200000000000000"));
+  REQUIRE(found.size() == 1);
+  REQUIRE_THAT(found[0].summary,
+               Catch::Contains("after the optimizer step at t.py:20 (step 0), different at the next"));
+}
+
+TEST_CASE("value records are read, and refused with their line when malformed", "[core][capture][values]") {
+  JsonLine j;
+  REQUIRE(j.parse(R"({"s": 1.25, "t": -2e3, "i": 7})") == "");
+  REQUIRE(j.find("s")->x == 1.25);
+  REQUIRE(j.find("t")->x == -2000);
+  REQUIRE(j.find("i")->x == 7);
+  Folder f;
+  auto load = [&](const std::string& value) {
+    const std::string body = all_reduce(0) + value;
+    std::ofstream(f.dir + "/rank-0.jsonl") << rank_file(0, body);
+    std::ofstream(f.dir + "/rank-1.jsonl") << rank_file(1, body);
+    return load_captured_program(f.dir);
+  };
+  auto ok = load(
+      R"({"k": "value", "of": "coll_in", "coll": 0, "at": 0, "h": "00000000000000ff", "n": 16, "s": null, "a": 3, "u": false})"
+      "\n");
+  REQUIRE(ok);
+  REQUIRE(ok->ranks[0].values.size() == 1);
+  REQUIRE(ok->ranks[0].values[0].hash == 0xff);
+  REQUIRE(std::isnan(ok->ranks[0].values[0].sum));
+  REQUIRE(ok->ranks[0].values[0].abs_sum == 3);
+  REQUIRE(ok->ranks[0].file_records == 8);  // value records count as the file's, never as work
+  REQUIRE(ok->ranks[0].records.size() == 3);
+  const std::pair<std::string, std::string> bad[] = {
+      {R"({"k": "value", "of": "coll_in", "coll": 1, "at": 0, )" + digest("00000000000000ff") + "}\n",
+       "a value of collective 1, which no coll record before it defines"},
+      {R"({"k": "value", "of": "weights", "at": 0, )" + digest("00000000000000ff") + "}\n",
+       "unknown value of 'weights'"},
+      {R"({"k": "value", "of": "coll_in", "coll": 0, "at": 0, )" + digest("xyz") + "}\n",
+       "field 'h' of value must be 16 hexadecimal digits"},
+      {R"({"k": "value", "of": "param", "tensor": "w", "step": 0, "when": "during", "at": 0, )" +
+           digest("00000000000000ff") + "}\n",
+       "field 'when' of value must be before or after"},
+      {R"({"k": "value", "of": "coll_in", "coll": 0, "at": 0, "h": "00000000000000ff", "n": 16, "s": "x", "a": 3, "u": false})"
+       "\n",
+       "field 's' of value must be"},
+  };
+  for (const auto& [value, error] : bad) {
+    INFO(value);
+    auto p = load(value);
+    REQUIRE(!p);
+    REQUIRE_THAT(p.error().message(), Catch::Contains("rank-0.jsonl:9: ") && Catch::Contains(error));
+  }
+}
