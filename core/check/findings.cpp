@@ -38,6 +38,12 @@ const FindingKindInfo kFindingKindTable[kFindingKinds] = {
     {FindingKind::double_reduction, "double_reduction", "values", FoundBy::values, true, false, false,
      "A sum over a group of a tensor already the same on every member (a gradient reduced twice): the "
      "result is the group size times the value."},
+    {FindingKind::missing_reduction, "missing_reduction", "values", FoundBy::values, true, false, false,
+     "An optimizer step consumes a gradient that no reduction over the ranks replicating its parameter "
+     "made (a partial sum): the replicas drift apart."},
+    {FindingKind::divisor_mismatch, "divisor_mismatch", "values", FoundBy::values, true, false, false,
+     "An average divides a sum over a group by another group's size (the expert-parallel divisor): the "
+     "gradient is scaled by the ratio of the two."},
 };
 
 const FindingKindInfo& info(FindingKind k) { return kFindingKindTable[static_cast<int>(k)]; }

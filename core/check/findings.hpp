@@ -27,8 +27,10 @@ enum class FindingKind : uint8_t {
   numerics_divergence,
   replica_divergence,
   double_reduction,
+  missing_reduction,
+  divisor_mismatch,
 };
-inline constexpr int kFindingKinds = 10;
+inline constexpr int kFindingKinds = 12;
 
 // Who finds a kind: the simulator's detectors on every run (sim/detect_*.cpp), the training
 // judge on training runs, the judge against the single-rank reference, or the value checks of a

@@ -689,6 +689,7 @@ class RankLoader {
   bool value(std::string_view, CapturedRecord&) {
     Fields f(j_, line_, "value");
     CapturedValue v;
+    v.position = static_cast<int32_t>(r_.records.size());
     const std::string_view of = f.str("of");
     v.source = site_ref(f);
     if (of == "coll_in" || of == "coll_out") {

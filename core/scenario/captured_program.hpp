@@ -93,6 +93,7 @@ struct CapturedValue {
   bool after = false;             // param: after the optimizer step (else before it)
   bool uniform = false;           // every 32-bit word (or byte) of it the same, such as zeros
   int32_t record = -1;            // coll_in, coll_out: its collective, an index into CapturedRank::records
+  int32_t position = 0;           // the records before it in its file (where it was written)
   int32_t tensor = 0;             // param, grad: its name, an index into CapturedProgram::strings
   int32_t step = 0;               // param, grad: the optimizer's step, from 0
   int32_t source = -1;            // index into CapturedProgram::sources

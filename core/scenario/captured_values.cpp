@@ -1,14 +1,18 @@
-// The value checks of a captured program: replica_divergence and double_reduction from the
-// ranks' digests (captured_values.hpp).
+// The value checks of a captured program: replica_divergence, missing_reduction, double_reduction,
+// grad_norm_miscount and divisor_mismatch from the ranks' digests (captured_values.hpp).
 #include "core/scenario/captured_values.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <map>
+#include <numeric>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 namespace shardcheck::core {
 
@@ -63,17 +67,137 @@ bool beyond_rounding(const CapturedValue& a, const CapturedValue& b) {
   return std::fabs(a.sum - b.sum) > 1e-6 * scale;
 }
 
+// -- reductions --------------------------------------------------------------------------------
+
+// Where the bytes of a range came from: a sum or average over a group (a reduction's output),
+// carried through the operators that read it (a copy, a division) to what they write.
+struct Mark {
+  int64_t offset = 0, bytes = 0;
+  int32_t group = -1;
+  int32_t record = -1;   // the reduction
+  bool carried = false;  // through an operator (else the reduction's own output)
+  int32_t via = -1;      // carried: the last operator it went through
+};
+
+class Provenance {
+ public:
+  // The mark of the reduction over `group` that bytes of `r` came from, or nullptr.
+  const Mark* reduced(const CapturedRange& r, int32_t group) const {
+    for (const Mark& m : marks(r.buf)) {
+      if (m.group == group && overlaps(m, r)) return &m;
+    }
+    return nullptr;
+  }
+  // The reductions that bytes of `r` came from, by group.
+  std::map<int32_t, Mark> origins(const CapturedRange& r) const {
+    std::map<int32_t, Mark> out;
+    for (const Mark& m : marks(r.buf)) {
+      if (overlaps(m, r)) out.emplace(m.group, m);
+    }
+    return out;
+  }
+  void write(const CapturedRange& r, const Mark* from) {
+    auto it = by_buf_.find(r.buf);
+    if (it != by_buf_.end()) {
+      std::erase_if(it->second, [&](const Mark& m) { return overlaps(m, r); });
+    }
+    if (from)
+      by_buf_[r.buf].push_back({r.offset, r.bytes, from->group, from->record, from->carried, from->via});
+  }
+  // An operator: what it writes comes from a reduction when what it reads does.
+  void op(const CapturedRank& rank, const CapturedRecord& rec) {
+    const Mark* from = nullptr;
+    for (uint32_t i = 0; i < rec.reads && !from; ++i) {
+      const CapturedRange& r = rank.ranges[rec.first + i];
+      for (const Mark& m : marks(r.buf)) {
+        if (overlaps(m, r)) {
+          from = &m;
+          break;
+        }
+      }
+    }
+    Mark carried = from ? *from : Mark{};
+    carried.carried = true;
+    carried.via = static_cast<int32_t>(&rec - rank.records.data());
+    for (uint32_t i = 0; i < rec.writes; ++i)
+      write(rank.ranges[rec.first + rec.reads + i], from ? &carried : nullptr);
+  }
+  void free(int32_t buf) { by_buf_.erase(buf); }
+
+ private:
+  static bool overlaps(const Mark& m, const CapturedRange& r) {
+    return m.offset < r.offset + r.bytes && r.offset < m.offset + m.bytes;
+  }
+  const std::vector<Mark>& marks(int32_t buf) const {
+    static const std::vector<Mark> none;
+    auto it = by_buf_.find(buf);
+    return it == by_buf_.end() ? none : it->second;
+  }
+  std::map<int32_t, std::vector<Mark>> by_buf_;
+};
+
+// Follows one rank's records in order, marking what each sum or average over a group writes and
+// carrying the marks through operators; `before(i)` sees the marks ahead of record i (and, last,
+// with i the number of records, after them all).
+template <class Before>
+void walk_reductions(const CapturedRank& rank, Provenance& prov, Before&& before) {
+  for (size_t i = 0; i < rank.records.size(); ++i) {
+    before(i);
+    const CapturedRecord& rec = rank.records[i];
+    if (rec.kind == CapturedKind::op) prov.op(rank, rec);
+    if (rec.kind == CapturedKind::free) prov.free(rec.a);
+    if (rec.kind != CapturedKind::coll || rec.coll == CollectiveKind::barrier) continue;
+    const bool reduces = rec.coll == CollectiveKind::all_reduce || rec.coll == CollectiveKind::reduce_scatter;
+    const bool averages = reduces && (rec.reduce == ReduceOp::sum || rec.reduce == ReduceOp::avg);
+    const Mark m{0, 0, rank.groups[static_cast<size_t>(rec.a)], static_cast<int32_t>(i)};
+    prov.write(rank.ranges[rec.first + 1], averages ? &m : nullptr);
+  }
+  before(rank.records.size());
+}
+
+// Where each gradient came from as its optimizer step took it: (rank, parameter, step) -> the
+// reductions its bytes came from, by group (none: no reduction the capture saw).
+using GradKey = std::tuple<int, int32_t, int32_t>;
+using Origins = std::map<GradKey, std::map<int32_t, Mark>>;
+
+Origins grad_origins(const CapturedProgram& p) {
+  Origins out;
+  for (size_t r = 0; r < p.ranks.size(); ++r) {
+    const CapturedRank& rank = p.ranks[r];
+    std::vector<const CapturedValue*> grads;  // in file order, so by position
+    for (const CapturedValue& v : rank.values) {
+      if (v.of == Of::grad && v.range.buf >= 0) grads.push_back(&v);
+    }
+    size_t next = 0;
+    Provenance prov;
+    walk_reductions(rank, prov, [&](size_t i) {
+      for (; next < grads.size() && static_cast<size_t>(grads[next]->position) <= i; ++next)
+        out[{static_cast<int>(r), grads[next]->tensor, grads[next]->step}] = prov.origins(grads[next]->range);
+    });
+  }
+  return out;
+}
+
+// Whether `group` holds every one of `ranks`.
+bool covers(const CapturedProgram& p, int32_t group, const std::vector<int>& ranks) {
+  const std::vector<int>& members = p.groups[static_cast<size_t>(group)].ranks;
+  return std::includes(members.begin(), members.end(), ranks.begin(), ranks.end());
+}
 // -- replica_divergence ------------------------------------------------------------------------
 
-enum class Cause { gradient, update, between };
+// gradient: the gradients differed though a reduction over every replica made them; unreduced:
+// they differed and none did (a missing reduction, its own kind).
+enum class Cause { gradient, update, between, unreduced };
 
 struct Divergence {
   int32_t tensor = 0;
   int32_t step = 0;
   int32_t source = -1;  // the optimizer step's line
   Cause cause = Cause::gradient;
-  std::vector<int> replicas;  // the ranks that held one value
-  ByRank apart;               // what they held once it differed
+  std::vector<int> replicas;               // the ranks that held one value
+  ByRank apart;                            // what they held once it differed
+  int32_t partial = -1;                    // unreduced: a group it was reduced over, short of the replicas
+  std::pair<int, int32_t> others{-1, -1};  // unreduced: (rank, record) reducing other parameters
 };
 
 struct Stepped {
@@ -142,6 +266,8 @@ std::string cause_text(Cause c) {
       return "their gradients were the same there: the step itself differed";
     case Cause::between:
       return "something between that step and the next changed them on some of those ranks only";
+    case Cause::unreduced:
+      return "the step consumed gradients that no reduction over those ranks made";
   }
   return "";
 }
@@ -158,6 +284,10 @@ std::string fix_text(Cause c) {
              "state on each rank.";
     case Cause::between:
       return "Fix: change a replicated parameter on every rank or on none, or broadcast it after the change.";
+    case Cause::unreduced:
+      return "Fix: reduce the gradient of every replicated parameter over all the ranks that hold a copy "
+             "before optimizer.step() (all_reduce each p.grad over them and divide by their number, or "
+             "leave it to DDP or FSDP).";
   }
   return "";
 }
@@ -175,6 +305,64 @@ std::string split_text(const CapturedProgram& p, const Divergence& d) {
   return out + "\n";
 }
 
+// A divergence its gradients made (Cause::gradient) is a missing reduction when, on some replica,
+// no reduction over all of them made the gradient its step took (and where every replica's
+// gradient is known).
+void classify(const CapturedProgram& p, const Origins& origins, Divergence& d) {
+  if (d.cause != Cause::gradient) return;
+  int32_t partial = -1;
+  bool all_reduced = true;
+  for (int r : d.replicas) {
+    auto it = origins.find({r, d.tensor, d.step});
+    if (it == origins.end()) return;  // where its bytes were is not known
+    bool reduced = false;
+    for (const auto& [group, m] : it->second) {
+      reduced = reduced || covers(p, group, d.replicas);
+      if (partial < 0) partial = group;  // the first replica's, as the text names it
+    }
+    all_reduced = all_reduced && reduced;
+  }
+  if (all_reduced) return;
+  d.cause = Cause::unreduced;
+  d.partial = partial;
+  const int r0 = d.replicas.front();
+  for (auto it = origins.lower_bound({r0, INT32_MIN, INT32_MIN});
+       it != origins.end() && std::get<0>(it->first) == r0; ++it) {
+    if (std::get<2>(it->first) != d.step) continue;
+    for (const auto& [group, m] : it->second) {
+      if (covers(p, group, d.replicas)) {
+        d.others = {r0, m.record};
+        return;
+      }
+    }
+  }
+}
+
+std::string unreduced_text(const CapturedProgram& p, const Divergence& d) {
+  std::string e = "As the step took them, these gradients ";
+  if (d.partial >= 0) {
+    e += "were reduced over ranks " + ranks_text(p.groups[static_cast<size_t>(d.partial)].ranks) +
+         " only, not over every rank that holds a copy";
+  } else {
+    e += "came from no reduction the capture saw: each rank's is a sum over its own data alone (still "
+         "partial over ranks " +
+         ranks_text(d.replicas) + ")";
+  }
+  e += ", and the parameter is replicated on ranks " + ranks_text(d.replicas) + ".\n";
+  if (d.others.first >= 0) {
+    const CapturedRecord& rec =
+        p.ranks[static_cast<size_t>(d.others.first)].records[static_cast<size_t>(d.others.second)];
+    e += "The other parameters' gradients there came from " + std::string(to_string(rec.coll)) + " at " +
+         source_of(p, rec.source) + " over ranks " +
+         ranks_text(
+             p.groups[static_cast<size_t>(
+                          p.ranks[static_cast<size_t>(d.others.first)].groups[static_cast<size_t>(rec.a)])]
+                 .ranks) +
+         ".\n";
+  }
+  return e;
+}
+
 Finding divergence_finding(const CapturedProgram& p, const std::vector<const Divergence*>& group,
                            const std::set<int32_t>& stepped) {
   const Divergence& d = *group.front();
@@ -187,7 +375,7 @@ Finding divergence_finding(const CapturedProgram& p, const std::vector<const Div
   if (group.size() > 3) names += " and " + std::to_string(group.size() - 3) + " more";
   const std::string at = source_of(p, d.source);
   Finding f;
-  f.kind = FindingKind::replica_divergence;
+  f.kind = d.cause == Cause::unreduced ? FindingKind::missing_reduction : FindingKind::replica_divergence;
   const bool between = d.cause == Cause::between;
   f.summary = names + ": the same on ranks " + ranks_text(d.replicas) + (between ? " after " : " before ") +
               "the optimizer step at " + at + " (step " + std::to_string(d.step) + "), different " +
@@ -205,8 +393,9 @@ Finding divergence_finding(const CapturedProgram& p, const std::vector<const Div
     e += "The other parameters stepped there stayed the same on those ranks (" + std::to_string(n_kept) +
          ": " + kept + (n_kept > 4 ? ", ..." : "") + ").\n";
   }
+  if (d.cause == Cause::unreduced) e += unreduced_text(p, d);
   f.explanation = e + fix_text(d.cause);
-  f.key = "replica_divergence at " + at + " " + std::to_string(static_cast<int>(d.cause));
+  f.key = std::string(to_string(f.kind)) + " at " + at + " " + std::to_string(static_cast<int>(d.cause));
   ElementDetail detail;
   detail.step = d.step;
   detail.tensor = p.strings[static_cast<size_t>(d.tensor)];
@@ -226,71 +415,16 @@ Finding divergence_finding(const CapturedProgram& p, const std::vector<const Div
   return f;
 }
 
-void replica_findings(const CapturedProgram& p, std::vector<Finding>& out) {
+void replica_findings(const CapturedProgram& p, const Origins& origins, std::vector<Finding>& out) {
   std::set<int32_t> stepped;
-  const std::vector<Divergence> found = divergences(p, stepped);
+  std::vector<Divergence> found = divergences(p, stepped);
+  for (Divergence& d : found) classify(p, origins, d);
   std::map<std::pair<int32_t, int>, std::vector<const Divergence*>> sites;  // (line, cause)
   for (const Divergence& d : found) sites[{d.source, static_cast<int>(d.cause)}].push_back(&d);
   for (const auto& [site, group] : sites) out.push_back(divergence_finding(p, group, stepped));
 }
 
 // -- double_reduction --------------------------------------------------------------------------
-
-// Where the bytes of a range came from: a sum or average over a group (a reduction's output),
-// carried through the operators that read it (a copy, a division) to what they write.
-struct Mark {
-  int64_t offset = 0, bytes = 0;
-  int32_t group = -1;
-  int32_t record = -1;   // the reduction
-  bool carried = false;  // through an operator (else the reduction's own output)
-};
-
-class Provenance {
- public:
-  // The mark of the reduction over `group` that bytes of `r` came from, or nullptr.
-  const Mark* reduced(const CapturedRange& r, int32_t group) const {
-    for (const Mark& m : marks(r.buf)) {
-      if (m.group == group && overlaps(m, r)) return &m;
-    }
-    return nullptr;
-  }
-  void write(const CapturedRange& r, const Mark* from) {
-    auto it = by_buf_.find(r.buf);
-    if (it != by_buf_.end()) {
-      std::erase_if(it->second, [&](const Mark& m) { return overlaps(m, r); });
-    }
-    if (from) by_buf_[r.buf].push_back({r.offset, r.bytes, from->group, from->record, from->carried});
-  }
-  // An operator: what it writes comes from a reduction when what it reads does.
-  void op(const CapturedRank& rank, const CapturedRecord& rec) {
-    const Mark* from = nullptr;
-    for (uint32_t i = 0; i < rec.reads && !from; ++i) {
-      const CapturedRange& r = rank.ranges[rec.first + i];
-      for (const Mark& m : marks(r.buf)) {
-        if (overlaps(m, r)) {
-          from = &m;
-          break;
-        }
-      }
-    }
-    Mark carried = from ? *from : Mark{};
-    carried.carried = true;
-    for (uint32_t i = 0; i < rec.writes; ++i)
-      write(rank.ranges[rec.first + rec.reads + i], from ? &carried : nullptr);
-  }
-  void free(int32_t buf) { by_buf_.erase(buf); }
-
- private:
-  static bool overlaps(const Mark& m, const CapturedRange& r) {
-    return m.offset < r.offset + r.bytes && r.offset < m.offset + m.bytes;
-  }
-  const std::vector<Mark>& marks(int32_t buf) const {
-    static const std::vector<Mark> none;
-    auto it = by_buf_.find(buf);
-    return it == by_buf_.end() ? none : it->second;
-  }
-  std::map<int32_t, std::vector<Mark>> by_buf_;
-};
 
 struct Reduction {
   // rank -> its collective, its input's digest, and the earlier reduction its input came from
@@ -333,23 +467,16 @@ void rank_reductions(const CapturedRank& rank, int r, std::map<std::pair<int32_t
   }
   Provenance prov;
   std::map<int32_t, int64_t> k;  // group -> collectives so far
-  for (size_t i = 0; i < rank.records.size(); ++i) {
+  walk_reductions(rank, prov, [&](size_t i) {
+    if (i == rank.records.size()) return;
     const CapturedRecord& rec = rank.records[i];
-    if (rec.kind == CapturedKind::op) prov.op(rank, rec);
-    if (rec.kind == CapturedKind::free) prov.free(rec.a);
-    if (rec.kind != CapturedKind::coll || rec.coll == CollectiveKind::barrier) continue;
+    if (rec.kind != CapturedKind::coll || rec.coll == CollectiveKind::barrier) return;
     const int32_t group = rank.groups[static_cast<size_t>(rec.a)];
     const int64_t kth = k[group]++;
-    const CapturedRange& in = rank.ranges[rec.first];
-    const CapturedRange& outr = rank.ranges[rec.first + 1];
     if (auto it = inputs.find(static_cast<int32_t>(i)); it != inputs.end())
-      out[{group, kth}].ranks[r] = {&rec, it->second,
-                                    came_from(prov.reduced(in, group), *it->second, outputs)};
-    const bool reduces = rec.coll == CollectiveKind::all_reduce || rec.coll == CollectiveKind::reduce_scatter;
-    const bool averages = reduces && (rec.reduce == ReduceOp::sum || rec.reduce == ReduceOp::avg);
-    const Mark m{0, 0, group, static_cast<int32_t>(i)};
-    prov.write(outr, averages ? &m : nullptr);
-  }
+      out[{group, kth}].ranks[r] = {
+          &rec, it->second, came_from(prov.reduced(rank.ranges[rec.first], group), *it->second, outputs)};
+  });
 }
 
 // A sum over the group of an input that is the same on every member (not one repeated value)
@@ -594,13 +721,134 @@ void norm_findings(const CapturedProgram& p, std::vector<Finding>& out) {
   }
 }
 
+// -- divisor_mismatch --------------------------------------------------------------------------
+
+// The whole number a reduction's output was divided by to give `grad` (from their absolute sums,
+// which a division scales exactly up to rounding), or 0 when it is none.
+int64_t divisor(const CapturedValue& out, const CapturedValue& grad) {
+  if (out.elements != grad.elements || out.uniform || !(grad.abs_sum > 0) || !std::isfinite(out.abs_sum))
+    return 0;
+  const double k = out.abs_sum / grad.abs_sum;
+  const double whole = std::round(k);
+  return whole >= 2 && whole < 1e6 && std::fabs(k - whole) <= 1e-4 * whole ? static_cast<int64_t>(whole) : 0;
+}
+
+// "a/b" in lowest terms, or "a" where b divides it.
+std::string fraction(int64_t a, int64_t b) {
+  const int64_t d = std::gcd(a, b);
+  return b / d == 1 ? std::to_string(a / d) : std::to_string(a / d) + "/" + std::to_string(b / d);
+}
+
+// A group of rank `r` with `size` members (the first by index), else -1.
+int32_t group_of_size(const CapturedProgram& p, int r, int64_t size) {
+  for (int32_t g : p.ranks[static_cast<size_t>(r)].groups) {
+    const std::vector<int>& members = p.groups[static_cast<size_t>(g)].ranks;
+    if (static_cast<int64_t>(members.size()) == size && std::binary_search(members.begin(), members.end(), r))
+      return g;
+  }
+  return -1;
+}
+
+struct Scaled {
+  int rank = 0;
+  int32_t tensor = 0, step = 0, group = 0, other = 0;
+  Mark mark;
+  int64_t divisor = 0;
+  const CapturedValue* out = nullptr;
+  const CapturedValue* grad = nullptr;
+};
+
+// The gradients a rank divided by the size of another group than the one that summed them.
+void rank_scaled(const CapturedProgram& p, const Origins& origins, int r, std::vector<Scaled>& found) {
+  const CapturedRank& rank = p.ranks[static_cast<size_t>(r)];
+  std::map<int32_t, const CapturedValue*> outputs;  // record index -> digest
+  for (const CapturedValue& v : rank.values) {
+    if (v.of == Of::coll_out) outputs[v.record] = &v;
+  }
+  for (const CapturedValue& v : rank.values) {
+    if (v.of != Of::grad) continue;
+    auto it = origins.find({r, v.tensor, v.step});
+    if (it == origins.end() || it->second.size() != 1 || !it->second.begin()->second.carried) continue;
+    const auto& [group, mark] = *it->second.begin();
+    auto out = outputs.find(mark.record);
+    if (out == outputs.end()) continue;
+    const int64_t k = divisor(*out->second, v);
+    const CapturedRecord& rec = rank.records[static_cast<size_t>(mark.record)];
+    const int64_t n = static_cast<int64_t>(p.groups[static_cast<size_t>(group)].ranks.size());
+    if (k == 0 || k == (rec.reduce == ReduceOp::avg ? 1 : n)) continue;
+    const int32_t other = group_of_size(p, r, k);
+    if (other >= 0) found.push_back({r, v.tensor, v.step, group, other, mark, k, out->second, &v});
+  }
+}
+
+Finding divisor_finding(const CapturedProgram& p, const std::vector<const Scaled*>& site) {
+  const Scaled& s = *site.front();
+  const CapturedRank& rank = p.ranks[static_cast<size_t>(s.rank)];
+  const CapturedRecord& red = rank.records[static_cast<size_t>(s.mark.record)];
+  const CapturedRecord& div = rank.records[static_cast<size_t>(s.mark.via)];
+  const CapturedGroup& g = p.groups[static_cast<size_t>(s.group)];
+  const CapturedGroup& o = p.groups[static_cast<size_t>(s.other)];
+  const std::string n = std::to_string(g.ranks.size()), k = std::to_string(s.divisor);
+  const bool avg = red.reduce == ReduceOp::avg;
+  std::set<int32_t> tensors;
+  for (const Scaled* x : site) tensors.insert(x->tensor);
+  std::string names;
+  for (int32_t t : tensors) names += (names.empty() ? "'" : ", '") + p.strings[static_cast<size_t>(t)] + "'";
+  Finding f;
+  f.kind = FindingKind::divisor_mismatch;
+  f.summary = std::string(to_string(red.coll)) + " (" + (avg ? "avg" : "sum") + ") at " +
+              source_of(p, red.source) + " over ranks " + ranks_text(g.ranks) + ", then divided by " + k +
+              " at " + source_of(p, div.source) + ": " + k + " is the size of " +
+              (o.name.empty() ? "another group" : "group '" + o.name + "'") + " (ranks " +
+              ranks_text(o.ranks) + "), not " +
+              (avg ? "1 (it is an average already)" : n + ", the ranks that summed");
+  f.explanation = f.summary + ".\nThe gradients of " + names + " as the optimizer step at " +
+                  source_of(p, s.grad->source) + " took them are the reduction's output divided by " + k +
+                  ", so they are " + fraction(avg ? 1 : static_cast<int64_t>(g.ranks.size()), s.divisor) +
+                  " times the average over the ranks that contributed: a divisor meant for another group, as "
+                  "when expert gradients are reduced over their expert-data-parallel group and divided by "
+                  "the data-parallel size, or the reverse.\n  rank " +
+                  std::to_string(s.rank) + ", step " + std::to_string(s.step) + ": reduced sum " +
+                  number(s.out->sum) + ", gradient " + number(s.grad->sum) +
+                  "\nFix: divide by the size of the group that reduced it (dist.get_world_size(group) of "
+                  "that all_reduce), or reduce over the group whose size you divide by.";
+  f.key = "divisor_mismatch at " + source_of(p, div.source) + " " + source_of(p, red.source);
+  ElementDetail detail;
+  detail.step = s.step;
+  detail.tensor = p.strings[static_cast<size_t>(s.tensor)];
+  detail.rank = detail.other_rank = s.rank;
+  detail.expected = avg ? s.out->sum : s.out->sum / static_cast<double>(g.ranks.size());
+  detail.actual = s.grad->sum;
+  detail.note = "divided by " + k + " where " + (avg ? "1" : n) + " was due";
+  detail.source = line_of(p, div.source);
+  f.detail = detail;
+  for (const Scaled* x : site)
+    join_spread(f.spread, spread_of(p.strings[static_cast<size_t>(x->tensor)], x->rank, {}));
+  return f;
+}
+
+void divisor_findings(const CapturedProgram& p, const Origins& origins, std::vector<Finding>& out) {
+  std::vector<Scaled> found;
+  for (size_t r = 0; r < p.ranks.size(); ++r) rank_scaled(p, origins, static_cast<int>(r), found);
+  std::map<std::pair<int32_t, int32_t>, std::vector<const Scaled*>> sites;  // (division, reduction) lines
+  for (const Scaled& s : found) {
+    const CapturedRank& rank = p.ranks[static_cast<size_t>(s.rank)];
+    sites[{rank.records[static_cast<size_t>(s.mark.via)].source,
+           rank.records[static_cast<size_t>(s.mark.record)].source}]
+        .push_back(&s);
+  }
+  for (const auto& [key, site] : sites) add_finding(out, divisor_finding(p, site));
+}
+
 }  // namespace
 
 std::vector<Finding> check_captured_values(const CapturedProgram& program) {
   std::vector<Finding> out;
-  replica_findings(program, out);
+  const Origins origins = grad_origins(program);
+  replica_findings(program, origins, out);
   double_findings(program, out);
   norm_findings(program, out);
+  divisor_findings(program, origins, out);
   return out;
 }
 

@@ -1,7 +1,13 @@
 """Hand-written data parallelism that leaves one parameter out of the gradient reduction: the
 loop averages the gradients of `model.body` over the ranks but not the head's, so each rank steps
 the head with its own gradient and the replicas drift apart from the first step on, with no
-error and a loss that still falls. Run with --fix for the repair: reduce every parameter.
+error and a loss that still falls (missing_reduction). Run with --fix for the repair: reduce
+every parameter.
+
+--scheduler: every gradient is averaged, but the learning-rate schedule is stepped inside the
+rank-0 logging block, so from the second step on rank 0 steps with another learning rate than the
+others and the replicas drift apart with equal gradients (replica_divergence). --fix steps it on
+every rank.
 
     python3 -m shardcheck.capture --nproc-per-node 2 --out DIR --check -- \\
         examples/pytorch/replica_drift.py
@@ -17,6 +23,7 @@ import torch.distributed as dist
 from _launch import device, finish, init
 
 FIX = "--fix" in sys.argv
+SCHEDULER = "--scheduler" in sys.argv
 
 
 class Model(torch.nn.Module):
@@ -35,8 +42,9 @@ def main():
     torch.manual_seed(0)  # the same initial weights on every rank
     model = Model().to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     data = torch.Generator().manual_seed(100 + rank)  # each rank its own batches
-    reduced = model.parameters() if FIX else model.body.parameters()
+    reduced = model.parameters() if FIX or SCHEDULER else model.body.parameters()
     reduced = list(reduced)
     for step in range(3):
         x = torch.randn(8, 16, generator=data).to(dev)
@@ -48,6 +56,8 @@ def main():
             p.grad.div_(world)
         opt.step()
         opt.zero_grad()
+        if SCHEDULER and (FIX or rank == 0):  # the bug: stepped where rank 0 logs
+            schedule.step()
     print("rank %d: loss %.4f, head weight sum %.6f" % (rank, loss.item(),
                                                         model.head.weight.sum().item()), flush=True)
     finish()

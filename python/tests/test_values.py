@@ -58,9 +58,9 @@ class DigestTest(unittest.TestCase):
 
 @unittest.skipUnless(HAVE_GLOO, "torch with gloo is not installed")
 class ReproducerTest(unittest.TestCase):
-    def capture(self, d, name, script, *args, values=True):
+    def capture(self, d, name, script, *args, values=True, ranks=2):
         out = os.path.join(d, name)
-        cmd = [sys.executable, "-m", "shardcheck.capture", "--nproc-per-node", "2", "--device", "cpu",
+        cmd = [sys.executable, "-m", "shardcheck.capture", "--nproc-per-node", str(ranks), "--device", "cpu",
                "--out", out, "--timeout", "60"] + ([] if values else ["--no-values"])
         p = subprocess.run(cmd + ["--", os.path.join("examples", "pytorch", script)] + list(args),
                            cwd=REPO, env=dict(os.environ, PYTHONPATH=PYROOT), capture_output=True,
@@ -79,9 +79,28 @@ class ReproducerTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             code, out = self.verdict(self.capture(d, "drift", "replica_drift.py"))
             self.assertEqual(code, 1, out)
-            self.assertIn("[replica_divergence] head.weight, head.bias: the same on ranks 0, 1 before "
-                          "the optimizer step at examples/pytorch/replica_drift.py:49", out)
+            self.assertIn("[missing_reduction] head.weight, head.bias: the same on ranks 0, 1 before "
+                          "the optimizer step at examples/pytorch/replica_drift.py:57", out)
             code, out = self.verdict(self.capture(d, "fix", "replica_drift.py", "--fix"))
+            self.assertEqual(code, 0, out)
+
+    def test_a_schedule_stepped_on_one_rank_drifts_and_the_fix_does_not(self):
+        with tempfile.TemporaryDirectory() as d:
+            code, out = self.verdict(self.capture(d, "lr", "replica_drift.py", "--scheduler"))
+            self.assertEqual(code, 1, out)
+            self.assertIn("[replica_divergence] body.0.weight, body.0.bias, head.weight and 1 more: the "
+                          "same on ranks 0, 1 before the optimizer step at "
+                          "examples/pytorch/replica_drift.py:57 (step 1)", out)
+            code, out = self.verdict(self.capture(d, "fix", "replica_drift.py", "--scheduler", "--fix"))
+            self.assertEqual(code, 0, out)
+
+    def test_expert_gradients_divided_by_the_world_size_are_a_divisor_mismatch(self):
+        with tempfile.TemporaryDirectory() as d:
+            code, out = self.verdict(self.capture(d, "ep", "expert_parallel.py", ranks=4))
+            self.assertEqual(code, 1, out)
+            self.assertIn("[divisor_mismatch] all_reduce (sum) at examples/pytorch/expert_parallel.py:87 "
+                          "over ranks 0, 2, then divided by 4 at examples/pytorch/expert_parallel.py:88", out)
+            code, out = self.verdict(self.capture(d, "fix", "expert_parallel.py", "--fix", ranks=4))
             self.assertEqual(code, 0, out)
 
     def test_a_tied_embedding_counted_on_both_stages_is_a_norm_miscount(self):

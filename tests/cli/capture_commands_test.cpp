@@ -343,22 +343,59 @@ TEST_CASE("the engines issue Megatron-FSDP's collectives, but for the initial br
 // Values in captures (docs/findings.md): the reproducers of examples/pytorch captured on CPU over
 // gloo at 2 ranks (tests/capture/fixtures), and on one H100 at 4 (tests/capture/h100).
 TEST_CASE(
-    "a parameter left out of the gradient reduction is a replica_divergence at the step's line, and the fix "
-    "is "
-    "clean",
+    "a parameter left out of the gradient reduction is a missing_reduction at the step's line, and the fix "
+    "is clean",
     "[cli][capture][values]") {
   auto r = run_shardcheck("run " + fixture("replica-drift-2"));
   INFO(r.out);
   REQUIRE(r.exit_code == 1);
-  REQUIRE_THAT(
-      r.out, Catch::Contains("[replica_divergence] head.weight, head.bias: the same on ranks 0, 1 before the "
-                             "optimizer step at examples/pytorch/replica_drift.py:49 (step 0), different "
-                             "after it: their gradients differed across those ranks going into the step."));
+  REQUIRE_THAT(r.out, Catch::Contains(
+                          "[missing_reduction] head.weight, head.bias: the same on ranks 0, 1 before the "
+                          "optimizer step at examples/pytorch/replica_drift.py:57 (step 0), different "
+                          "after it: the step consumed gradients that no reduction over those ranks made."));
   REQUIRE_THAT(r.out, Catch::Contains("stayed the same on those ranks (2: body.0.weight, body.0.bias)"));
-  REQUIRE_THAT(r.out, Catch::Contains("reproduce: "));
+  REQUIRE_THAT(r.out, Catch::Contains("The other parameters' gradients there came from all_reduce at "
+                                      "examples/pytorch/replica_drift.py:55 over ranks 0, 1."));
   REQUIRE_THAT(r.out, Catch::Contains(" run " + fixture("replica-drift-2") + "\n"));
-  REQUIRE_THAT(r.out, Catch::Contains("FOUND   replica-drift-2: replica_divergence"));
+  REQUIRE_THAT(r.out, Catch::Contains("FOUND   replica-drift-2: missing_reduction\n"));
   auto fixed = run_shardcheck("run " + fixture("replica-drift-fix-2"));
+  INFO(fixed.out);
+  REQUIRE(fixed.exit_code == 0);
+}
+
+TEST_CASE(
+    "a learning-rate schedule stepped on one rank is a replica_divergence with equal gradients, and the "
+    "fix is clean",
+    "[cli][capture][values]") {
+  auto r = run_shardcheck("run " + fixture("replica-drift-lr-2"));
+  INFO(r.out);
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(r.out,
+               Catch::Contains("[replica_divergence] body.0.weight, body.0.bias, head.weight and 1 more: "
+                               "the same on ranks 0, 1 before the optimizer step at "
+                               "examples/pytorch/replica_drift.py:57 (step 1), different after it: their "
+                               "gradients were the same there: the step itself differed."));
+  REQUIRE_THAT(r.out, Catch::Contains("FOUND   replica-drift-lr-2: replica_divergence\n"));
+  REQUIRE(run_shardcheck("run " + fixture("replica-drift-lr-fix-2")).exit_code == 0);
+}
+
+TEST_CASE(
+    "expert gradients summed over their group and divided by the world size are a divisor_mismatch "
+    "naming both lines, and the fix is clean",
+    "[cli][capture][values]") {
+  auto r = run_shardcheck("run " + fixture("expert-parallel-4"));
+  INFO(r.out);
+  REQUIRE(r.exit_code == 1);
+  REQUIRE_THAT(
+      r.out, Catch::Contains("[divisor_mismatch] all_reduce (sum) at examples/pytorch/expert_parallel.py:87 "
+                             "over ranks 0, 2, then divided by 4 at "
+                             "examples/pytorch/expert_parallel.py:88: 4 is the size of group 'world' "
+                             "(ranks 0, 1, 2, 3), not 2, the ranks that summed."));
+  REQUIRE_THAT(r.out, Catch::Contains("The gradients of 'expert.weight', 'expert.bias'"));
+  // One finding for the division's line, over both expert-data-parallel groups.
+  REQUIRE_THAT(r.out, Catch::Contains("FOUND   expert-parallel-4: divisor_mismatch\n"));
+  // The router's gradients, summed over all 4 and divided by 4, and the all_to_all exchanges are clean.
+  auto fixed = run_shardcheck("run " + fixture("expert-parallel-fix-4"));
   INFO(fixed.out);
   REQUIRE(fixed.exit_code == 0);
 }
@@ -404,7 +441,8 @@ TEST_CASE(
                              "0, 1 each hold a copy of: it is counted 2 times."));
   REQUIRE_THAT(r.out, Catch::Contains("FOUND   tied-norm-2: grad_norm_miscount\n"));
   // The data-parallel reductions of the other reproducers are of gradients themselves, no norm.
-  for (const char* name : {"tied-norm-fix-2", "replica-drift-fix-2", "double-reduction-fix-2"}) {
+  for (const char* name : {"tied-norm-fix-2", "replica-drift-fix-2", "replica-drift-lr-fix-2",
+                           "double-reduction-fix-2", "expert-parallel-fix-4"}) {
     INFO(name);
     REQUIRE(run_shardcheck("run " + fixture(name)).exit_code == 0);
   }

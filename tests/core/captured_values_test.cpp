@@ -251,3 +251,95 @@ TEST_CASE("value records are read, and refused with their line when malformed", 
     REQUIRE_THAT(p.error().message(), Catch::Contains("rank-0.jsonl:9: ") && Catch::Contains(error));
   }
 }
+
+namespace {
+
+std::string digest_abs(const std::string& h, double abs_sum) {
+  return R"("h": ")" + h + R"(", "n": 16, "s": 1.5, "a": )" + std::to_string(abs_sum) + R"(, "u": false)";
+}
+
+// A gradient's value record that says where its bytes were: buffer 0, the whole of it.
+std::string grad_at_buffer0(const char* name, const std::string& d) {
+  return std::string(R"({"k": "value", "of": "grad", "tensor": ")") + name +
+         R"(", "step": 0, "when": "before", "at": 1, "r": [0, 0, 64], )" + d + "}\n";
+}
+
+// Group 1 of a rank file: that rank alone.
+std::string own_group(int rank) {
+  return R"({"k": "group", "id": 1, "name": "own )" + std::to_string(rank) + R"(", "ranks": [)" +
+         std::to_string(rank) + "]}\n";
+}
+
+std::string all_reduce_on(int group, int at) {
+  std::string s = all_reduce(at);
+  return s.replace(s.find(R"("group": 0)"), 10, "\"group\": " + std::to_string(group));
+}
+
+const std::string kDivide =
+    R"({"k": "op", "name": "aten::div_", "stream": 0, "r": [[0, 0, 64]], "w": [[0, 0, 64]], "at": 0})"
+    "\n";
+
+}  // namespace
+
+TEST_CASE(
+    "a replicated parameter stepped with a gradient no reduction over its replicas made is a "
+    "missing_reduction",
+    "[core][capture][values]") {
+  // head.weight the same on both ranks before the step, apart after it, its gradients apart:
+  // `reduce` is what the rank ran on buffer 0, which holds the gradient as the step takes it.
+  auto body = [](int rank, const std::string& reduce) {
+    const std::string g = rank == 0 ? "3000000000000000" : "3100000000000000";
+    const std::string after = rank == 0 ? "4000000000000000" : "4100000000000000";
+    return own_group(rank) + reduce +
+           tensor_value("param", "head.weight", 0, "before", digest("1000000000000000")) +
+           grad_at_buffer0("head.weight", digest(g)) +
+           tensor_value("param", "head.weight", 0, "after", digest(after));
+  };
+  SECTION("never reduced") {
+    const auto found = check(body(0, ""), body(1, ""));
+    REQUIRE(found.size() == 1);
+    REQUIRE(found[0].kind == FindingKind::missing_reduction);
+    REQUIRE_THAT(found[0].summary,
+                 Catch::EndsWith("the step consumed gradients that no reduction over those ranks made"));
+    REQUIRE_THAT(found[0].explanation, Catch::Contains("came from no reduction the capture saw"));
+  }
+  SECTION("reduced over fewer ranks than hold it") {
+    const auto found = check(body(0, all_reduce_on(1, 0)), body(1, all_reduce_on(1, 0)));
+    REQUIRE(found.size() == 1);
+    REQUIRE(found[0].kind == FindingKind::missing_reduction);
+    REQUIRE_THAT(found[0].explanation, Catch::Contains("were reduced over ranks 0 only"));
+  }
+  SECTION("reduced over every replica and still apart: a replica_divergence, not a missing reduction") {
+    const auto found = check(body(0, all_reduce(0) + kDivide), body(1, all_reduce(0) + kDivide));
+    REQUIRE(found.size() == 1);
+    REQUIRE(found[0].kind == FindingKind::replica_divergence);
+  }
+}
+
+TEST_CASE("a sum over one group divided by another group's size is a divisor_mismatch",
+          "[core][capture][values]") {
+  // Each rank sums buffer 0 over `group` and divides it: the output's absolute sum is 8, the
+  // gradient's `grad_abs`, so the divisor is 8 / grad_abs.
+  auto body = [](int rank, int group, double grad_abs) {
+    return own_group(rank) + all_reduce_on(group, 0) +
+           coll_value("out", 0, digest_abs("00000000000000c0", 8)) + kDivide +
+           grad_at_buffer0("expert.weight", digest_abs("00000000000000c1", grad_abs));
+  };
+  SECTION("summed over one rank, divided by the world size") {
+    const auto found = check(body(0, 1, 4), body(1, 1, 4));
+    REQUIRE(found.size() == 1);
+    REQUIRE(found[0].kind == FindingKind::divisor_mismatch);
+    REQUIRE(found[0].summary ==
+            "all_reduce (sum) at t.py:10 over ranks 0, then divided by 2 at t.py:10: 2 is the size of group "
+            "'world' (ranks 0, 1), not 1, the ranks that summed");
+    const auto* d = std::get_if<ElementDetail>(&found[0].detail);
+    REQUIRE(d);
+    REQUIRE(d->tensor == "expert.weight");
+  }
+  SECTION("summed over the world and divided by its size: clean") {
+    REQUIRE(check(body(0, 0, 4), body(1, 0, 4)).empty());
+  }
+  SECTION("a divisor no group has (a scale of the program's own): clean") {
+    REQUIRE(check(body(0, 1, 8.0 / 3), body(1, 1, 8.0 / 3)).empty());
+  }
+}

@@ -343,6 +343,10 @@ class Hooks:
                     reads.append(span)
         if no_access or (aliasing and not written):
             reads, writes, written = [], [], []  # a view, or an allocator bookkeeping call
+        # Storages the operator is given: a return in one of them is no new storage, even where
+        # the schema does not say it aliases (aten::_unsafe_view of reshape's copy).
+        given = {sp[0] for sp in (tensor_span(t) for t in _tensors(list(args) + list(kwargs.values())))
+                 if sp is not None}
         self._tls.depth = getattr(self._tls, "depth", 0) + 1
         if self._tls.depth == 1:
             self._tls.deferred = []
@@ -364,7 +368,8 @@ class Hooks:
         for fresh_return, value in zip(returns, out if isinstance(out, tuple) else (out,)):
             if not fresh_return:
                 continue
-            fresh += [sp for sp in (self._span_on_device(t) for t in _tensors(value)) if sp is not None]
+            fresh += [sp for sp in (self._span_on_device(t) for t in _tensors(value))
+                      if sp is not None and sp[0] not in given]
         stream = self.current_stream()
         site = self.site()
         self.rec.touch(fresh, stream, site)
@@ -681,6 +686,8 @@ class Hooks:
              lambda i, o: i.numel())
         wrap("_reduce_scatter_base", "reduce_scatter", lambda a: (a["input"], a["output"]),
              lambda i, o: o.numel())
+        wrap("all_to_all_single", "all_to_all", lambda a: (a["input"], a["output"]),
+             lambda i, o: i.numel())
         wrap("barrier", "barrier", lambda a: (None, None), lambda i, o: 0)
 
     def _hint_reduce_ops(self):

@@ -5,7 +5,8 @@
 # the clean programs (DDP, FSDP2, Megatron-FSDP when .megatron/d98e8a64dd holds its package) with
 # values on, into OUT/caps/<name> (the names of tests/capture/h100/); then the cost of value
 # capture: ddp_train.py captured with and without --no-values, twice each, alternating,
-# each wall time in OUT/runs.txt. OUT defaults to $OUT, else /tmp/values-out.
+# each wall time in OUT/runs.txt. OUT defaults to $OUT, else /tmp/values-out. ONLY=REGEX runs
+# only the captures whose names match.
 set -u
 cd "$(dirname "$0")/../../.."
 OUT=${1:-${OUT:-/tmp/values-out}}
@@ -14,8 +15,9 @@ mkdir -p "$CAPS"
 export PYTHONUNBUFFERED=1
 ROOT=$PWD
 E=examples/pytorch
-run() {  # NAME ARGS... (the capture's own arguments after --out)
+run() {  # NAME ARGS... (the capture's own arguments after --out); ONLY: a regex of names to run
   local n=$1; shift
+  [[ -n ${ONLY:-} && ! $n =~ $ONLY ]] && return
   echo "== $n" >> "$OUT/runs.txt"
   local s=$EPOCHREALTIME
   PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH} timeout 45 \
@@ -24,6 +26,12 @@ run() {  # NAME ARGS... (the capture's own arguments after --out)
 }
 run replica-drift-4 --nproc-per-node 4 --timeout 25 -- "$E/replica_drift.py"
 run replica-drift-fix-4 --nproc-per-node 4 --timeout 25 -- "$E/replica_drift.py" --fix
+run replica-drift-lr-4 --nproc-per-node 4 --timeout 25 -- "$E/replica_drift.py" --scheduler
+run replica-drift-lr-fix-4 --nproc-per-node 4 --timeout 25 -- "$E/replica_drift.py" --scheduler --fix
+run expert-parallel-4 --nproc-per-node 4 --timeout 25 -- "$E/expert_parallel.py"
+run expert-parallel-fix-4 --nproc-per-node 4 --timeout 25 -- "$E/expert_parallel.py" --fix
+run tied-norm-2 --nproc-per-node 2 --timeout 25 -- "$E/tied_norm.py"
+run tied-norm-fix-2 --nproc-per-node 2 --timeout 25 -- "$E/tied_norm.py" --fix
 run double-reduction-4 --nproc-per-node 4 --timeout 25 -- "$E/double_reduction.py"
 run double-reduction-fix-4 --nproc-per-node 4 --timeout 25 -- "$E/double_reduction.py" --fix
 run double-reduction-ddp-4 --nproc-per-node 4 --timeout 25 -- "$E/double_reduction.py" --ddp
