@@ -112,6 +112,16 @@ class ReproducerTest(unittest.TestCase):
             code, out = self.verdict(self.capture(d, "fix", "tied_norm.py", "--fix"))
             self.assertEqual(code, 0, out)
 
+    def test_a_layernorm_every_tensor_parallel_rank_holds_is_counted_once_per_rank(self):
+        with tempfile.TemporaryDirectory() as d:
+            code, out = self.verdict(self.capture(d, "tp", "tp_norm.py"))
+            self.assertEqual(code, 1, out)
+            self.assertIn("[grad_norm_miscount] all_reduce (sum) at examples/pytorch/tp_norm.py:87 "
+                          "over ranks 0, 1 adds up terms computed from the gradient of 'norm.weight', "
+                          "'norm.bias'", out)
+            code, out = self.verdict(self.capture(d, "fix", "tp_norm.py", "--fix"))
+            self.assertEqual(code, 0, out)
+
     def test_a_gradient_summed_twice_is_found_and_the_fix_and_no_values_are_clean(self):
         with tempfile.TemporaryDirectory() as d:
             code, out = self.verdict(self.capture(d, "double", "double_reduction.py"))

@@ -440,9 +440,17 @@ TEST_CASE(
                              "ranks 0, 1 adds up terms computed from the gradient of 'shared', which ranks "
                              "0, 1 each hold a copy of: it is counted 2 times."));
   REQUIRE_THAT(r.out, Catch::Contains("FOUND   tied-norm-2: grad_norm_miscount\n"));
+  // Tensor parallelism by hand: the LayerNorm every rank holds whole, counted by each (#7227).
+  auto tp = run_shardcheck("run " + fixture("tp-norm-2"));
+  INFO(tp.out);
+  REQUIRE(tp.exit_code == 1);
+  REQUIRE_THAT(tp.out,
+               Catch::Contains("[grad_norm_miscount] all_reduce (sum) at examples/pytorch/tp_norm.py:87 over "
+                               "ranks 0, 1 adds up terms computed from the gradient of 'norm.weight', "
+                               "'norm.bias', which ranks 0, 1 each hold a copy of: it is counted 2 times."));
   // The data-parallel reductions of the other reproducers are of gradients themselves, no norm.
   for (const char* name : {"tied-norm-fix-2", "replica-drift-fix-2", "replica-drift-lr-fix-2",
-                           "double-reduction-fix-2", "expert-parallel-fix-4"}) {
+                           "double-reduction-fix-2", "expert-parallel-fix-4", "tp-norm-fix-2"}) {
     INFO(name);
     REQUIRE(run_shardcheck("run " + fixture(name)).exit_code == 0);
   }
