@@ -144,6 +144,8 @@ std::string spread_text(const Finding& f) {
     where = source_text(race->first.source) + " and " + source_text(race->second.source);
   if (const auto* e = std::get_if<ElementDetail>(&f.detail); e && e->source.known())
     where = source_text(e->source);
+  if (const auto* n = std::get_if<NormDetail>(&f.detail); n && n->source.known())
+    where = source_text(n->source);
   out += "  one finding for " + where + ": " + std::to_string(s.instances.size()) +
          (s.instances.size() == 1 ? " instance" : " instances") + " (tensors, streams, accesses) on rank";
   if (s.ranks.size() > 1) out += "s";

@@ -135,8 +135,9 @@ struct NormDetail {
     int counted = 0;  // times counted by the implementation (1 is right)
   };
   std::vector<Param> params;
-  int step = -1;  // the training step whose norm it is (-1: unknown)
-  int rank = 0;   // the rank that reported it
+  int step = -1;      // the training step whose norm it is (-1: unknown)
+  int rank = 0;       // the rank that reported it
+  SourceLine source;  // a captured program's: the line that sums it over the ranks
 };
 
 struct ElementDetail {  // numerics, replica and layout findings

@@ -693,6 +693,7 @@ Finding norm_finding(const CapturedProgram& p, int32_t group, const NormSum& sum
   NormDetail d;
   d.expected = d.reported = std::nan("");  // known by what it counts, not by its value
   d.rank = first.front();
+  d.source = line_of(p, sum.rec->source);
   for (const auto& [tensor, ranks] : twice)
     d.params.push_back({p.strings[static_cast<size_t>(tensor)], static_cast<int>(ranks.size())});
   f.detail = d;

@@ -34,6 +34,8 @@ run tied-norm-2 --nproc-per-node 2 --timeout 25 -- "$E/tied_norm.py"
 run tied-norm-fix-2 --nproc-per-node 2 --timeout 25 -- "$E/tied_norm.py" --fix
 run tp-norm-2 --nproc-per-node 2 --timeout 25 -- "$E/tp_norm.py"
 run tp-norm-fix-2 --nproc-per-node 2 --timeout 25 -- "$E/tp_norm.py" --fix
+run dtensor-tp-2 --nproc-per-node 2 --timeout 25 -- "$E/dtensor_tp.py"
+run dtensor-tp-fix-2 --nproc-per-node 2 --timeout 25 -- "$E/dtensor_tp.py" --fix
 run double-reduction-4 --nproc-per-node 4 --timeout 25 -- "$E/double_reduction.py"
 run double-reduction-fix-4 --nproc-per-node 4 --timeout 25 -- "$E/double_reduction.py" --fix
 run double-reduction-ddp-4 --nproc-per-node 4 --timeout 25 -- "$E/double_reduction.py" --ddp
