@@ -776,7 +776,9 @@ void rank_scaled(const CapturedProgram& p, const Origins& origins, int r, std::v
     const int64_t k = divisor(*out->second, v);
     const CapturedRecord& rec = rank.records[static_cast<size_t>(mark.record)];
     const int64_t n = static_cast<int64_t>(p.groups[static_cast<size_t>(group)].ranks.size());
-    if (k == 0 || k == (rec.reduce == ReduceOp::avg ? 1 : n)) continue;
+    // Only a divisor larger than the ranks that contributed: a smaller one is also what a
+    // reduction divided in two parts does (FSDP2 divides before its reduce-scatter and after it).
+    if (k <= (rec.reduce == ReduceOp::avg ? 1 : n)) continue;
     const int32_t other = group_of_size(p, r, k);
     if (other >= 0) found.push_back({r, v.tensor, v.step, group, other, mark, k, out->second, &v});
   }
