@@ -106,10 +106,15 @@ class Values:
         self.skipped = 0  # tensors whose digest failed (none are expected)
 
     # -- points ---------------------------------------------------------------------------
+    def _capturing(self):
+        """Whether the current stream is capturing a CUDA graph: no digest then (its kernels
+        would join the graph, and bringing digests to the host is not allowed while capturing)."""
+        return self.cuda and torch.cuda.is_current_stream_capturing()
+
     def coll_input(self, tensor):
         """The input of the collective the recorder writes next, as it is about to be read.
         Returns the pending digest, to be bound to that collective's index by bind_coll."""
-        if tensor is None:
+        if tensor is None or self._capturing():
             return None
         with _hooks.quiet():
             try:
@@ -121,7 +126,7 @@ class Values:
     def coll_output(self, tensor, stream_handle=None):
         """The output of a collective that has been issued: on CUDA, taken on the stream it runs
         on (stream_handle), behind it; on CPU, once it has finished."""
-        if tensor is None:
+        if tensor is None or self._capturing():
             return None
         with _hooks.quiet():
             try:
@@ -141,6 +146,8 @@ class Values:
         self._add({"k": "value", "of": "coll_" + side, "coll": index, "at": site}, taken)
 
     def before_step(self, optimizer):
+        if self._capturing():
+            return
         self.flush()
         site = self.hooks.site()
         step = self._steps.get(id(optimizer), 0)
@@ -153,6 +160,8 @@ class Values:
                     self._tensor("grad", name, step, "before", p.grad, site, where=True)
 
     def after_step(self, optimizer):
+        if self._capturing():
+            return
         site = self.hooks.site()
         step = self._steps.get(id(optimizer), 1) - 1
         with _hooks.quiet():
@@ -194,7 +203,10 @@ class Values:
             self.flush()
 
     def flush(self):
-        """Writes every pending digest (on CUDA: after the device has computed them)."""
+        """Writes every pending digest (on CUDA: after the device has computed them); while a
+        graph is being captured they wait for the next flush."""
+        if self._capturing():
+            return
         with self._lock:
             pending, self._pending = self._pending, []
         if not pending:
