@@ -15,6 +15,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <set>
 #include <span>
 #include <unordered_map>
 
@@ -395,6 +396,7 @@ class RankLoader {
   }
 
   void record(std::string_view k) {
+    issued_before_.push_back(static_cast<int32_t>(r_.records.size()));
     for (const Handler& h : handlers()) {
       if (h.kind != k) continue;
       CapturedRecord rec;
@@ -717,6 +719,10 @@ class RankLoader {
     v.abs_sum = fraction(f, "a");
     v.uniform = f.need("u", Type::boolean).b;
     if (f.has("r")) v.range = value_range(f);
+    if (f.has("taken")) {  // written later than taken (CUDA): it stands where it was taken
+      const int64_t before = static_cast<int64_t>(issued_before_.size()) - 1;  // this record's number
+      v.position = issued_before_[static_cast<size_t>(f.integer("taken", 0, before))];
+    }
     r_.values.push_back(v);
     return false;
   }
@@ -752,6 +758,7 @@ class RankLoader {
   int64_t line_ = 1;
   int64_t records_ = 0;
   std::vector<int32_t> colls_;  // the file's coll records, in order: their index in r_.records
+  std::vector<int32_t> issued_before_;  // file record n -> the records issued before it
   std::vector<int32_t> sites_;  // site id -> index in p_.sources
   std::vector<int64_t> sizes_;  // buffer id -> bytes
   std::vector<uint8_t> live_;
@@ -781,6 +788,36 @@ Header read_header(Lines& lines, const std::string& file, int file_rank) {
   }
   (void)file;
   return h;
+}
+
+// A collective's name says which tensor it carries ("c10d::allreduce_ of the tensor from
+// t.py:12", CUDA captures), so that ranks that exchange different tensors at one position of a
+// group are a collective_swap. That holds only for the tensors every member of the group
+// carries at some position: ranks that run different code (pipeline stages) make their tensors
+// at different lines, and those names keep only the operator's part.
+void generalize_one_sided_names(CapturedProgram& p, Interned& strings) {
+  static constexpr std::string_view kFrom = " of the tensor from ";
+  std::map<int32_t, std::map<int, std::set<int32_t>>> used;  // group -> rank -> names
+  for (size_t r = 0; r < p.ranks.size(); ++r) {
+    const CapturedRank& rank = p.ranks[r];
+    for (const CapturedRecord& rec : rank.records) {
+      if (rec.kind == CapturedKind::coll)
+        used[rank.groups[static_cast<size_t>(rec.a)]][static_cast<int>(r)].insert(rec.name);
+    }
+  }
+  for (size_t r = 0; r < p.ranks.size(); ++r) {
+    CapturedRank& rank = p.ranks[r];
+    for (CapturedRecord& rec : rank.records) {
+      if (rec.kind != CapturedKind::coll) continue;
+      const std::string name = p.strings[static_cast<size_t>(rec.name)];
+      const size_t from = name.find(kFrom);
+      if (from == std::string::npos) continue;
+      bool shared = true;
+      for (const auto& [other, names] : used[rank.groups[static_cast<size_t>(rec.a)]])
+        shared = shared && names.count(rec.name) > 0;
+      if (!shared) rec.name = intern(strings, p.strings, std::string_view(name).substr(0, from));
+    }
+  }
 }
 
 }  // namespace
@@ -886,6 +923,7 @@ Expected<CapturedProgram> load_captured_program(const std::string& dir_in) {
     rank.records.shrink_to_fit();
     rank.ranges.shrink_to_fit();
   }
+  generalize_one_sided_names(p, strings);
   return p;
 }
 

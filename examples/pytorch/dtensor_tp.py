@@ -40,7 +40,7 @@ def main():
     dev = device()
     mesh = init_device_mesh(dev.type, (world,))
     model = parallelize_module(Block().to(dev), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)  # DTensors and plain tensors
     data = torch.Generator().manual_seed(100)  # tensor-parallel ranks see the same batch
     for step in range(2):
         x = torch.randn(BATCH, WIDTH, generator=data).to(dev)

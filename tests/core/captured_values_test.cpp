@@ -343,3 +343,36 @@ TEST_CASE("a sum over one group divided by another group's size is a divisor_mis
     REQUIRE(check(body(0, 1, 8.0 / 3), body(1, 1, 8.0 / 3)).empty());
   }
 }
+
+TEST_CASE("a value written after it was taken stands where it was taken", "[core][capture][values]") {
+  // On CUDA the digests reach the file at the next step, after the gradient's buffer has been
+  // written again (zero_grad, the next backward): `taken` puts the gradient back at its step.
+  // Records before the fill_ below: 6 of the prologue, then the group, the all_reduce, the
+  // division and the parameter's value.
+  auto body = [](int rank, const char* taken) {
+    const std::string g = rank == 0 ? "3000000000000000" : "3100000000000000";
+    const std::string after = rank == 0 ? "4000000000000000" : "4100000000000000";
+    return own_group(rank) + all_reduce(0) + kDivide +
+           tensor_value("param", "w", 0, "before", digest("1000000000000000")) +
+           R"({"k": "op", "name": "aten::fill_", "stream": 0, "r": [], "w": [[0, 0, 64]], "at": 0})"
+           "\n" +
+           R"({"k": "value", "of": "grad", "tensor": "w", "step": 0, "when": "before", "at": 1, "r": [0, 0, 64], )" +
+           taken + digest(g) + "}\n" + tensor_value("param", "w", 0, "after", digest(after));
+  };
+  // Taken before the fill_: it came from the all_reduce over both ranks, and differed after it.
+  auto found = check(body(0, R"("taken": 10, )"), body(1, R"("taken": 10, )"));
+  REQUIRE(found.size() == 1);
+  REQUIRE(found[0].kind == FindingKind::replica_divergence);
+  // Without `taken` it stands after the fill_, which no reduction made.
+  found = check(body(0, ""), body(1, ""));
+  REQUIRE(found.size() == 1);
+  REQUIRE(found[0].kind == FindingKind::missing_reduction);
+  // A `taken` past the record itself is refused.
+  Folder f;
+  std::ofstream(f.dir + "/rank-0.jsonl") << rank_file(0, body(0, R"("taken": 99, )"));
+  std::ofstream(f.dir + "/rank-1.jsonl") << rank_file(1, body(1, R"("taken": 10, )"));
+  auto p = load_captured_program(f.dir);
+  REQUIRE(!p);
+  REQUIRE_THAT(p.error().message(),
+               Catch::Contains("rank-0.jsonl:13: field 'taken' of value is 99, outside 0..11"));
+}

@@ -38,7 +38,8 @@ _REDUCE = {"SUM": "sum", "AVG": "avg", "PRODUCT": "product", "MIN": "min", "MAX"
 # Views that only make a new tensor header: no bytes are touched.
 _NO_ACCESS = {"aten::empty", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
               "aten::empty_like", "aten::set_", "aten::resize_", "aten::record_stream",
-              "aten::_has_compatible_shallow_copy_type", "aten::is_pinned", "aten::lift_fresh"}
+              "aten::_has_compatible_shallow_copy_type", "aten::is_pinned", "aten::lift_fresh",
+              "_c10d_functional::_wrap_tensor_autograd"}
 # In-place operators that overwrite `self` without reading it; every other in-place write to
 # `self` reads it too (x.add_(1) reads x), which the definedness check needs.
 _OVERWRITE = {"aten::copy_", "aten::fill_", "aten::zero_", "aten::normal_", "aten::uniform_",
@@ -100,6 +101,9 @@ def reduce_name(red):
                 return value
     return "sum"
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+# Subclasses whose operators come back as plain tensors' (and, for a functional collective's
+# result, its wait_tensor first): followed into them, not run unseen.
+_LOWERING = ("DTensor", "AsyncCollectiveTensor")
 
 
 def _user_frame(frame):
@@ -173,8 +177,8 @@ class _Mode(TorchDispatchMode):
         # Other tensor subclasses (fake, functional tensors) handle the operator themselves;
         # what they run is not seen (docs/capture.md, "What is not captured").
         if any(t not in _PLAIN for t in types):
-            if all(t in _PLAIN or t.__name__ == "DTensor" for t in types):
-                return NotImplemented  # DTensor lowers to plain tensors, which come back here
+            if all(t in _PLAIN or t.__name__ in _LOWERING for t in types):
+                return NotImplemented  # they lower to plain tensors, which come back here
             return func(*args, **(kwargs or {}))
         return self.hooks.dispatch(func, args, kwargs or {})
 
@@ -810,8 +814,21 @@ def backend_collective(name, calls, pg, reduce, root, peer, tag, stream):
     still has it in its file."""
     h = _Router.active
     if h is None or getattr(_quiet, "on", False):
+        return []
+    return h._record_calls(name, calls, pg, reduce, root, peer, tag, stream.cuda_stream,
+                           h.site()) or []
+
+
+def backend_outputs(written, stream):
+    """The outputs of collectives that a process group written in Python has issued on
+    ``stream``: their digests, taken there behind them (``written``: what backend_collective
+    returned for them)."""
+    h = _Router.active
+    if h is None or h.values is None or not written or getattr(_quiet, "on", False):
         return
-    h._record_calls(name, calls, pg, reduce, root, peer, tag, stream.cuda_stream, h.site())
+    site = h.site()
+    for index, out in written:
+        h.values.bind_coll(h.values.coll_output(out, stream.cuda_stream), index, site, "out")
 
 
 def backend_op(name, reads, writes, stream):

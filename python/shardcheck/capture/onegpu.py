@@ -598,11 +598,13 @@ class OneGpuGroup(dist.ProcessGroup):
             s.wait_event(start)
         else:
             s = caller
+        written = []  # (collective index, output) of what the capture wrote
         for p in parts:
-            p.record(s)  # before it is issued: a rank that hangs in it still has it
+            written += p.record(s) or []  # before it is issued: a rank that hangs in it has it
         k0 = self._rounds.k if self._rounds is not None else 0
         with _hooks.quiet(), torch.cuda.stream(s):
             _enqueue(parts, s)
+        _hooks.backend_outputs(written, s)  # issued: the digests of its outputs, behind it
         if _DEBUG:
             k1 = self._rounds.k if self._rounds is not None else 0
             print("onegpu: rank %d %s: %s on stream %#x, rounds %d..%d, %s" % (
@@ -652,8 +654,8 @@ class OneGpuGroup(dist.ProcessGroup):
         def record(stream):
             if calls is None:
                 _hooks.backend_op(c10d_name, op_reads or [], op_writes or [], stream)
-            else:
-                _hooks.backend_collective(c10d_name, calls, self, reduce, root, peer, tag, stream)
+                return []
+            return _hooks.backend_collective(c10d_name, calls, self, reduce, root, peer, tag, stream)
         return _Part(what, record, steps, list(tensors), host)
 
     def _reduce_name(self, op):
@@ -1132,7 +1134,7 @@ def _run_functional(name, func, args, kwargs):
         return o
     if base in ("all_reduce", "all_reduce_"):
         inp = values["input"]
-        out = inp if base.endswith("_") else inp.clone()
+        out = inp if base.endswith("_") else _copied(inp)
         work = group.allreduce([out], opts_with(values["reduce_op"]))
     elif base == "all_gather_into_tensor":
         inp = values["input"]
@@ -1146,7 +1148,7 @@ def _run_functional(name, func, args, kwargs):
         work = group._reduce_scatter_base(out, inp.contiguous(), o)
     elif base in ("broadcast", "broadcast_"):
         inp = values["input"]
-        out = inp if base.endswith("_") else inp.clone()
+        out = inp if base.endswith("_") else _copied(inp)
         o = dist.BroadcastOptions()
         o.rootRank = values["src"]
         work = group.broadcast([out], o)
@@ -1160,6 +1162,14 @@ def _run_functional(name, func, args, kwargs):
     else:
         return NotImplemented
     _functional_works[_storage_key(out)] = work
+    return out
+
+
+def _copied(t):
+    """A copy of t to reduce in place, as Functional.cpp makes it, recorded: the dispatch mode
+    does not see what runs inside its own handler."""
+    out = t.clone()
+    _hooks.backend_op("aten::clone", [t], [out], torch.cuda.current_stream())
     return out
 
 

@@ -291,6 +291,11 @@ class Recorder:
             ranges = self.ranges([span])
             return ranges[0] if ranges else None
 
+    def records_so_far(self):
+        """The records the file holds now: where a value taken now stands (its `taken`)."""
+        with self._lock:
+            return self._w.records
+
     def value(self, rec):
         """A `value` record (values.py): what a tensor held at a point of the program."""
         with self._lock:

@@ -187,7 +187,8 @@ class Values:
         except Exception:  # a tensor the digest cannot read: no value, never a failure
             self.skipped += 1
             return
-        rec = {"k": "value", "of": role, "tensor": name, "step": step, "when": when, "at": site}
+        rec = {"k": "value", "of": role, "tensor": name, "step": step, "when": when, "at": site,
+               "taken": self.rec.records_so_far()}
         span = _hooks.tensor_span(_local(t)) if where else None
         if span is not None and _local(t).device.type == self.hooks.device:
             r = self.rec.range_of(span)
