@@ -757,10 +757,10 @@ class RankLoader {
   JsonLine j_;
   int64_t line_ = 1;
   int64_t records_ = 0;
-  std::vector<int32_t> colls_;  // the file's coll records, in order: their index in r_.records
+  std::vector<int32_t> colls_;          // the file's coll records, in order: their index in r_.records
   std::vector<int32_t> issued_before_;  // file record n -> the records issued before it
-  std::vector<int32_t> sites_;  // site id -> index in p_.sources
-  std::vector<int64_t> sizes_;  // buffer id -> bytes
+  std::vector<int32_t> sites_;          // site id -> index in p_.sources
+  std::vector<int64_t> sizes_;          // buffer id -> bytes
   std::vector<uint8_t> live_;
   int64_t live_bytes_ = 0;
   int64_t* ranges_total_ = nullptr;
