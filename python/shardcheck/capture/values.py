@@ -19,6 +19,7 @@ optimizer step or at the end; on CPU they are written at once.
 import gc
 import os
 import threading
+import warnings
 
 import torch
 
@@ -284,7 +285,9 @@ def _optimizer_classes():
 def _parameter_names():
     """id(parameter) -> its name in the outermost module that holds it ("module.fc.weight"
     under DDP), from the modules alive now."""
-    modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
+    with warnings.catch_warnings():  # an isinstance of some objects warns (torch's reduce_op)
+        warnings.simplefilter("ignore")
+        modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
     inner = {id(c) for m in modules for c in m.children()}
     names = {}
     for m in modules:
