@@ -465,6 +465,10 @@ void rank_reductions(const CapturedRank& rank, int r, std::map<std::pair<int32_t
     if (v.of == Of::coll_in) inputs[v.record] = &v;
     if (v.of == Of::coll_out) outputs[v.record] = &v;
   }
+  std::set<int32_t> steps;  // where optimizer steps took the parameters
+  for (const CapturedValue& v : rank.values) {
+    if (v.of == Of::param && !v.after) steps.insert(v.position);
+  }
   Provenance prov;
   std::map<int32_t, int64_t> k;  // group -> collectives so far
   walk_reductions(rank, prov, [&](size_t i) {
@@ -473,9 +477,14 @@ void rank_reductions(const CapturedRank& rank, int r, std::map<std::pair<int32_t
     if (rec.kind != CapturedKind::coll || rec.coll == CollectiveKind::barrier) return;
     const int32_t group = rank.groups[static_cast<size_t>(rec.a)];
     const int64_t kth = k[group]++;
-    if (auto it = inputs.find(static_cast<int32_t>(i)); it != inputs.end())
-      out[{group, kth}].ranks[r] = {
-          &rec, it->second, came_from(prov.reduced(rank.ranges[rec.first], group), *it->second, outputs)};
+    auto it = inputs.find(static_cast<int32_t>(i));
+    if (it == inputs.end()) return;
+    int32_t from = came_from(prov.reduced(rank.ranges[rec.first], group), *it->second, outputs);
+    // A gradient is reduced twice within one step: a buffer summed again at a later step holds
+    // that step's gradients (copied in where the capture may not see, as DDP's bucket is).
+    if (auto s = steps.upper_bound(from); from >= 0 && s != steps.end() && *s <= static_cast<int32_t>(i))
+      from = -1;
+    out[{group, kth}].ranks[r] = {&rec, it->second, from};
   });
 }
 

@@ -376,3 +376,17 @@ TEST_CASE("a value written after it was taken stands where it was taken", "[core
   REQUIRE_THAT(p.error().message(),
                Catch::Contains("rank-0.jsonl:13: field 'taken' of value is 99, outside 0..11"));
 }
+
+TEST_CASE("a buffer summed again after an optimizer step is no double reduction", "[core][capture][values]") {
+  // DDP's bucket: the next step's gradients are copied into it where the capture does not see
+  // (and here no output digest tells them apart), then summed over the same ranks again.
+  auto body = [](const std::string& in1, bool step_between) {
+    return all_reduce(0) + coll_value("in", 0, digest(in1)) +
+           (step_between ? tensor_value("param", "w", 0, "before", digest("1000000000000000")) : "") +
+           all_reduce(1) + coll_value("in", 1, digest("00000000000000c0"));
+  };
+  REQUIRE(check(body("00000000000000a0", true), body("00000000000000b0", true)).empty());
+  const auto found = check(body("00000000000000a0", false), body("00000000000000b0", false));
+  REQUIRE(found.size() == 1);
+  REQUIRE(found[0].kind == FindingKind::double_reduction);
+}
