@@ -455,3 +455,37 @@ TEST_CASE(
     REQUIRE(run_shardcheck("run " + fixture(name)).exit_code == 0);
   }
 }
+
+TEST_CASE(
+    "the value reproducers on one H200, several ranks on the one GPU: each bug class at its line, every "
+    "fix and Megatron-FSDP clean",
+    "[cli][capture][values][h200]") {
+  const std::pair<const char*, const char*> found[] = {
+      {"replica-drift-4",
+       "[missing_reduction] head.weight, head.bias: the same on ranks 0, 1, 2, 3 before the "
+       "optimizer step at examples/pytorch/replica_drift.py:57 (step 0)"},
+      {"replica-drift-lr-4",
+       "[replica_divergence] body.0.weight, body.0.bias, head.weight and 1 more: the same on "
+       "ranks 0, 1, 2, 3 before the optimizer step at examples/pytorch/replica_drift.py:57 "
+       "(step 1), different after it: their gradients were the same there"},
+      {"tied-norm-2",
+       "[grad_norm_miscount] all_reduce (sum) at examples/pytorch/tied_norm.py:62 over ranks 0, 1 "
+       "adds up terms computed from the gradient of 'shared'"},
+      {"tp-norm-2",
+       "[grad_norm_miscount] all_reduce (sum) at examples/pytorch/tp_norm.py:87 over ranks 0, 1 adds "
+       "up terms computed from the gradient of 'norm.weight', 'norm.bias'"},
+  };
+  for (const auto& [name, text] : found) {
+    auto r = run_shardcheck("run " + h200(name));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 1);
+    REQUIRE_THAT(r.out, Catch::Contains(text));
+    REQUIRE_THAT(r.out, !Catch::Contains("collective_swap"));  // each stage's copy from its own line
+  }
+  for (const char* name : {"replica-drift-fix-4", "replica-drift-lr-fix-4", "tied-norm-fix-2",
+                           "tp-norm-fix-2", "mfsdp-tinylm-values-4"}) {
+    auto r = run_shardcheck("run " + h200(name));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+  }
+}
