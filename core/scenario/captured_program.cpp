@@ -790,6 +790,40 @@ Header read_header(Lines& lines, const std::string& file, int file_rank) {
   return h;
 }
 
+// Every rank's header, before any body is read, so that the folder's shape is refused first:
+// sets the world size and returns the first file's path.
+Expected<std::string> read_headers(const std::string& dir, const std::map<int, std::string>& files,
+                                   CapturedProgram& p) {
+  std::string first_file;
+  for (const auto& [r, path] : files) {
+    Lines lines(path);
+    if (!lines.ok()) return Error(path + ": " + lines.error());
+    try {
+      const Header h = read_header(lines, path, r);
+      if (first_file.empty()) {
+        p.world_size = h.world_size;
+        first_file = path;
+      } else if (h.world_size != p.world_size) {
+        throw Refusal{1, "world_size is " + std::to_string(h.world_size) + " here but " +
+                             std::to_string(p.world_size) + " in " + first_file};
+      }
+      if (r >= p.world_size) {
+        throw Refusal{1,
+                      "rank " + std::to_string(r) + " is outside world_size " + std::to_string(p.world_size)};
+      }
+    } catch (const Refusal& e) {
+      return Error(path + ":" + std::to_string(e.line) + ": " + e.what);
+    }
+  }
+  for (int r = 0; r < p.world_size; ++r) {
+    if (!files.count(r)) {
+      return Error(first_file + ":1: world_size is " + std::to_string(p.world_size) + " but " + dir +
+                   " has no rank-" + std::to_string(r) + ".jsonl");
+    }
+  }
+  return first_file;
+}
+
 // A collective's name says which tensor it carries ("c10d::allreduce_ of the tensor from
 // t.py:12", CUDA captures), so that ranks that exchange different tensors at one position of a
 // group are a collective_swap. That holds only for the tensors every member of the group
@@ -877,33 +911,8 @@ Expected<CapturedProgram> load_captured_program(const std::string& dir_in) {
   p.dir = dir;
   p.strings.emplace_back();
   // Every header first: the folder's shape is refused before any body is read.
-  std::string first_file;
-  for (const auto& [r, path] : files) {
-    Lines lines(path);
-    if (!lines.ok()) return Error(path + ": " + lines.error());
-    try {
-      const Header h = read_header(lines, path, r);
-      if (first_file.empty()) {
-        p.world_size = h.world_size;
-        first_file = path;
-      } else if (h.world_size != p.world_size) {
-        throw Refusal{1, "world_size is " + std::to_string(h.world_size) + " here but " +
-                             std::to_string(p.world_size) + " in " + first_file};
-      }
-      if (r >= p.world_size) {
-        throw Refusal{1,
-                      "rank " + std::to_string(r) + " is outside world_size " + std::to_string(p.world_size)};
-      }
-    } catch (const Refusal& e) {
-      return Error(path + ":" + std::to_string(e.line) + ": " + e.what);
-    }
-  }
-  for (int r = 0; r < p.world_size; ++r) {
-    if (!files.count(r)) {
-      return Error(first_file + ":1: world_size is " + std::to_string(p.world_size) + " but " + dir +
-                   " has no rank-" + std::to_string(r) + ".jsonl");
-    }
-  }
+  Expected<std::string> first = read_headers(dir, files, p);
+  if (!first) return first.error();
   Interned strings, sources;
   strings.emplace("", 0);
   std::map<std::string, std::pair<int32_t, std::string>> group_where;
