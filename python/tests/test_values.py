@@ -75,52 +75,43 @@ class ReproducerTest(unittest.TestCase):
         p = subprocess.run([shardcheck, "run", cap], capture_output=True, text=True)
         return p.returncode, p.stdout
 
-    def test_a_parameter_left_out_of_the_reduction_drifts_and_the_fix_does_not(self):
+    def found_and_fixed(self, script, finding, *args, ranks=2):
+        """The reproducer `script` (with `args`) is found with `finding` in what shardcheck says,
+        and with --fix is clean."""
         with tempfile.TemporaryDirectory() as d:
-            code, out = self.verdict(self.capture(d, "drift", "replica_drift.py"))
+            code, out = self.verdict(self.capture(d, "bug", script, *args, ranks=ranks))
             self.assertEqual(code, 1, out)
-            self.assertIn("[missing_reduction] head.weight, head.bias: the same on ranks 0, 1 before "
-                          "the optimizer step at examples/pytorch/replica_drift.py:57", out)
-            code, out = self.verdict(self.capture(d, "fix", "replica_drift.py", "--fix"))
+            self.assertIn(finding, out)
+            code, out = self.verdict(self.capture(d, "fix", script, *args, "--fix", ranks=ranks))
             self.assertEqual(code, 0, out)
+
+    def test_a_parameter_left_out_of_the_reduction_drifts_and_the_fix_does_not(self):
+        self.found_and_fixed("replica_drift.py",
+                             "[missing_reduction] head.weight, head.bias: the same on ranks 0, 1 before "
+                             "the optimizer step at examples/pytorch/replica_drift.py:57")
 
     def test_a_schedule_stepped_on_one_rank_drifts_and_the_fix_does_not(self):
-        with tempfile.TemporaryDirectory() as d:
-            code, out = self.verdict(self.capture(d, "lr", "replica_drift.py", "--scheduler"))
-            self.assertEqual(code, 1, out)
-            self.assertIn("[replica_divergence] body.0.weight, body.0.bias, head.weight and 1 more: the "
-                          "same on ranks 0, 1 before the optimizer step at "
-                          "examples/pytorch/replica_drift.py:57 (step 1)", out)
-            code, out = self.verdict(self.capture(d, "fix", "replica_drift.py", "--scheduler", "--fix"))
-            self.assertEqual(code, 0, out)
+        self.found_and_fixed("replica_drift.py",
+                             "[replica_divergence] body.0.weight, body.0.bias, head.weight and 1 more: the "
+                             "same on ranks 0, 1 before the optimizer step at "
+                             "examples/pytorch/replica_drift.py:57 (step 1)", "--scheduler")
 
     def test_expert_gradients_divided_by_the_world_size_are_a_divisor_mismatch(self):
-        with tempfile.TemporaryDirectory() as d:
-            code, out = self.verdict(self.capture(d, "ep", "expert_parallel.py", ranks=4))
-            self.assertEqual(code, 1, out)
-            self.assertIn("[divisor_mismatch] all_reduce (sum) at examples/pytorch/expert_parallel.py:87 "
-                          "over ranks 0, 2, then divided by 4 at examples/pytorch/expert_parallel.py:88", out)
-            code, out = self.verdict(self.capture(d, "fix", "expert_parallel.py", "--fix", ranks=4))
-            self.assertEqual(code, 0, out)
+        self.found_and_fixed("expert_parallel.py",
+                             "[divisor_mismatch] all_reduce (sum) at examples/pytorch/expert_parallel.py:87 "
+                             "over ranks 0, 2, then divided by 4 at examples/pytorch/expert_parallel.py:88",
+                             ranks=4)
 
     def test_a_tied_embedding_counted_on_both_stages_is_a_norm_miscount(self):
-        with tempfile.TemporaryDirectory() as d:
-            code, out = self.verdict(self.capture(d, "tied", "tied_norm.py"))
-            self.assertEqual(code, 1, out)
-            self.assertIn("[grad_norm_miscount] all_reduce (sum) at examples/pytorch/tied_norm.py:62 "
-                          "over ranks 0, 1 adds up terms computed from the gradient of 'shared'", out)
-            code, out = self.verdict(self.capture(d, "fix", "tied_norm.py", "--fix"))
-            self.assertEqual(code, 0, out)
+        self.found_and_fixed("tied_norm.py",
+                             "[grad_norm_miscount] all_reduce (sum) at examples/pytorch/tied_norm.py:62 "
+                             "over ranks 0, 1 adds up terms computed from the gradient of 'shared'")
 
     def test_a_layernorm_every_tensor_parallel_rank_holds_is_counted_once_per_rank(self):
-        with tempfile.TemporaryDirectory() as d:
-            code, out = self.verdict(self.capture(d, "tp", "tp_norm.py"))
-            self.assertEqual(code, 1, out)
-            self.assertIn("[grad_norm_miscount] all_reduce (sum) at examples/pytorch/tp_norm.py:87 "
-                          "over ranks 0, 1 adds up terms computed from the gradient of 'norm.weight', "
-                          "'norm.bias'", out)
-            code, out = self.verdict(self.capture(d, "fix", "tp_norm.py", "--fix"))
-            self.assertEqual(code, 0, out)
+        self.found_and_fixed("tp_norm.py",
+                             "[grad_norm_miscount] all_reduce (sum) at examples/pytorch/tp_norm.py:87 "
+                             "over ranks 0, 1 adds up terms computed from the gradient of 'norm.weight', "
+                             "'norm.bias'")
 
     def test_a_gradient_summed_twice_is_found_and_the_fix_and_no_values_are_clean(self):
         with tempfile.TemporaryDirectory() as d:

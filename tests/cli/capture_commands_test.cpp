@@ -341,63 +341,69 @@ TEST_CASE("the engines issue Megatron-FSDP's collectives, but for the initial br
 }
 
 // Values in captures (docs/findings.md): the reproducers of examples/pytorch captured on CPU over
-// gloo at 2 ranks (tests/capture/fixtures), and on one H100 at 4 (tests/capture/h100).
+// gloo at 2 ranks (tests/capture/fixtures), and on one H100 and one H200 (tests/capture/h100, h200).
+namespace {
+// `shardcheck run FOLDER` of a capture with findings: exit 1; its output.
+std::string found_in(const std::string& folder) {
+  auto r = run_shardcheck("run " + folder);
+  INFO(r.out);
+  REQUIRE(r.exit_code == 1);
+  return r.out;
+}
+// `shardcheck run FOLDER` of a clean capture: exit 0.
+void require_clean(const std::string& folder) {
+  auto r = run_shardcheck("run " + folder);
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+}
+}  // namespace
+
 TEST_CASE(
     "a parameter left out of the gradient reduction is a missing_reduction at the step's line, and the fix "
     "is clean",
     "[cli][capture][values]") {
-  auto r = run_shardcheck("run " + fixture("replica-drift-2"));
-  INFO(r.out);
-  REQUIRE(r.exit_code == 1);
-  REQUIRE_THAT(r.out, Catch::Contains(
-                          "[missing_reduction] head.weight, head.bias: the same on ranks 0, 1 before the "
-                          "optimizer step at examples/pytorch/replica_drift.py:57 (step 0), different "
-                          "after it: the step consumed gradients that no reduction over those ranks made."));
-  REQUIRE_THAT(r.out, Catch::Contains("stayed the same on those ranks (2: body.0.weight, body.0.bias)"));
-  REQUIRE_THAT(r.out, Catch::Contains("The other parameters' gradients there came from all_reduce at "
-                                      "examples/pytorch/replica_drift.py:55 over ranks 0, 1."));
-  REQUIRE_THAT(r.out, Catch::Contains(" run " + fixture("replica-drift-2") + "\n"));
-  REQUIRE_THAT(r.out, Catch::Contains("FOUND   replica-drift-2: missing_reduction\n"));
-  auto fixed = run_shardcheck("run " + fixture("replica-drift-fix-2"));
-  INFO(fixed.out);
-  REQUIRE(fixed.exit_code == 0);
+  const std::string out = found_in(fixture("replica-drift-2"));
+  REQUIRE_THAT(
+      out, Catch::Contains("[missing_reduction] head.weight, head.bias: the same on ranks 0, 1 before the "
+                           "optimizer step at examples/pytorch/replica_drift.py:57 (step 0), different "
+                           "after it: the step consumed gradients that no reduction over those ranks made."));
+  REQUIRE_THAT(out, Catch::Contains("stayed the same on those ranks (2: body.0.weight, body.0.bias)"));
+  REQUIRE_THAT(out, Catch::Contains("The other parameters' gradients there came from all_reduce at "
+                                    "examples/pytorch/replica_drift.py:55 over ranks 0, 1."));
+  REQUIRE_THAT(out, Catch::Contains(" run " + fixture("replica-drift-2") + "\n"));
+  REQUIRE_THAT(out, Catch::Contains("FOUND   replica-drift-2: missing_reduction\n"));
+  require_clean(fixture("replica-drift-fix-2"));
 }
 
 TEST_CASE(
     "a learning-rate schedule stepped on one rank is a replica_divergence with equal gradients, and the "
     "fix is clean",
     "[cli][capture][values]") {
-  auto r = run_shardcheck("run " + fixture("replica-drift-lr-2"));
-  INFO(r.out);
-  REQUIRE(r.exit_code == 1);
-  REQUIRE_THAT(r.out,
+  const std::string out = found_in(fixture("replica-drift-lr-2"));
+  REQUIRE_THAT(out,
                Catch::Contains("[replica_divergence] body.0.weight, body.0.bias, head.weight and 1 more: "
                                "the same on ranks 0, 1 before the optimizer step at "
                                "examples/pytorch/replica_drift.py:57 (step 1), different after it: their "
                                "gradients were the same there: the step itself differed."));
-  REQUIRE_THAT(r.out, Catch::Contains("FOUND   replica-drift-lr-2: replica_divergence\n"));
-  REQUIRE(run_shardcheck("run " + fixture("replica-drift-lr-fix-2")).exit_code == 0);
+  REQUIRE_THAT(out, Catch::Contains("FOUND   replica-drift-lr-2: replica_divergence\n"));
+  require_clean(fixture("replica-drift-lr-fix-2"));
 }
 
 TEST_CASE(
     "expert gradients summed over their group and divided by the world size are a divisor_mismatch "
     "naming both lines, and the fix is clean",
     "[cli][capture][values]") {
-  auto r = run_shardcheck("run " + fixture("expert-parallel-4"));
-  INFO(r.out);
-  REQUIRE(r.exit_code == 1);
+  const std::string out = found_in(fixture("expert-parallel-4"));
   REQUIRE_THAT(
-      r.out, Catch::Contains("[divisor_mismatch] all_reduce (sum) at examples/pytorch/expert_parallel.py:87 "
-                             "over ranks 0, 2, then divided by 4 at "
-                             "examples/pytorch/expert_parallel.py:88: 4 is the size of group 'world' "
-                             "(ranks 0, 1, 2, 3), not 2, the ranks that summed."));
-  REQUIRE_THAT(r.out, Catch::Contains("The gradients of 'expert.weight', 'expert.bias'"));
+      out, Catch::Contains("[divisor_mismatch] all_reduce (sum) at examples/pytorch/expert_parallel.py:87 "
+                           "over ranks 0, 2, then divided by 4 at "
+                           "examples/pytorch/expert_parallel.py:88: 4 is the size of group 'world' "
+                           "(ranks 0, 1, 2, 3), not 2, the ranks that summed."));
+  REQUIRE_THAT(out, Catch::Contains("The gradients of 'expert.weight', 'expert.bias'"));
   // One finding for the division's line, over both expert-data-parallel groups.
-  REQUIRE_THAT(r.out, Catch::Contains("FOUND   expert-parallel-4: divisor_mismatch\n"));
+  REQUIRE_THAT(out, Catch::Contains("FOUND   expert-parallel-4: divisor_mismatch\n"));
   // The router's gradients, summed over all 4 and divided by 4, and the all_to_all exchanges are clean.
-  auto fixed = run_shardcheck("run " + fixture("expert-parallel-fix-4"));
-  INFO(fixed.out);
-  REQUIRE(fixed.exit_code == 0);
+  require_clean(fixture("expert-parallel-fix-4"));
 }
 
 TEST_CASE(
@@ -441,10 +447,7 @@ TEST_CASE(
                              "0, 1 each hold a copy of: it is counted 2 times."));
   REQUIRE_THAT(r.out, Catch::Contains("FOUND   tied-norm-2: grad_norm_miscount\n"));
   // Tensor parallelism by hand: the LayerNorm every rank holds whole, counted by each (#7227).
-  auto tp = run_shardcheck("run " + fixture("tp-norm-2"));
-  INFO(tp.out);
-  REQUIRE(tp.exit_code == 1);
-  REQUIRE_THAT(tp.out,
+  REQUIRE_THAT(found_in(fixture("tp-norm-2")),
                Catch::Contains("[grad_norm_miscount] all_reduce (sum) at examples/pytorch/tp_norm.py:87 over "
                                "ranks 0, 1 adds up terms computed from the gradient of 'norm.weight', "
                                "'norm.bias', which ranks 0, 1 each hold a copy of: it is counted 2 times."));
@@ -476,16 +479,11 @@ TEST_CASE(
        "up terms computed from the gradient of 'norm.weight', 'norm.bias'"},
   };
   for (const auto& [name, text] : found) {
-    auto r = run_shardcheck("run " + h200(name));
-    INFO(r.out);
-    REQUIRE(r.exit_code == 1);
-    REQUIRE_THAT(r.out, Catch::Contains(text));
-    REQUIRE_THAT(r.out, !Catch::Contains("collective_swap"));  // each stage's copy from its own line
+    const std::string out = found_in(h200(name));
+    REQUIRE_THAT(out, Catch::Contains(text));
+    REQUIRE_THAT(out, !Catch::Contains("collective_swap"));  // each stage's copy from its own line
   }
   for (const char* name : {"replica-drift-fix-4", "replica-drift-lr-fix-4", "tied-norm-fix-2",
-                           "tp-norm-fix-2", "mfsdp-tinylm-values-4"}) {
-    auto r = run_shardcheck("run " + h200(name));
-    INFO(r.out);
-    REQUIRE(r.exit_code == 0);
-  }
+                           "tp-norm-fix-2", "mfsdp-tinylm-values-4"})
+    require_clean(h200(name));
 }
