@@ -96,6 +96,7 @@ LoadedScenario from_capture(core::CapturedProgram c) {
   s.options.allocator = core::Allocator::caching;
   s.options.reuse = core::PoolReuse::best_fit;
   s.options.values = false;
+  s.options.geometry = core::PoolGeometry::torch;  // where a capture recorded no address
   s.options.max_device_bytes = core::CaptureLimits::kMaxDeviceBytes * owned->world_size;
   const core::CapturedProgram* raw = owned.get();
   s.factory = sim::plain([raw](core::Runtime& rt) { return core::run_captured_program(rt, *raw); });

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <stdexcept>
 
 #include "core/runtime/block_pool.hpp"
@@ -30,13 +32,15 @@ class ResourceError : public std::runtime_error {
 class Heap {
  public:
   static constexpr uint64_t kBase = 0x7f0000000000ULL;  // first simulated device address
+  static constexpr uint64_t kPlaced = 1ULL << 60;       // where recorded addresses start
+  static constexpr uint64_t kMaxPlaced = 1ULL << 56;    // recorded addresses stay below this
   using Legal = core::BlockPool::Legal;
   using Allocation = core::BlockPool::Allocation;
 
   // values = false: segments are address ranges only, with no host bytes behind them.
   // `color` (a rank's index) staggers where the host bytes of its segments start (below).
   Heap(core::Allocator model, core::PoolReuse reuse, int64_t* world_bytes, int64_t world_limit,
-       bool values = true, int color = 0);
+       bool values = true, int color = 0, core::PoolGeometry geometry = core::PoolGeometry::simple);
 
   // A block of at least `bytes` for `stream`. Throws ResourceError past the memory limit.
   Allocation allocate(uint64_t bytes, int stream, Legal legal) {
@@ -44,10 +48,18 @@ class Heap {
     if (values_) initialize(a.addr, pool_.block(a.addr).size);
     return a;
   }
-  void release(uint64_t addr, std::vector<uint64_t> pending, uint64_t free_op) {
-    pool_.release(addr, std::move(pending), free_op);
-  }
-  const Block& block(uint64_t addr) const { return pool_.block(addr); }
+  // A block at the device address `at` a capture recorded, of `bytes`, for `stream`: placed
+  // at kPlaced + at, beside the model's blocks, so the lifetimes a real allocator gave shared
+  // bytes share them here, whatever it split or coalesced. It reuses every freed placed block
+  // it overlaps (the most recent free names the hand-over; their record_stream uses must have
+  // completed, as the allocator saw). Nothing when it cannot be exact: a run with values, an
+  // overlap with a live block (a storage that grew in place) or, under the caching
+  // allocator, with a block of another stream's pool (the memory went back to the driver).
+  // `legal` is asked of every other freed placed block of `stream` as large, that record_stream
+  // uses hold back: the allocation could have taken it had those streams run ahead.
+  std::optional<Allocation> place(uint64_t at, uint64_t bytes, int stream, Legal legal);
+  void release(uint64_t addr, std::vector<uint64_t> pending, uint64_t free_op);
+  const Block& block(uint64_t addr) const { return addr >= kPlaced ? placed_.at(addr) : pool_.block(addr); }
   // How far into its host allocation segment `ordinal` of heap `color` starts (see Segment).
   static uint64_t stagger_bytes(uint64_t color, uint64_t ordinal) {
     // An odd multiplier walks every color; the segment's ordinal moves a rank's later ones.
@@ -82,6 +94,10 @@ class Heap {
   };
   std::map<uint64_t, Segment> segments_;  // by base address
   core::BlockPool pool_;
+  core::Allocator model_;
+  uint64_t placed_frees_ = 0;
+  std::map<uint64_t, Block> placed_;  // placed blocks, live and freed, by address
+  std::set<uint64_t> placed_held_;    // freed placed blocks with record_stream uses pending
 };
 
 }  // namespace shardcheck::sim

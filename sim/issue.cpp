@@ -4,6 +4,7 @@
 // match, once complete, is compared in detect_collective.cpp, independent of the schedule.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "core/base/inline_vector.hpp"
 #include "core/base/status.hpp"
@@ -193,7 +194,7 @@ void World::push(int rank, int stream, Op&& op) {
   if (s.queue.size() == 1) arrived(rank, stream);
 }
 
-core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_view name) {
+core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_view name, uint64_t at) {
   auto& r = *ranks_[rank];
   if (stream < 0 || stream >= static_cast<int>(r.streams.size()))
     throw InternalError("alloc on an unknown stream");
@@ -215,7 +216,10 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
     const uint32_t p = clock_index(rank, b.stream);
     return r.streams[s].clock.covers(p, f.epoch) || r.host.clock.covers(p, f.epoch);
   };
-  Heap::Allocation a = r.heap.allocate(static_cast<uint64_t>(bytes), stream, legal);
+  std::optional<Heap::Allocation> placed;
+  if (at != 0) placed = r.heap.place(at, static_cast<uint64_t>(bytes), stream, legal);
+  Heap::Allocation a =
+      placed ? std::move(*placed) : r.heap.allocate(static_cast<uint64_t>(bytes), stream, legal);
   // Where a held block fits no worse than the one taken, the allocation could have taken it had
   // its streams run ahead: the detectors hear of the held blocks as the pool was.
   std::vector<AllocEvent::Held> could;

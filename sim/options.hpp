@@ -30,12 +30,13 @@ struct Options {
   uint64_t seed = 1;
   int pct_depth = 3;
   int64_t pct_steps_hint = 0;  // expected steps of a run, for PCT change points (0: a guess)
-  core::Allocator allocator = core::Allocator::caching;  // core/runtime/allocator.hpp
-  core::PoolReuse reuse = core::PoolReuse::best_fit;     // earliest also poisons freed memory with NaN
-  bool detectors = true;                                 // race, uninitialized and collective-order detectors
-  bool record_trace = false;                             // keep every event for a Chrome trace
-  int64_t max_steps = 200'000'000;                       // a bound on the scheduler loop
-  int64_t max_device_bytes = int64_t{4} << 30;           // simulated memory across all ranks
+  core::Allocator allocator = core::Allocator::caching;      // core/runtime/allocator.hpp
+  core::PoolReuse reuse = core::PoolReuse::best_fit;         // earliest also poisons freed memory with NaN
+  core::PoolGeometry geometry = core::PoolGeometry::simple;  // torch: PyTorch's segments (captures)
+  bool detectors = true;                        // race, uninitialized and collective-order detectors
+  bool record_trace = false;                    // keep every event for a Chrome trace
+  int64_t max_steps = 200'000'000;              // a bound on the scheduler loop
+  int64_t max_device_bytes = int64_t{4} << 30;  // simulated memory across all ranks
   // false: a shadow-only run. No host byte stands behind simulated device memory, and kernels,
   // collectives, transfers and poisoning move no data; scheduling, the shadow state and every
   // detector work as before (races, reuse, definedness and collective order need no values).

@@ -34,6 +34,10 @@ class SimRuntime final : public core::Runtime {
   core::BufferId do_alloc(int64_t bytes, core::StreamId s, std::string_view name) override {
     return world_.alloc(rank_, bytes, s, name);
   }
+  core::BufferId do_alloc_at(int64_t bytes, core::StreamId s, std::string_view name,
+                             uint64_t address) override {
+    return world_.alloc(rank_, bytes, s, name, address);
+  }
   void do_free(core::BufferId b) override { world_.free(rank_, b); }
   void do_record_stream(core::BufferId b, core::StreamId s) override { world_.record_stream(rank_, b, s); }
   void do_record(core::EventId e, core::StreamId s) override;

@@ -55,7 +55,8 @@ World::World(Options options)
   participants_ = options_.ranks * (kDenseStride + kExtraStride);
   for (int r = 0; r < options_.ranks; ++r) {
     ranks_.push_back(std::make_unique<Rank>(options_.allocator, options_.reuse, &device_bytes_,
-                                            options_.max_device_bytes, options_.values, r));
+                                            options_.max_device_bytes, options_.values, r,
+                                            options_.geometry));
     ranks_.back()->host.clock = VectorClock();  // grows to the components it joins
     ranks_.back()->host.versions.push_back(ranks_.back()->host.clock);
     runtimes_.push_back(std::make_unique<SimRuntime>(*this, r));

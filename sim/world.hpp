@@ -179,7 +179,9 @@ class World {
 
   // --- issue side (issue.cpp), called by SimRuntime ---
   int stream_of(int rank, std::string_view name);
-  core::BufferId alloc(int rank, int64_t bytes, int stream, std::string_view name);
+  // `at`: the device address a capture recorded (0: none); the lifetime is placed there when
+  // the heap can (Heap::place), else where the allocator model puts it.
+  core::BufferId alloc(int rank, int64_t bytes, int stream, std::string_view name, uint64_t at = 0);
   void free(int rank, core::BufferId b);
   void record_stream(int rank, core::BufferId b, int stream);
   void annotate(int rank, core::BufferId b, std::shared_ptr<const core::LogicalMap> map);

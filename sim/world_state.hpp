@@ -141,8 +141,9 @@ struct Rank {
   };
   std::vector<EarlyWait> early_waits;
   uint32_t source = kNone;  // Runtime::set_source: the source of the operations issued next
-  Rank(core::Allocator m, core::PoolReuse r, int64_t* bytes, int64_t limit, bool values, int index)
-      : heap(m, r, bytes, limit, values, index) {}
+  Rank(core::Allocator m, core::PoolReuse r, int64_t* bytes, int64_t limit, bool values, int index,
+       core::PoolGeometry geometry)
+      : heap(m, r, bytes, limit, values, index, geometry) {}
 };
 
 struct Record {

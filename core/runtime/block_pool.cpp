@@ -9,10 +9,27 @@ namespace {
 uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
 }  // namespace
 
+// PyTorch's CUDACachingAllocator constants (c10/cuda/CUDACachingAllocator.cpp).
+constexpr uint64_t kMiB = 1024 * 1024;
+constexpr uint64_t kSmallSize = 1 * kMiB;       // the largest request of the small pool
+constexpr uint64_t kSmallBuffer = 2 * kMiB;     // a small pool segment
+constexpr uint64_t kLargeBuffer = 20 * kMiB;    // a large pool segment
+constexpr uint64_t kMinLargeAlloc = 10 * kMiB;  // from here a request gets its own segment
+constexpr uint64_t kRoundLarge = 2 * kMiB;      // ... in these steps
+
+bool BlockPool::large(uint64_t size) const { return geometry_ == PoolGeometry::torch && size > kSmallSize; }
+
+uint64_t BlockPool::segment_size(uint64_t size) const {
+  if (geometry_ == PoolGeometry::simple) return round_up(size, kSegment);
+  if (size <= kSmallSize) return kSmallBuffer;
+  return size < kMinLargeAlloc ? kLargeBuffer : round_up(size, kRoundLarge);
+}
+
 PoolBlock* BlockPool::pick(uint64_t size, int stream, Legal legal) {
   PoolBlock* best = nullptr;
+  const bool from_large = large(size);
   for (auto& [addr, b] : blocks_) {
-    if (!b.free || b.size < size) continue;
+    if (!b.free || b.size < size || b.large != from_large) continue;
     if (!legal(b, stream)) continue;
     if (!best) {
       best = &b;
@@ -26,7 +43,8 @@ PoolBlock* BlockPool::pick(uint64_t size, int stream, Legal legal) {
 }
 
 void BlockPool::split(PoolBlock& b, uint64_t size) {
-  if (b.size - size < kRound) return;
+  const uint64_t rest_size = b.size - size;
+  if (b.large ? rest_size <= kSmallSize : rest_size < kRound) return;
   PoolBlock rest = b;
   rest.addr = b.addr + size;
   rest.size = b.size - size;
@@ -43,12 +61,13 @@ BlockPool::Allocation BlockPool::allocate(uint64_t bytes, int stream, Legal lega
     b->stream = stream;
     return {b->addr, true, std::exchange(b->pending, {}), b->free_op};
   }
-  const uint64_t seg = round_up(size, kSegment);
+  const uint64_t seg = segment_size(size);
   const uint64_t base = new_segment_(seg);
   segment_bytes_ += seg;
   PoolBlock b;
   b.addr = base;
   b.size = seg;
+  b.large = large(size);
   b.segment = segments_++;
   b.stream = stream;
   auto [it, ok] = blocks_.emplace(base, std::move(b));

@@ -24,6 +24,7 @@ struct PoolBlock {
   int segment = 0;
   int stream = 0;
   bool free = false;
+  bool large = false;             // PoolGeometry::torch: from the large pool
   uint64_t freed_order = 0;       // larger = freed more recently
   std::vector<uint64_t> pending;  // backend handles (records, events) that must complete first
   uint64_t free_op = 0;           // backend's id of the free that released it
@@ -41,8 +42,8 @@ class BlockPool {
   // backend is out of memory.
   using NewSegment = std::function<uint64_t(uint64_t size)>;
 
-  BlockPool(bool merge, PoolReuse reuse, NewSegment new_segment)
-      : merge_(merge), reuse_(reuse), new_segment_(std::move(new_segment)) {}
+  BlockPool(bool merge, PoolReuse reuse, NewSegment new_segment, PoolGeometry geometry = PoolGeometry::simple)
+      : merge_(merge), reuse_(reuse), geometry_(geometry), new_segment_(std::move(new_segment)) {}
 
   struct Allocation {
     uint64_t addr = 0;
@@ -64,10 +65,13 @@ class BlockPool {
  private:
   PoolBlock* pick(uint64_t size, int stream, Legal legal);
   void split(PoolBlock& b, uint64_t size);
+  bool large(uint64_t size) const;             // a request of the large pool
+  uint64_t segment_size(uint64_t size) const;  // the segment a request that fits no block gets
   void merge(uint64_t addr);
 
   bool merge_;
   PoolReuse reuse_;
+  PoolGeometry geometry_;
   NewSegment new_segment_;
   uint64_t freed_counter_ = 0;
   uint64_t segment_bytes_ = 0;

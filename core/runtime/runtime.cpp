@@ -34,6 +34,9 @@ std::string op_name(const P2PCall& c, bool send) {
 Issued<BufferId> Runtime::alloc(int64_t bytes, StreamId stream, std::string_view name) {
   return Issued<BufferId>(this, do_alloc(bytes, stream, name));
 }
+Issued<BufferId> Runtime::alloc_at(int64_t bytes, StreamId stream, std::string_view name, uint64_t address) {
+  return Issued<BufferId>(this, do_alloc_at(bytes, stream, name, address));
+}
 Issued<> Runtime::free(BufferId buffer) {
   do_free(buffer);
   return Issued<>(this);

@@ -98,6 +98,11 @@ class Runtime {
   // free acts at host time too (a framework's tensor destructor); record_stream marks a
   // buffer as used by another stream so its block is not reused before that stream passes.
   Issued<BufferId> alloc(int64_t bytes, StreamId stream, std::string_view name);
+  // The same, for a buffer whose device address a capture recorded (`address`, never 0): a
+  // backend that checks what happened places it there, so two lifetimes share exactly the
+  // bytes they shared on the device (blocks the real allocator split or coalesced included);
+  // the others ignore the address.
+  Issued<BufferId> alloc_at(int64_t bytes, StreamId stream, std::string_view name, uint64_t address);
   Issued<> free(BufferId buffer);
   Issued<> record_stream(BufferId buffer, StreamId stream);
 
@@ -144,6 +149,9 @@ class Runtime {
 
  protected:
   virtual BufferId do_alloc(int64_t bytes, StreamId stream, std::string_view name) = 0;
+  virtual BufferId do_alloc_at(int64_t bytes, StreamId stream, std::string_view name, uint64_t /*address*/) {
+    return do_alloc(bytes, stream, name);
+  }
   virtual void do_free(BufferId buffer) = 0;
   virtual void do_record_stream(BufferId buffer, StreamId stream) = 0;
   virtual void do_record(EventId event, StreamId stream) = 0;

@@ -494,8 +494,10 @@ class RankLoader {
              " (docs/limits.md)");
     }
     r_.peak_live_bytes = std::max(r_.peak_live_bytes, live_bytes_);
+    const uint64_t address =
+        f.has("addr") ? static_cast<uint64_t>(f.integer("addr", 1, CaptureLimits::kMaxAddress)) : 0;
     if (f.flag("pre")) {
-      r_.pre.push_back({static_cast<int32_t>(b), stream, source, bytes});
+      r_.pre.push_back({static_cast<int32_t>(b), stream, source, bytes, address});
       return false;
     }
     rec.kind = CapturedKind::alloc;
@@ -503,6 +505,11 @@ class RankLoader {
     rec.stream = stream;
     rec.source = source;
     rec.n = bytes;
+    rec.first = CapturedRank::kNoAddress;
+    if (address != 0) {
+      rec.first = static_cast<uint32_t>(r_.addresses.size());
+      r_.addresses.push_back(address);
+    }
     return true;
   }
 

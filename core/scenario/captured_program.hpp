@@ -35,6 +35,7 @@ struct CaptureLimits {
   static constexpr int64_t kMaxRanges = 64'000'000;               // ranges summed over the ranks
   static constexpr int64_t kMaxIds = 16'000'000;                  // events, buffers and sites per rank
   static constexpr size_t kMaxLineBytes = size_t{1} << 20;
+  static constexpr int64_t kMaxAddress = (int64_t{1} << 56) - 1;  // an alloc's `addr`
 };
 
 enum class CapturedKind : uint8_t {
@@ -60,7 +61,8 @@ struct CapturedRange {
 };
 
 // One record, fixed-size. Fields by kind:
-//   alloc: buf, stream, n = bytes (pre allocations are in CapturedRank::pre, not here)
+//   alloc: buf, stream, n = bytes, first = its device address's index in CapturedRank::addresses
+//          (kNoAddress: none recorded) (pre allocations are in CapturedRank::pre, not here)
 //   free, record_stream: buf (record_stream: stream)
 //   op: name, stream, ranges [first, first + reads) read, then `writes` written
 //   event_record, event_wait: event, stream; event_sync: event; stream_sync: stream
@@ -110,6 +112,9 @@ struct CapturedRank {
   std::vector<int32_t> groups;          // group id in this file -> CapturedProgram::groups index
   std::vector<CapturedRecord> records;  // what the interpreter issues: allocations, operations, ...
   std::vector<CapturedRange> ranges;
+  // Device addresses of the alloc records that carry one (`addr`), in file order.
+  static constexpr uint32_t kNoAddress = UINT32_MAX;
+  std::vector<uint64_t> addresses;
   std::vector<CapturedValue> values;  // in file order
   int64_t file_records = 0;           // the records of its file (what its end record counts)
   // Buffers that existed before the capture ("pre": true): allocated, written and ordered
@@ -119,6 +124,7 @@ struct CapturedRank {
     int32_t stream = 0;
     int32_t source = -1;
     int64_t bytes = 0;
+    uint64_t address = 0;  // 0: not recorded
   };
   std::vector<Pre> pre;
   int32_t buffers = 0;  // buffer ids 0 .. buffers-1

@@ -166,8 +166,10 @@ Task<> define_pre(Runtime& rt, RankCalls& c) {
   const auto& pre_buffers = c.rank().pre;
   for (const auto& pre : pre_buffers) {
     rt.set_source(c.source(pre.source));
-    c.buffer(pre.buf) = co_await rt.alloc(pre.bytes, c.stream(pre.stream),
-                                          c.buffer_name(pre.source, pre.buf) + " (before the capture)");
+    const std::string name = c.buffer_name(pre.source, pre.buf) + " (before the capture)";
+    c.buffer(pre.buf) = pre.address != 0
+                            ? co_await rt.alloc_at(pre.bytes, c.stream(pre.stream), name, pre.address)
+                            : co_await rt.alloc(pre.bytes, c.stream(pre.stream), name);
   }
   for (const auto& pre : pre_buffers) {
     if (pre.bytes == 0) continue;
@@ -187,7 +189,10 @@ Task<> run_captured_program(Runtime& rt, const CapturedProgram& p) {
     const StreamId stream = c.stream(rec.stream);
     switch (rec.kind) {
       case CapturedKind::alloc:
-        c.buffer(rec.a) = co_await rt.alloc(rec.n, stream, c.buffer_name(rec.source, rec.a));
+        c.buffer(rec.a) = rec.first != CapturedRank::kNoAddress
+                              ? co_await rt.alloc_at(rec.n, stream, c.buffer_name(rec.source, rec.a),
+                                                     c.rank().addresses[rec.first])
+                              : co_await rt.alloc(rec.n, stream, c.buffer_name(rec.source, rec.a));
         break;
       case CapturedKind::free:
         co_await rt.free(c.buffer(rec.a));

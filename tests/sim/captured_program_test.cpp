@@ -200,6 +200,37 @@ TEST_CASE("a reduce with different roots, or a barrier against an all_reduce, is
   REQUIRE(has(b, core::FindingKind::collective_mismatch));
 }
 
+TEST_CASE("a block the caching allocator coalesced from two freed ones races with both", "[sim][capture]") {
+  // Two 4 MiB buckets side by side in one 20 MiB segment, all-reduced on a side stream and
+  // freed without record_stream; an 8 MiB activation takes the merged block at the first
+  // bucket's address (examples/pytorch/coalesced_reuse.py, as the H200 placed it).
+  auto sites = [](const run::ScenarioOutcome& o) {
+    std::vector<std::string> out;
+    for (const auto& f : o.explored.findings) {
+      REQUIRE(f.kind == core::FindingKind::stream_race);
+      out.push_back(f.summary.substr(0, f.summary.find(';')));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const std::vector<std::string> both = {
+      "rank 0: the tensor allocated at coalesced_reuse.py:30 is freed at coalesced_reuse.py:40 while "
+      "all_reduce '' "
+      "at coalesced_reuse.py:34 on stream 'side' may still write it",
+      "rank 0: the tensor allocated at coalesced_reuse.py:31 is freed at coalesced_reuse.py:40 while "
+      "all_reduce '' "
+      "at coalesced_reuse.py:35 on stream 'side' may still write it"};
+  // From the recorded addresses: exactly what the allocator did.
+  const auto placed = run_fixture("coalesced-reuse");
+  CHECK(sites(placed) == both);
+  REQUIRE_THAT(placed.explored.findings[0].summary, Catch::Contains("allocated at coalesced_reuse.py:41"));
+  // Without them, from PyTorch's segment geometry: the two 4 MiB blocks share a 20 MiB
+  // segment and merge (one 256 KiB-step segment each would never merge, and miss both).
+  CHECK(sites(run_fixture("coalesced-reuse-noaddr")) == both);
+  // record_stream holds both blocks back: the activation gets the segment's tail.
+  CHECK(run_fixture("coalesced-reuse-fix").explored.findings.empty());
+}
+
 TEST_CASE("a side-stream race, a read of torch.empty memory and a p2p deadlock speak PyTorch",
           "[sim][capture]") {
   const auto race = run_fixture("side-stream-race");
@@ -260,8 +291,9 @@ TEST_CASE("mutated capture folders are refused with a file and line, or run with
           "[sim][capture]") {
   namespace fs = std::filesystem;
   core::Rng rng(20261201);
-  const std::vector<std::string> fixtures = {"megatron-6137", "megatron-6137-fixed", "mismatch-dtype",
-                                             "order-swap",    "p2p-deadlock",        "side-stream-race"};
+  const std::vector<std::string> fixtures = {"megatron-6137",  "megatron-6137-fixed", "mismatch-dtype",
+                                             "order-swap",     "p2p-deadlock",        "side-stream-race",
+                                             "coalesced-reuse"};
   const std::string dir = "/tmp/shardcheck-capture-mutant";
   int refused = 0, ran = 0;
   for (int i = 0; i < 300; ++i) {

@@ -131,3 +131,80 @@ TEST_CASE("heaps of different ranks stagger their host bytes across cache sets",
   std::sort(offsets.begin(), offsets.end());
   REQUIRE(std::unique(offsets.begin(), offsets.end()) == offsets.end());  // 64 ranks, 64 sets
 }
+
+TEST_CASE("placed blocks: a recorded address reuses every freed block it overlaps", "[sim][heap]") {
+  int64_t bytes = 0;
+  Heap h(core::Allocator::caching, core::PoolReuse::best_fit, &bytes, int64_t{1} << 30, /*values*/ false);
+  std::vector<const Block*> held;
+  auto legal = [&](const Block& b, int) {
+    if (!b.pending.empty()) held.push_back(&b);
+    return b.pending.empty();
+  };
+  const uint64_t seg = 0x7f3a40000000ULL, mib = 1 << 20;
+  const auto first = h.place(seg, 4 * mib, 0, legal);
+  const auto second = h.place(seg + 4 * mib, 4 * mib, 0, legal);
+  REQUIRE(first);
+  REQUIRE(second);
+  REQUIRE(first->addr == Heap::kPlaced + seg);
+  REQUIRE_FALSE(first->reused);
+  // A live block is never overlapped: the caller falls back to the model.
+  REQUIRE_FALSE(h.place(seg + mib, 2 * mib, 0, legal));
+  h.release(first->addr, {}, /*free_op*/ 7);
+  h.release(second->addr, {}, /*free_op*/ 9);
+  // Another stream's pool never takes them (a caching allocator's block stays with its stream).
+  REQUIRE_FALSE(h.place(seg, 8 * mib, 1, legal));
+  // The coalesced block: one allocation over both, handed over by the later free.
+  const auto both = h.place(seg, 8 * mib, 0, legal);
+  REQUIRE(both);
+  REQUIRE(both->reused);
+  REQUIRE(both->free_op == 9);
+  REQUIRE(h.block(both->addr).size == 8 * mib);
+  // A held block (record_stream uses pending) of the stream is offered to `legal`, not taken.
+  h.release(both->addr, {42}, 11);
+  const auto elsewhere = h.place(seg + 16 * mib, 2 * mib, 0, legal);
+  REQUIRE(elsewhere);
+  REQUIRE_FALSE(elsewhere->reused);
+  REQUIRE(held.size() == 1);
+  REQUIRE(held[0]->free_op == 11);
+  // Taking part of it waits for those uses; the rest stays free, and held.
+  const auto part = h.place(seg + mib, mib, 0, legal);
+  REQUIRE(part);
+  REQUIRE(part->waited == std::vector<uint64_t>{42});
+  REQUIRE(h.block(Heap::kPlaced + seg).free);
+  REQUIRE(h.block(Heap::kPlaced + seg + 2 * mib).size == 6 * mib);
+  // With values there are host bytes behind every block: no placing.
+  Heap v(core::Allocator::caching, core::PoolReuse::best_fit, &bytes, int64_t{1} << 30);
+  REQUIRE_FALSE(v.place(seg, 4096, 0, legal));
+}
+
+TEST_CASE("torch geometry: small and large pools, PyTorch's segment sizes and split rule", "[sim][heap]") {
+  int64_t bytes = 0;
+  Heap h(core::Allocator::caching, core::PoolReuse::best_fit, &bytes, int64_t{1} << 34, false, 0,
+         core::PoolGeometry::torch);
+  const uint64_t mib = 1 << 20;
+  const auto small = h.allocate(1000, 0, same_stream());
+  REQUIRE(h.block(small.addr).size == 1024);  // rounded to 512
+  REQUIRE(h.segment_bytes() == 2 * mib);      // a 2 MiB small segment
+  const auto a = h.allocate(4 * mib, 0, same_stream());
+  REQUIRE(h.segment_bytes() == 22 * mib);  // a 20 MiB large segment
+  const auto b = h.allocate(4 * mib, 0, same_stream());
+  REQUIRE(b.addr == a.addr + 4 * mib);  // the same segment
+  // A small request never takes a large block, however free.
+  h.release(a.addr, {}, 1);
+  const auto small2 = h.allocate(4096, 0, same_stream());
+  REQUIRE(small2.addr == small.addr + 1024);
+  // Freed neighbours coalesce with the segment's free tail; the next 8 MiB takes the first.
+  h.release(b.addr, {}, 2);
+  const auto both = h.allocate(8 * mib, 0, same_stream());
+  REQUIRE(both.addr == a.addr);
+  REQUIRE(both.reused);
+  // A large block splits only when more than 1 MiB would remain.
+  h.release(both.addr, {}, 3);
+  const auto whole = h.allocate(20 * mib - 1000 * 1024, 0, same_stream());
+  REQUIRE(whole.addr == a.addr);
+  REQUIRE(h.block(whole.addr).size == 20 * mib);
+  // 10 MiB and more: a segment of its own, in 2 MiB steps.
+  const uint64_t before = h.segment_bytes();
+  h.allocate(11 * mib, 0, same_stream());
+  REQUIRE(h.segment_bytes() - before == 12 * mib);
+}
