@@ -130,6 +130,48 @@ class RecorderTest(unittest.TestCase):
         self.assertEqual((ops[2]["r"], ops[2]["w"]), ([[1, 0, 512]], [[1, 0, 1024]]))
         self.assertEqual([f["buf"] for f in records(self.path, "free")], [0])
 
+    def test_each_allocation_carries_its_device_address(self):
+        # The checker places lifetimes where the allocator put them (docs/capture-format.md).
+        self.rec.on_alloc(0x7f3a40400000, 0, self.site)
+        self.rec.op("aten::fill_", 0, [], [(0x7f3a40400000, 4096, 0, 4096)], self.site)
+        self.rec.op("aten::add_", 0, [(0x2000, 64, 0, 64)], [(0x2000, 64, 0, 64)], self.site)
+        self.rec.close()
+        self.assertEqual([(a["buf"], a["addr"]) for a in records(self.path, "alloc")],
+                         [(0, 0x7f3a40400000), (1, 0x2000)])
+        # A CPU storage's address is no caching allocator's block: none is written.
+        path = os.path.join(self.dir.name, "rank-1.jsonl")
+        rec = Recorder(path, {"rank": 1, "world_size": 2}, sees_frees=False)
+        rec.op("aten::fill_", 0, [], [(0x1000, 512, 0, 512)], rec.site("dp.py", 7, "main"))
+        rec.close()
+        self.assertNotIn("addr", records(path, "alloc")[0])
+
+    def test_a_cuda_graph_runs_its_kernels_at_each_replay_not_at_capture(self):
+        graph_line = self.rec.site("graph.py", 12, "main")
+        replay_line = self.rec.site("graph.py", 20, "main")
+        x, tmp, y = 0x7f0000000000, 0x7f0000100000, 0x7f0000200000
+        self.rec.op("aten::fill_", 0, [], [(x, 4096, 0, 4096)], self.site)  # a static input
+        self.rec.graph_begin()
+        self.rec.on_alloc(tmp, 5, graph_line)
+        self.rec.op("aten::mul", 5, [(x, 4096, 0, 4096)], [(tmp, 4096, 0, 4096)], graph_line)
+        self.rec.event_record(0x99, 5, graph_line)  # the graph's own fork/join: not written
+        self.rec.on_alloc(y, 5, graph_line)
+        self.rec.op("aten::add", 5, [(tmp, 4096, 0, 4096)], [(y, 4096, 0, 4096)], graph_line)
+        self.rec.on_free(tmp, graph_line)  # a temporary, back in the graph's pool
+        self.rec.graph_end(1)
+        self.assertEqual(records(self.path, "op"), [])  # nothing has run yet
+        self.rec.graph_replay(1, 0, replay_line)
+        self.rec.graph_replay(1, 0, replay_line)
+        self.rec.close()
+        ops = records(self.path, "op")
+        bufs = {a["addr"]: a["buf"] for a in records(self.path, "alloc")}
+        self.assertEqual([(o["name"], o["at"], o["stream"]) for o in ops],
+                         [("aten::fill_", self.site, 0)] + [("aten::mul", replay_line, 0),
+                                                             ("aten::add", replay_line, 0)] * 2)
+        # The temporary is the graph's own memory: its reads and writes are left out.
+        self.assertEqual((ops[1]["r"], ops[1]["w"]), ([[bufs[x], 0, 4096]], []))
+        self.assertEqual((ops[2]["r"], ops[2]["w"]), ([], [[bufs[y], 0, 4096]]))
+        self.assertEqual(records(self.path, "event_record"), [])
+
     def test_a_cpu_address_used_again_with_a_larger_size_is_a_new_storage(self):
         rec = Recorder(os.path.join(self.dir.name, "rank-1.jsonl"), {"rank": 1, "world_size": 2},
                        sees_frees=False)

@@ -90,6 +90,11 @@ class Capture:
             onegpu.install()
             self._onegpu = onegpu
             header["process_group"] = "shardcheck one-GPU backend, NCCL's stream semantics"
+        if device == "cuda":
+            # Which allocator handed out the blocks whose addresses the alloc records carry.
+            backend = getattr(torch.cuda, "get_allocator_backend", lambda: "native")()
+            header["allocator"] = {"backend": backend,
+                                   "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
         # CUDA's caching allocator reports every free; CPU tensors have no such callbacks.
         self.recorder = Recorder(self.path, header, sees_frees=device == "cuda")
         self._hooks = Hooks(self.recorder, device)

@@ -744,10 +744,71 @@ class Hooks:
         torch.cuda.Stream.__new__ = new
         self._patched.append((torch.cuda.Stream, "__new__", orig))
 
+    def _follow_graphs(self):
+        """CUDA graphs: a capture keeps its kernels (the recorder writes nothing they do), each
+        replay issues them on the stream current at g.replay(), at its line."""
+        graph_class = getattr(torch.cuda, "CUDAGraph", None)
+        if graph_class is None or not hasattr(graph_class, "replay"):
+            return
+        hooks = self
+
+        def patch(name, around):
+            orig = getattr(graph_class, name)
+
+            def wrapped(graph, *args, **kwargs):
+                return around(orig, graph, *args, **kwargs)
+
+            setattr(graph_class, name, wrapped)
+            self._patched.append((graph_class, name, orig))
+
+        def begin(orig, graph, *args, **kwargs):
+            out = orig(graph, *args, **kwargs)
+            hooks.rec.graph_begin()
+            return out
+
+        def end(orig, graph, *args, **kwargs):
+            try:
+                return orig(graph, *args, **kwargs)
+            finally:
+                hooks.rec.graph_end(id(graph))
+
+        def replay(orig, graph, *args, **kwargs):
+            out = orig(graph, *args, **kwargs)
+            hooks.rec.graph_replay(id(graph), hooks.current_stream(), hooks.site())
+            return out
+
+        def reset(orig, graph, *args, **kwargs):
+            hooks.rec.graph_reset(id(graph))
+            return orig(graph, *args, **kwargs)
+
+        patch("capture_begin", begin)
+        patch("capture_end", end)
+        patch("replay", replay)
+        if hasattr(graph_class, "reset"):
+            patch("reset", reset)
+
+    def _follow_empty_cache(self):
+        """torch.cuda.empty_cache() gives cached segments back with cudaFree, which waits for
+        the whole device: where it released any, the host has synchronized (and the addresses
+        may come back to any stream)."""
+        hooks = self
+        orig = torch.cuda.empty_cache
+
+        def empty_cache():
+            before = torch.cuda.memory_reserved()
+            orig()
+            if torch.cuda.memory_reserved() < before and not hooks.rec.capturing():
+                hooks.rec.device_sync(hooks.site())
+
+        torch.cuda.empty_cache = empty_cache
+        self._patched.append((torch.cuda, "empty_cache", orig))
+
     def install(self):
         if self.cuda:
             self._install_trace()
             self._name_streams()
+            self._follow_graphs()
+            self._follow_empty_cache()
         try:
             import torch.distributed  # noqa: F401
             if self._c10d_dispatched:

@@ -39,6 +39,10 @@ class Recorder:
         self.stats = {"ops": 0, "allocs": 0, "frees": 0, "collectives": 0, "unseen_allocs": 0,
                       "values": 0}
         self._colls = 0  # coll records written: a value record names one by its index
+        # CUDA graphs: while one is captured, its kernels are kept (name, reads, writes), not
+        # written; each replay writes them on the replay's stream at the replay's line.
+        self._capturing = None
+        self._graphs = {}
         self.stream(default_stream, "default")
 
     # -- definitions ---------------------------------------------------------------------
@@ -128,6 +132,8 @@ class Recorder:
         else:
             rec = {"k": "alloc", "buf": buf, "bytes": nbytes, "stream": 0, "at": self._pre_site(),
                    "pre": True}
+        if self._sees_frees:
+            rec["addr"] = ptr  # the caching allocator's block: where reuse really happened
         self._w.write(rec)
         self.stats["allocs"] += 1
         self._live[ptr] = (buf, nbytes)
@@ -147,7 +153,10 @@ class Recorder:
         nbytes = max(nbytes() if callable(nbytes) else nbytes, end)
         buf = self._next_buf
         self._next_buf += 1
-        self._w.write({"k": "alloc", "buf": buf, "bytes": nbytes, "stream": stream, "at": at})
+        rec = {"k": "alloc", "buf": buf, "bytes": nbytes, "stream": stream, "at": at}
+        if self._sees_frees:
+            rec["addr"] = ptr
+        self._w.write(rec)
         if self._sees_frees:
             self._w.write_line('{"k":"op","name":"aten::resize_","stream":%d,"r":%s,"w":%s,"at":%d}'
                                % (stream, _ranges_json([(old, 0, old_bytes)]),
@@ -201,6 +210,9 @@ class Recorder:
             w = self.ranges(writes, stream_handle, site)
             if not r and not w:
                 return
+            if self._capturing is not None:
+                self._capturing.append((name, r, w))
+                return
             # The hottest record: formatted by hand (names are operator names, plain ASCII).
             self._w.write_line('{"k":"op","name":%s,"stream":%d,"r":%s,"w":%s,"at":%d}' % (
                 self._op_name(name), self.stream(stream_handle), _ranges_json(r),
@@ -213,9 +225,49 @@ class Recorder:
             quoted = self._names[name] = json.dumps(name, ensure_ascii=True)
         return quoted
 
+    # -- CUDA graphs ---------------------------------------------------------------------
+    def graph_begin(self):
+        """A CUDA graph's capture begins: the kernels issued until graph_end run only when the
+        graph is replayed. The memory the capture allocates is allocated now (the graph's
+        private pool keeps it); events, record_stream and collectives inside the capture are
+        the graph's own ordering and are not written."""
+        with self._lock:
+            self._capturing = []
+
+    def graph_end(self, key):
+        with self._lock:
+            if self._capturing is not None:
+                self._graphs[key] = self._capturing
+            self._capturing = None
+
+    def capturing(self):
+        return self._capturing is not None
+
+    def graph_replay(self, key, stream_handle, site):
+        """g.replay(): the captured kernels, in capture order, on the replay's stream at its
+        line. Buffers freed since (the capture's temporaries, back in the graph's pool) are
+        the graph's own memory: what it reads and writes there is left out."""
+        with self._lock:
+            kernels = self._graphs.get(key)
+            if not kernels:
+                return
+            live = {b for b, _ in self._live.values()}
+            stream = self.stream(stream_handle)
+            for name, r, w in kernels:
+                r = [x for x in r if x[0] in live]
+                w = [x for x in w if x[0] in live]
+                if r or w:
+                    self._w.write_line('{"k":"op","name":%s,"stream":%d,"r":%s,"w":%s,"at":%d}' % (
+                        self._op_name(name), stream, _ranges_json(r), _ranges_json(w), site))
+                    self.stats["ops"] += 1
+
+    def graph_reset(self, key):
+        with self._lock:
+            self._graphs.pop(key, None)
+
     def record_stream(self, ptr, nbytes, stream_handle, site):
         with self._lock:
-            if ptr == 0:
+            if ptr == 0 or self._capturing is not None:
                 return
             buf = self.buffer(ptr, nbytes)
             self._w.write({"k": "record_stream", "buf": buf, "stream": self.stream(stream_handle),
@@ -232,11 +284,15 @@ class Recorder:
 
     def event_record(self, handle, stream_handle, site):
         with self._lock:
+            if self._capturing is not None:
+                return
             self._w.write({"k": "event_record", "event": self.event(handle),
                            "stream": self.stream(stream_handle), "at": site})
 
     def event_wait(self, handle, stream_handle, site):
         with self._lock:
+            if self._capturing is not None:
+                return
             self._w.write({"k": "event_wait", "event": self.event(handle),
                            "stream": self.stream(stream_handle), "at": site})
 
@@ -261,6 +317,10 @@ class Recorder:
         with self._lock:
             if op != "barrier" and (inp is None or out is None or inp[3] <= 0 or out[3] <= 0):
                 return
+            if self._capturing is not None:  # captured into a graph: its kernels run at replay
+                if op != "barrier":
+                    self.op("c10d::" + op, stream_handle, [inp], [out], site)
+                return None
             rec = {"k": "coll", "op": op, "group": group_id, "stream": self.stream(stream_handle)}
             if op != "barrier":
                 self.ranges(sorted([inp, out], key=lambda sp: sp[2] + sp[3], reverse=True),
@@ -304,6 +364,10 @@ class Recorder:
 
     def p2p(self, kind, peer, group_id, stream_handle, span, dtype, count, tag, name, site):
         with self._lock:
+            if self._capturing is not None:
+                self.op("c10d::" + kind, stream_handle, [span] if kind == "send" else [],
+                        [span] if kind == "recv" else [], site)
+                return
             self._w.write({"k": kind, "peer": peer, "group": group_id,
                            "stream": self.stream(stream_handle), "buf": self.ranges([span])[0],
                            "dtype": dtype, "count": count, "tag": tag, "name": name, "at": site})
