@@ -172,6 +172,25 @@ class RecorderTest(unittest.TestCase):
         self.assertEqual((ops[2]["r"], ops[2]["w"]), ([], [[bufs[y], 0, 4096]]))
         self.assertEqual(records(self.path, "event_record"), [])
 
+    def test_a_worker_threads_waits_order_the_program_only_once_it_waits_for_that_work(self):
+        # gloo on CUDA tensors: the caller's stream is copied out on gloo's stream; gloo's
+        # worker thread waits for that copy (its own host timeline), reduces on the CPU, writes
+        # back on gloo's stream and records an event that work.wait() makes the caller wait for.
+        caller, gloo, worker = 0, 0x51, 777
+        update = self.rec.site("train.py", 30, "step")
+        wait = self.rec.site("train.py", 32, "step")
+        self.rec.event_record(0xa, caller, self.site)
+        self.rec.event_wait(0xa, gloo, self.site)
+        self.rec.worker_sync(worker, "event_sync", 0xa, self.site)  # the worker waits
+        self.rec.op("aten::add_", caller, [], [(0x1000, 64, 0, 64)], update)  # not ordered by it
+        self.rec.event_record(0xb, gloo, self.site, worker)
+        self.rec.event_wait(0xb, caller, wait)  # work.wait(): now the worker's wait orders us
+        self.rec.close()
+        kinds = [(r["k"], r.get("at")) for r in read(self.path)[1:]
+                 if r["k"] in ("op", "event_sync", "event_wait")]
+        self.assertEqual(kinds, [("event_wait", self.site), ("op", update), ("event_sync", wait),
+                                 ("event_wait", wait)])
+
     def test_a_cpu_address_used_again_with_a_larger_size_is_a_new_storage(self):
         rec = Recorder(os.path.join(self.dir.name, "rank-1.jsonl"), {"rank": 1, "world_size": 2},
                        sees_frees=False)

@@ -264,13 +264,22 @@ class Hooks:
     def on_alloc(self, ptr):
         self.rec.on_alloc(ptr, self.current_stream(), self.site())
 
+    def _worker(self):
+        """The id of the thread calling, when it is a backend's own (a process group's worker
+        or watchdog): not the program's thread, not backward's, and no frame of the program's
+        on it. None otherwise."""
+        thread = threading.current_thread()
+        if thread is _main_thread:
+            return None
+        node = getattr(torch._C, "_current_autograd_node", lambda: None)()
+        if node is not None or _user_frame(sys._getframe(2)) is not None:
+            return None
+        return thread.ident
+
     def on_free(self, ptr):
-        background = getattr(_background, "on", False)
-        if not background and threading.current_thread() is not _main_thread:
-            node = getattr(torch._C, "_current_autograd_node", lambda: None)()
-            # Not backward's own thread: a process group's watchdog releasing the tensors it
-            # held for a collective, which it does only once that collective has finished.
-            background = node is None and _user_frame(sys._getframe(1)) is None
+        # A process group's watchdog releases the tensors it held for a collective only once
+        # that collective has finished.
+        background = getattr(_background, "on", False) or self._worker() is not None
         self.rec.on_free(ptr, self.site(), background)
 
     def on_event_create(self, ev):
@@ -280,18 +289,28 @@ class Hooks:
         self.rec.event_deleted(ev)
 
     def on_event_record(self, ev, stream):
-        self._emit(self.rec.event_record, ev, stream, self.site())
+        self._emit(self.rec.event_record, ev, stream, self.site(), self._worker())
 
     def on_event_wait(self, ev, stream):
         self._emit(self.rec.event_wait, ev, stream, self.site())
 
+    # A sync on a backend's worker thread blocks that thread only (recorder.worker_sync).
     def on_event_sync(self, ev):
+        worker = self._worker()
+        if worker is not None:
+            return self.rec.worker_sync(worker, "event_sync", ev, self.site())
         self._emit(self.rec.event_sync, ev, self.site())
 
     def on_stream_sync(self, stream):
+        worker = self._worker()
+        if worker is not None:
+            return self.rec.worker_sync(worker, "stream_sync", stream, self.site())
         self._emit(self.rec.stream_sync, stream, self.site())
 
     def on_device_sync(self):
+        worker = self._worker()
+        if worker is not None:
+            return self.rec.worker_sync(worker, "device_sync", None, self.site())
         self._emit(self.rec.device_sync, self.site())
 
     # -- operators -----------------------------------------------------------------------

@@ -43,6 +43,12 @@ class Recorder:
         # written; each replay writes them on the replay's stream at the replay's line.
         self._capturing = None
         self._graphs = {}
+        # A backend's worker threads (gloo's, for CUDA tensors) have their own host timeline:
+        # what they wait for orders nothing on the program's thread until it waits for their
+        # work. Their syncs are kept per thread, and written where the program's thread waits
+        # for an event one of them recorded.
+        self._worker_syncs = {}  # thread id -> [record, ...]
+        self._event_thread = {}  # event handle -> the worker thread that last recorded it
         self.stream(default_stream, "default")
 
     # -- definitions ---------------------------------------------------------------------
@@ -282,10 +288,15 @@ class Recorder:
         with self._lock:
             self._events.pop(handle, None)
 
-    def event_record(self, handle, stream_handle, site):
+    def event_record(self, handle, stream_handle, site, worker=None):
+        """worker: the id of the backend's worker thread that records it, if one does."""
         with self._lock:
             if self._capturing is not None:
                 return
+            if worker is None:
+                self._event_thread.pop(handle, None)
+            else:
+                self._event_thread[handle] = worker
             self._w.write({"k": "event_record", "event": self.event(handle),
                            "stream": self.stream(stream_handle), "at": site})
 
@@ -293,11 +304,34 @@ class Recorder:
         with self._lock:
             if self._capturing is not None:
                 return
+            self._join_worker(handle, site)
             self._w.write({"k": "event_wait", "event": self.event(handle),
                            "stream": self.stream(stream_handle), "at": site})
 
+    def worker_sync(self, worker, kind, handle, site):
+        """A sync on a backend's worker thread (kind: event_sync, stream_sync, device_sync):
+        kept until the program's thread waits for that worker's work."""
+        with self._lock:
+            if kind == "event_sync":
+                rec = {"k": kind, "event": self.event(handle)}
+            elif kind == "stream_sync":
+                rec = {"k": kind, "stream": self.stream(handle)}
+            else:
+                rec = {"k": kind}
+            self._worker_syncs.setdefault(worker, []).append(rec)
+
+    def _join_worker(self, handle, site):
+        """The program's thread waits for an event a worker recorded: it has waited for that
+        worker (the work's wait() blocks until it finished), so the worker's syncs so far
+        order what the program does next."""
+        worker = self._event_thread.pop(handle, None)
+        for rec in self._worker_syncs.pop(worker, ()) if worker is not None else ():
+            rec["at"] = site
+            self._w.write(rec)
+
     def event_sync(self, handle, site):
         with self._lock:
+            self._join_worker(handle, site)
             self._w.write({"k": "event_sync", "event": self.event(handle), "at": site})
             self._w.flush()  # a rank that hangs or dies here keeps it
 
