@@ -227,7 +227,11 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
     for (const Block* b : held) could.push_back({b->size, b->free_op, b->pending});
   }
   const uint64_t taken_size = a.reused ? r.heap.block(a.addr).size : 0;
-  if (!a.waited.empty()) {
+  if (placed && !a.waited.empty()) {
+    // The device's allocator handed over a block that record_stream held, so it had seen those
+    // events complete: the host waits for them here (in this schedule they may not have run).
+    host_wait(rank, std::vector<uint32_t>(a.waited.begin(), a.waited.end()));
+  } else if (!a.waited.empty()) {
     // The allocator saw those record_stream events complete (cudaEventQuery): a host sync.
     for (uint64_t rec : a.waited) r.host.clock.join(records_[rec].clock);
     r.host.versions.push_back(r.host.clock);
