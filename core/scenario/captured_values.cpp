@@ -583,6 +583,9 @@ class GradFlow {
     auto it = flow_.find(buf);
     return it == flow_.end() ? Names{} : it->second;
   }
+  // A gradient's own buffer (what an optimizer step took): summing it is a reduction, no norm,
+  // whatever it was copied from (DDP copies each gradient out of its flat bucket).
+  bool gradient(int32_t buf) const { return seed_.count(buf) != 0; }
   Names of(int32_t buf) const {
     Names out;
     if (auto it = seed_.find(buf); it != seed_.end()) out = it->second;
@@ -637,7 +640,7 @@ std::map<std::pair<int32_t, int64_t>, NormSum> norm_sums(const CapturedProgram& 
         const int32_t group = rank.groups[static_cast<size_t>(rec.a)];
         const int64_t kth = k[group]++;
         if (rec.coll == CollectiveKind::all_reduce && rec.reduce == ReduceOp::sum &&
-            rec.n <= kMaxNormElements) {
+            rec.n <= kMaxNormElements && !flow.gradient(rank.ranges[rec.first].buf)) {
           NormSum& sum = out[{group, kth}];
           sum.rec = &rec;
           sum.counted[static_cast<int>(r)] = flow.computed(rank.ranges[rec.first].buf);
