@@ -93,7 +93,7 @@ LoadedScenario from_capture(core::CapturedProgram c) {
   s.schedule.seed = 1;
   s.schedule.runs = kCaptureRuns;
   s.options.ranks = owned->world_size;
-  s.options.allocator = core::Allocator::caching;
+  s.options.allocator = owned->allocator;
   s.options.reuse = core::PoolReuse::best_fit;
   s.options.values = false;
   s.options.geometry = core::PoolGeometry::torch;  // where a capture recorded no address

@@ -214,9 +214,16 @@ std::string python_reuse(const WorldView& w, int rank, const AccessRec& a, const
                    " is done with it (after a wait_stream or torch.cuda.synchronize()), so its block is not "
                    "freed early"};
   }
+  const std::string& pool = w.rank(rank).streams[la.stream].name;
+  if (w.options().allocator == core::Allocator::stream_ordered) {
+    return "\n  handed over: " + freed + " (cudaMallocAsync frees it on stream " + q(pool) +
+           ", the stream it was allocated on, which does not wait for stream " + sa +
+           ") and gives its block to the next allocation ordered after that free, the tensor allocated at " +
+           alloc_b;
+  }
   return "\n  handed over: " + freed + " by the host without waiting for stream " + sa +
-         "; the caching allocator gives its block to the next allocation from the pool of stream " +
-         q(w.rank(rank).streams[la.stream].name) + ", the tensor allocated at " + alloc_b;
+         "; the caching allocator gives its block to the next allocation from the pool of stream " + q(pool) +
+         ", the tensor allocated at " + alloc_b;
 }
 
 // A race between two streams in PyTorch's words: the summary and the fixes.

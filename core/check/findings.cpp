@@ -110,17 +110,33 @@ void fold_symptoms(std::vector<Finding>& list) {
     return r.source.file == u.source.file && r.source.line == u.source.line && w.buffer == u.tensor &&
            r.buffer == u.tensor;
   };
+  // A stream-ordered free (cudaFreeAsync) racing with a stream that still uses the tensor, and
+  // the reuse race of the block it handed over: one root, reported as the reuse.
+  auto hands_over = [](const Finding& reuse, const RaceDetail& f) {
+    const auto* d = std::get_if<RaceDetail>(&reuse.detail);
+    if (reuse.kind != FindingKind::stream_race || reuse.spread.empty() || !d || !d->reuse) return false;
+    return d->first.op == f.first.op && d->first.source == f.first.source &&
+           d->first.buffer == f.first.buffer && d->freed == f.second.source;
+  };
   std::vector<bool> drop(list.size(), false);
   for (size_t i = 0; i < list.size(); ++i) {
     const auto* u = list[i].kind == FindingKind::uninitialized_read
                         ? std::get_if<ElementDetail>(&list[i].detail)
                         : nullptr;
-    if (!u || !u->source.known()) continue;
+    const auto* f =
+        list[i].kind == FindingKind::stream_race ? std::get_if<RaceDetail>(&list[i].detail) : nullptr;
+    if (f && (f->reuse || f->second.op.rfind("free '", 0) != 0 || !f->second.source.known())) f = nullptr;
+    if ((!u || !u->source.known()) && !f) continue;
     for (Finding& race : list) {
-      if (!explains(race, *u)) continue;
-      join(race.spread.symptoms, {std::string(to_string(list[i].kind)) + ": " + list[i].summary +
-                                  " (in the schedules where the read ran before " +
-                                  std::get<RaceDetail>(race.detail).first.op + ")"});
+      if (u && explains(race, *u)) {
+        join(race.spread.symptoms, {std::string(to_string(list[i].kind)) + ": " + list[i].summary +
+                                    " (in the schedules where the read ran before " +
+                                    std::get<RaceDetail>(race.detail).first.op + ")"});
+      } else if (f && hands_over(race, *f)) {
+        join(race.spread.symptoms, {"stream_race: " + list[i].summary + " (the free itself)"});
+      } else {
+        continue;
+      }
       drop[i] = true;
       break;
     }

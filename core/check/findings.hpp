@@ -64,6 +64,7 @@ struct SourceLine {
   std::string file;
   int line = 0;
   bool known() const { return line > 0; }
+  friend bool operator==(const SourceLine&, const SourceLine&) = default;
 };
 
 struct AccessSite {

@@ -151,6 +151,8 @@ class Lines {
 struct Header {
   int rank = 0;
   int world_size = 0;
+  Allocator allocator = Allocator::caching;
+  std::string allocator_name = "native";
 };
 
 // The checks on one parsed line: a field's presence and type, with the record's line.
@@ -793,6 +795,15 @@ Header read_header(Lines& lines, const std::string& file, int file_rank) {
     f.fail("the header says rank " + std::to_string(h.rank) + " but the file is named for rank " +
            std::to_string(file_rank));
   }
+  if (f.has("allocator")) {  // torch.cuda.get_allocator_backend()
+    const std::string_view a = f.str("allocator");
+    h.allocator_name = a;
+    if (a == "cudaMallocAsync") {
+      h.allocator = Allocator::stream_ordered;
+    } else if (a != "native") {
+      f.fail("allocator '" + std::string(a) + "' is not one the checker models (native, cudaMallocAsync)");
+    }
+  }
   (void)file;
   return h;
 }
@@ -801,7 +812,7 @@ Header read_header(Lines& lines, const std::string& file, int file_rank) {
 // sets the world size and returns the first file's path.
 Expected<std::string> read_headers(const std::string& dir, const std::map<int, std::string>& files,
                                    CapturedProgram& p) {
-  std::string first_file;
+  std::string first_file, first_allocator;
   for (const auto& [r, path] : files) {
     Lines lines(path);
     if (!lines.ok()) return Error(path + ": " + lines.error());
@@ -809,10 +820,15 @@ Expected<std::string> read_headers(const std::string& dir, const std::map<int, s
       const Header h = read_header(lines, path, r);
       if (first_file.empty()) {
         p.world_size = h.world_size;
+        p.allocator = h.allocator;
+        first_allocator = h.allocator_name;
         first_file = path;
       } else if (h.world_size != p.world_size) {
         throw Refusal{1, "world_size is " + std::to_string(h.world_size) + " here but " +
                              std::to_string(p.world_size) + " in " + first_file};
+      } else if (h.allocator != p.allocator) {
+        throw Refusal{
+            1, "allocator is '" + h.allocator_name + "' here but '" + first_allocator + "' in " + first_file};
       }
       if (r >= p.world_size) {
         throw Refusal{1,

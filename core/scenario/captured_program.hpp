@@ -16,6 +16,7 @@
 #include "core/base/status.hpp"
 #include "core/base/task.hpp"
 #include "core/check/findings.hpp"
+#include "core/runtime/allocator.hpp"
 #include "core/runtime/runtime.hpp"
 
 namespace shardcheck::core {
@@ -144,6 +145,9 @@ struct CapturedGroup {
 struct CapturedProgram {
   std::string dir;
   int world_size = 0;
+  // The allocator the ranks ran under (the header's `allocator`): caching for torch's native
+  // one, stream_ordered for cudaMallocAsync.
+  Allocator allocator = Allocator::caching;
   std::vector<CapturedRank> ranks;
   std::vector<CapturedGroup> groups;
   std::vector<std::string> strings;      // operator and collective names, tags; 0 is ""

@@ -230,6 +230,43 @@ TEST_CASE("a folder's shape is refused with the file and line that show it", "[c
   }
 }
 
+TEST_CASE("an alloc's device address and the header's allocator load; bad ones are refused",
+          "[core][capture]") {
+  REQUIRE_THAT(
+      refusal("{\"k\": \"alloc\", \"buf\": 1, \"bytes\": 64, \"stream\": 0, \"at\": 0, \"addr\": 0}\n"),
+      Catch::Contains("5: field 'addr' of alloc is 0, outside 1..72057594037927935"));
+  REQUIRE_THAT(
+      refusal("{\"k\": \"alloc\", \"buf\": 1, \"bytes\": 64, \"stream\": 0, \"at\": 0, \"addr\": \"x\"}\n"),
+      Catch::Contains("5: "));
+  auto load = [&](const std::string& a0, const std::string& a1) {
+    Folder f;
+    for (int r = 0; r < 2; ++r) {
+      std::string h = header(r, 2);
+      h = h.substr(0, h.size() - 2) + ", \"allocator\": \"" + (r == 0 ? a0 : a1) + "\"}\n";
+      f.write("rank-" + std::to_string(r) + ".jsonl", h + kPrologue + "{\"k\": \"end\", \"records\": 3}\n");
+    }
+    auto p = load_captured_program(f.dir);
+    return p ? std::string(to_string(p->allocator)) : p.error().message().substr(f.dir.size());
+  };
+  REQUIRE(load("native", "native") == "caching");
+  REQUIRE(load("cudaMallocAsync", "cudaMallocAsync") == "stream_ordered");
+  REQUIRE_THAT(load("cudaMallocAsync", "native"),
+               Catch::StartsWith("/rank-1.jsonl:1: allocator is 'native' here but 'cudaMallocAsync' in "));
+  REQUIRE_THAT(load("pluggable", "pluggable"),
+               Catch::StartsWith("/rank-0.jsonl:1: allocator 'pluggable' is not one the checker models"));
+  // The addresses land on their alloc records.
+  Folder f;
+  f.write("rank-0.jsonl", file_of(0, 1,
+                                  kPrologue + "{\"k\": \"alloc\", \"buf\": 1, \"bytes\": 64, \"stream\": 0, "
+                                              "\"at\": 0, \"addr\": 140737488355328}\n"));
+  auto p = load_captured_program(f.dir);
+  REQUIRE(p);
+  const auto& r = p->ranks[0];
+  REQUIRE(r.records[0].first == CapturedRank::kNoAddress);
+  REQUIRE(r.records[1].first == 0);
+  REQUIRE(r.addresses == std::vector<uint64_t>{140737488355328ULL});
+}
+
 TEST_CASE("the captured-program limits are enforced at load", "[core][capture]") {
   std::string body;
   for (int s = 1; s <= CaptureLimits::kMaxStreams; ++s)

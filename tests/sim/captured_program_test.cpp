@@ -231,6 +231,26 @@ TEST_CASE("a block the caching allocator coalesced from two freed ones races wit
   CHECK(run_fixture("coalesced-reuse-fix").explored.findings.empty());
 }
 
+TEST_CASE(
+    "under cudaMallocAsync a free is stream-ordered: the reuse race is one finding, record_stream fixes it",
+    "[sim][capture]") {
+  // grad_reuse_race.py under PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync: torch reports no
+  // free, so the capture frees the gradient where the next storage appears at its address.
+  const auto bug = run_fixture("grad-reuse-async");
+  REQUIRE(bug.explored.findings.size() == 1);
+  const core::Finding& f = bug.explored.findings[0];
+  REQUIRE(f.kind == core::FindingKind::stream_race);
+  REQUIRE_THAT(f.summary,
+               Catch::Contains("is freed at grad_reuse_race.py:37 while aten::mul at grad_reuse_race.py:32"));
+  REQUIRE_THAT(f.explanation, Catch::Contains("cudaMallocAsync frees it on stream 'default'"));
+  // The free itself races with the side stream's read: the same root, folded under it.
+  REQUIRE(f.spread.symptoms.size() == 1);
+  REQUIRE_THAT(f.spread.symptoms[0], Catch::Contains("(the free itself)"));
+  // record_stream makes the free wait for the side stream (a false alarm when the capture
+  // took the new tensor for the old one).
+  REQUIRE(run_fixture("grad-reuse-async-fix").explored.findings.empty());
+}
+
 TEST_CASE("a side-stream race, a read of torch.empty memory and a p2p deadlock speak PyTorch",
           "[sim][capture]") {
   const auto race = run_fixture("side-stream-race");

@@ -90,13 +90,18 @@ class Capture:
             onegpu.install()
             self._onegpu = onegpu
             header["process_group"] = "shardcheck one-GPU backend, NCCL's stream semantics"
+        backend = None
         if device == "cuda":
-            # Which allocator handed out the blocks whose addresses the alloc records carry.
+            # Which allocator handed out the blocks whose addresses the alloc records carry:
+            # the checker models its reuse (caching, or cudaMallocAsync's stream order).
             backend = getattr(torch.cuda, "get_allocator_backend", lambda: "native")()
-            header["allocator"] = {"backend": backend,
-                                   "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
-        # CUDA's caching allocator reports every free; CPU tensors have no such callbacks.
-        self.recorder = Recorder(self.path, header, sees_frees=device == "cuda")
+            header["allocator"] = backend
+            header["alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+        # CUDA's caching allocator reports every free; CPU tensors, and CUDA ones under
+        # cudaMallocAsync, have no such callbacks: a storage made at a live one's address is a
+        # new one there.
+        self.recorder = Recorder(self.path, header, sees_frees=backend == "native",
+                                 addresses=device == "cuda")
         self._hooks = Hooks(self.recorder, device)
         self._hooks.install()
         if self.values:

@@ -16,10 +16,12 @@ def _ranges_json(ranges):
 
 
 class Recorder:
-    def __init__(self, path, header, default_stream=0, sees_frees=True):
+    def __init__(self, path, header, default_stream=0, sees_frees=True, addresses=None):
         """sees_frees: the allocator reports every free (CUDA's caching allocator does; CPU
-        tensors have no such callbacks, so a CPU address seen again may be a new storage)."""
+        tensors have no such callbacks, so a CPU address seen again may be a new storage).
+        addresses: alloc records carry the device address (default: sees_frees)."""
         self._sees_frees = sees_frees
+        self._addresses = sees_frees if addresses is None else addresses
         self._w = Writer(path, header)
         self._lock = threading.RLock()
         self._sites = {}  # (file, line, func) -> id
@@ -138,7 +140,7 @@ class Recorder:
         else:
             rec = {"k": "alloc", "buf": buf, "bytes": nbytes, "stream": 0, "at": self._pre_site(),
                    "pre": True}
-        if self._sees_frees:
+        if self._addresses:
             rec["addr"] = ptr  # the caching allocator's block: where reuse really happened
         self._w.write(rec)
         self.stats["allocs"] += 1
@@ -160,7 +162,7 @@ class Recorder:
         buf = self._next_buf
         self._next_buf += 1
         rec = {"k": "alloc", "buf": buf, "bytes": nbytes, "stream": stream, "at": at}
-        if self._sees_frees:
+        if self._addresses:
             rec["addr"] = ptr
         self._w.write(rec)
         if self._sees_frees:
@@ -300,11 +302,13 @@ class Recorder:
             self._w.write({"k": "event_record", "event": self.event(handle),
                            "stream": self.stream(stream_handle), "at": site})
 
-    def event_wait(self, handle, stream_handle, site):
+    def event_wait(self, handle, stream_handle, site, worker=None):
+        """worker: the id of the backend's worker thread that issues the wait, if one does."""
         with self._lock:
             if self._capturing is not None:
                 return
-            self._join_worker(handle, site)
+            if worker is None:
+                self._join_worker(handle, site)
             self._w.write({"k": "event_wait", "event": self.event(handle),
                            "stream": self.stream(stream_handle), "at": site})
 
