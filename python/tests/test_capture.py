@@ -184,11 +184,13 @@ class RecorderTest(unittest.TestCase):
         self.rec.worker_sync(worker, "event_sync", 0xa, self.site)  # the worker waits
         self.rec.op("aten::add_", caller, [], [(0x1000, 64, 0, 64)], update)  # not ordered by it
         self.rec.event_record(0xb, gloo, self.site, worker)
+        self.rec.event_wait(0xb, caller, self.site, worker)  # the worker's own: joins nothing
         self.rec.event_wait(0xb, caller, wait)  # work.wait(): now the worker's wait orders us
         self.rec.close()
         kinds = [(r["k"], r.get("at")) for r in read(self.path)[1:]
                  if r["k"] in ("op", "event_sync", "event_wait")]
-        self.assertEqual(kinds, [("event_wait", self.site), ("op", update), ("event_sync", wait),
+        self.assertEqual(kinds, [("event_wait", self.site), ("op", update),
+                                 ("event_wait", self.site), ("event_sync", wait),
                                  ("event_wait", wait)])
 
     def test_a_cpu_address_used_again_with_a_larger_size_is_a_new_storage(self):

@@ -292,7 +292,7 @@ class Hooks:
         self._emit(self.rec.event_record, ev, stream, self.site(), self._worker())
 
     def on_event_wait(self, ev, stream):
-        self._emit(self.rec.event_wait, ev, stream, self.site())
+        self._emit(self.rec.event_wait, ev, stream, self.site(), self._worker())
 
     # A sync on a backend's worker thread blocks that thread only (recorder.worker_sync).
     def on_event_sync(self, ev):

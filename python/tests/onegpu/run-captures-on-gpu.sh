@@ -33,6 +33,11 @@ for fix in "" --fix; do
   run "graph-replay$s-2" --nproc-per-node 2 --timeout 40 -- "$E/graph_replay.py" $fix
   PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync \
     run "grad-reuse-async$s-2" --nproc-per-node 2 --timeout 40 -- "$E/grad_reuse_race.py" $fix
+  EXAMPLE_BACKEND=gloo \
+    run "gloo-inplace$s-2" --nproc-per-node 2 --timeout 40 -- "$E/gloo_inplace_race.py" $fix
+done
+for conf in "" backend:cudaMallocAsync; do
+  PYTORCH_CUDA_ALLOC_CONF=$conf python3 python/tests/onegpu/probe_allocator.py >> "$OUT/cases.txt" 2>&1
 done
 tar czf "$OUT/cases.tgz" -C "$OUT" cases && rm -rf "$CAPS"
-grep -E "^(==|rc=|check rc=|FOUND|clean|PARTIAL)|spans|Error|\[[a-z_]+\] rank" "$OUT/cases.txt" | cut -c1-300 | tail -c 6000
+grep -E "^(==|rc=|check rc=|FOUND|clean|PARTIAL)|spans|Error|backend|\[[a-z_]+\] rank" "$OUT/cases.txt" | cut -c1-300 | tail -c 6000
