@@ -491,15 +491,18 @@ TEST_CASE(
 // The value reproducers the GPU alone shows, and the capture cases of the caching allocator,
 // CUDA graphs and cudaMallocAsync, from one H100 (python/tests/onegpu/run-values-on-gpu.sh and
 // run-captures-on-gpu.sh, tests/capture/h100/README.md).
-TEST_CASE("on the GPU: the expert divisor, the DTensor norm and DDP's reductions, with values", "[cli][capture][h100]") {
+TEST_CASE("on the GPU: the expert divisor, the DTensor norm and DDP's reductions, with values",
+          "[cli][capture][h100]") {
   const std::string ep = found_in(h100("expert-parallel-4"));
-  REQUIRE_THAT(ep, Catch::Contains("[divisor_mismatch] all_reduce (sum) at examples/pytorch/expert_parallel.py:87 "
-                                   "over ranks 0, 2, then divided by 4 at examples/pytorch/expert_parallel.py:88"));
+  REQUIRE_THAT(
+      ep, Catch::Contains("[divisor_mismatch] all_reduce (sum) at examples/pytorch/expert_parallel.py:87 "
+                          "over ranks 0, 2, then divided by 4 at examples/pytorch/expert_parallel.py:88"));
   REQUIRE_THAT(ep, Catch::Contains("FOUND   expert-parallel-4: divisor_mismatch\n"));
   const std::string tp = found_in(h100("dtensor-tp-2"));
-  REQUIRE_THAT(tp, Catch::Contains("[grad_norm_miscount] all_reduce (sum) at examples/pytorch/dtensor_tp.py:52 "
-                                   "over ranks 0, 1 adds up terms computed from the gradient of 'norm.weight', "
-                                   "'norm.bias'"));
+  REQUIRE_THAT(tp,
+               Catch::Contains("[grad_norm_miscount] all_reduce (sum) at examples/pytorch/dtensor_tp.py:52 "
+                               "over ranks 0, 1 adds up terms computed from the gradient of 'norm.weight', "
+                               "'norm.bias'"));
   REQUIRE_THAT(tp, Catch::Contains("FOUND   dtensor-tp-2: grad_norm_miscount\n"));
   // DDP copies each gradient out of its bucket: summing that copy again is a double reduction,
   // not a norm over the bucket's other parameters.
@@ -519,20 +522,23 @@ TEST_CASE("on the GPU: coalesced blocks, graph replays and cudaMallocAsync's fre
   for (const char* name : {"coalesced-reuse-2", "coalesced-reuse-expandable-2"}) {
     const std::string out = found_in(h100(name));
     INFO(name);
-    REQUIRE_THAT(out, Catch::Contains("the tensor allocated at examples/pytorch/coalesced_reuse.py:29 is freed at "
-                                      "examples/pytorch/coalesced_reuse.py:39"));
-    REQUIRE_THAT(out, Catch::Contains("the tensor allocated at examples/pytorch/coalesced_reuse.py:30 is freed at "
-                                      "examples/pytorch/coalesced_reuse.py:39"));
+    REQUIRE_THAT(out,
+                 Catch::Contains("the tensor allocated at examples/pytorch/coalesced_reuse.py:29 is freed at "
+                                 "examples/pytorch/coalesced_reuse.py:39"));
+    REQUIRE_THAT(out,
+                 Catch::Contains("the tensor allocated at examples/pytorch/coalesced_reuse.py:30 is freed at "
+                                 "examples/pytorch/coalesced_reuse.py:39"));
   }
   // The fix's record_stream events had completed when the allocator handed the merged block over
   // (it took the same address): the check waits for them there, and the fix is clean.
   require_clean(h100("coalesced-reuse-fix-2"));
   require_clean(h100("coalesced-reuse-expandable-fix-2"));
   // The graph's kernels run at g.replay() (line 43), not where it was captured.
-  REQUIRE_THAT(found_in(h100("graph-replay-2")),
-               Catch::Contains("aten::mm at examples/pytorch/graph_replay.py:43 on stream 'default' reads the tensor "
-                               "allocated at examples/pytorch/graph_replay.py:24 while aten::copy_ at "
-                               "examples/pytorch/graph_replay.py:40"));
+  REQUIRE_THAT(
+      found_in(h100("graph-replay-2")),
+      Catch::Contains("aten::mm at examples/pytorch/graph_replay.py:43 on stream 'default' reads the tensor "
+                      "allocated at examples/pytorch/graph_replay.py:24 while aten::copy_ at "
+                      "examples/pytorch/graph_replay.py:40"));
   require_clean(h100("graph-replay-fix-2"));
   // cudaMallocAsync reports no allocation or free: the gradient's block went to the next
   // storage at its address, and record_stream's fix is clean (it was a false alarm).

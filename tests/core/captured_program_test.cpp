@@ -230,7 +230,7 @@ TEST_CASE("a folder's shape is refused with the file and line that show it", "[c
   }
 }
 
-TEST_CASE("an alloc's device address and the header's allocator load; bad ones are refused",
+TEST_CASE("an alloc's device address and the header's allocator load, and bad ones are refused",
           "[core][capture]") {
   REQUIRE_THAT(
       refusal("{\"k\": \"alloc\", \"buf\": 1, \"bytes\": 64, \"stream\": 0, \"at\": 0, \"addr\": 0}\n"),
