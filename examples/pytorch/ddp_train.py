@@ -1,4 +1,6 @@
-"""A small model trained for 3 steps with DistributedDataParallel over NCCL."""
+"""A small model trained for 3 steps (--steps N: N) with DistributedDataParallel over NCCL."""
+
+import sys
 
 import torch
 import torch.nn as nn
@@ -13,7 +15,8 @@ def main():
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256)).cuda()
     model = DDP(model, bucket_cap_mb=1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for step in range(3):
+    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 3
+    for step in range(steps):
         x = torch.randn(32, 256, device="cuda")
         loss = model(x).square().mean()
         loss.backward()

@@ -4,8 +4,8 @@
 # Captures, at 4 ranks on the one-GPU backend, each value reproducer with and without --fix and
 # the clean programs (DDP, FSDP2, Megatron-FSDP when .megatron/d98e8a64dd holds its package) with
 # values on, into OUT/caps/<name> (the names of tests/capture/h100/); then the cost of value
-# capture: ddp_train.py captured with and without --no-values, twice each, alternating,
-# each wall time in OUT/runs.txt. OUT defaults to $OUT, else /tmp/values-out. ONLY=REGEX runs
+# capture: ddp_train.py captured with and without --no-values, twice each, alternating, at 3
+# steps and at 43, each wall time in OUT/runs.txt. OUT defaults to $OUT, else /tmp/values-out. ONLY=REGEX runs
 # only the captures whose names match.
 set -u
 cd "$(dirname "$0")/../../.."
@@ -20,7 +20,7 @@ run() {  # NAME ARGS... (the capture's own arguments after --out); ONLY: a regex
   [[ -n ${ONLY:-} && ! $n =~ $ONLY ]] && return
   echo "== $n" >> "$OUT/runs.txt"
   local s=$EPOCHREALTIME
-  PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH} timeout 45 \
+  PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH} timeout 90 \
     python3 -m shardcheck.capture --out "$CAPS/$n" "$@" >> "$OUT/runs.txt" 2>&1
   echo "rc=$? wall=$(awk "BEGIN{print $EPOCHREALTIME - $s}")" >> "$OUT/runs.txt"
 }
@@ -49,6 +49,11 @@ fi
 for i in 1 2; do
   run "cost-values-$i" --nproc-per-node 4 --timeout 25 -- "$E/ddp_train.py"
   run "cost-no-values-$i" --no-values --nproc-per-node 4 --timeout 25 -- "$E/ddp_train.py"
+done
+# Per step: the same at 3 and 43 steps, so start-up cancels: (wall at 43 - wall at 3) / 40.
+for i in 1 2; do
+  run "cost-steps-values-43-$i" --nproc-per-node 4 --timeout 40 -- "$E/ddp_train.py" --steps 43
+  run "cost-steps-no-values-43-$i" --no-values --nproc-per-node 4 --timeout 40 -- "$E/ddp_train.py" --steps 43
 done
 rm -rf "$CAPS"/cost-*
 tar czf "$OUT/caps.tgz" -C "$OUT" caps && rm -rf "$CAPS"
