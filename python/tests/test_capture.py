@@ -205,6 +205,9 @@ class RecorderTest(unittest.TestCase):
         self.assertEqual([o["name"] for o in records(path, "op")], ["aten::fill_", "aten::mm"])
         self.assertEqual(records(path, "op")[1]["w"], [[1, 0, 1024]])
         self.assertEqual([f["buf"] for f in records(path, "free")], [0])
+        # The old storage's free comes before the new one's allocation at its address.
+        order = [(r["k"], r["buf"]) for r in read(path)[1:] if r["k"] in ("alloc", "free")]
+        self.assertEqual(order, [("alloc", 0), ("free", 0), ("alloc", 1)])
 
     def test_storage_seen_before_its_allocation_is_pre_existing(self):
         self.rec.op("aten::add_", 0, [(0x2000, 64, 0, 64)], [(0x2000, 64, 0, 64)], self.site)

@@ -153,14 +153,23 @@ class Recorder:
         the lifetime ends and a larger one begins at the same address. With every free seen
         (CUDA), the storage itself grew within its block (``resize_``, an ``out=`` argument):
         the new lifetime holds the old bytes, as a resize that moves the storage copies them.
-        Without frees (CPU), the old storage was freed unseen and a new one took its address:
-        nothing carries over."""
+        Without frees (CPU, cudaMallocAsync), the old storage was freed unseen and a new one
+        took its address: nothing carries over, and the old one's free comes first (so the new
+        lifetime can be placed at the address it shares with it)."""
         old, old_bytes = live
         at = site if site is not None else self._pre_site()
         stream = self.stream(stream_handle) if stream_handle is not None else 0
         nbytes = max(nbytes() if callable(nbytes) else nbytes, end)
         buf = self._next_buf
         self._next_buf += 1
+
+        def free_old():
+            for sid in sorted(self._coll_streams.pop(old, ())):
+                self._w.write({"k": "stream_sync", "stream": sid, "at": at})
+            self._w.write({"k": "free", "buf": old, "at": at})
+
+        if not self._sees_frees:
+            free_old()
         rec = {"k": "alloc", "buf": buf, "bytes": nbytes, "stream": stream, "at": at}
         if self._addresses:
             rec["addr"] = ptr
@@ -170,9 +179,7 @@ class Recorder:
                                % (stream, _ranges_json([(old, 0, old_bytes)]),
                                   _ranges_json([(buf, 0, old_bytes)]), at))
             self.stats["ops"] += 1
-        for sid in sorted(self._coll_streams.pop(old, ())):
-            self._w.write({"k": "stream_sync", "stream": sid, "at": at})
-        self._w.write({"k": "free", "buf": old, "at": at})
+            free_old()
         self.stats["allocs"] += 1
         self.stats["frees"] += 1
         self._live[ptr] = (buf, nbytes)
