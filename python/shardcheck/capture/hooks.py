@@ -973,6 +973,22 @@ def route_functional(fn):
     _functional = fn
 
 
+def register_trace_callback(what, fn):
+    """Registers fn for torch's GPU trace callback `what` ("memory_allocation", "event_record",
+    ...) under the module and names this torch has, and turns the trace on."""
+    try:
+        import torch.cuda._gpu_trace as t
+        prefix = "register_callback_for_"
+        activate = getattr(torch._C, "_activate_gpu_trace", None)
+    except ImportError:
+        import torch.utils._cuda_trace as t
+        prefix = "register_callback_for_cuda_"
+        activate = getattr(torch._C, "_activate_cuda_trace", None)
+    getattr(t, prefix + what)(fn)
+    if activate is not None:
+        activate()
+
+
 class _Router:
     """Torch's trace callbacks cannot be removed once registered: route them to the active
     capture, if any."""
@@ -984,14 +1000,6 @@ class _Router:
     def install(cls):
         if cls.installed:
             return
-        try:
-            import torch.cuda._gpu_trace as t
-            prefix = "register_callback_for_"
-            activate = getattr(torch._C, "_activate_gpu_trace", None)
-        except ImportError:
-            import torch.utils._cuda_trace as t
-            prefix = "register_callback_for_cuda_"
-            activate = getattr(torch._C, "_activate_cuda_trace", None)
 
         def route(method):
             def cb(*args):
@@ -1009,9 +1017,7 @@ class _Router:
                              ("stream_synchronization", "on_stream_sync"),
                              ("device_synchronization", "on_device_sync"),
                              ("event_synchronization", "on_event_sync")):
-            getattr(t, prefix + what)(route(method))
-        if activate is not None:
-            activate()
+            register_trace_callback(what, route(method))
         cls.installed = True
 
 

@@ -3,22 +3,17 @@
 The capture's handling of cudaMallocAsync is built on what this reports."""
 
 import json
+import os
+import sys
 
 import torch
 
-try:
-    import torch.cuda._gpu_trace as t
-    prefix = "register_callback_for_"
-    activate = getattr(torch._C, "_activate_gpu_trace", None)
-except ImportError:
-    import torch.utils._cuda_trace as t
-    prefix = "register_callback_for_cuda_"
-    activate = getattr(torch._C, "_activate_cuda_trace", None)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from shardcheck.capture.hooks import register_trace_callback  # noqa: E402
+
 seen = {"alloc": [], "free": []}
-getattr(t, prefix + "memory_allocation")(lambda p: seen["alloc"].append(p))
-getattr(t, prefix + "memory_deallocation")(lambda p: seen["free"].append(p))
-if activate is not None:
-    activate()
+register_trace_callback("memory_allocation", lambda p: seen["alloc"].append(p))
+register_trace_callback("memory_deallocation", lambda p: seen["free"].append(p))
 a = torch.empty(1 << 20, device="cuda")
 pa = a.data_ptr()
 s = a.untyped_storage()
