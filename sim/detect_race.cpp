@@ -133,6 +133,36 @@ std::string missing_edge(const WorldView& w, int rank, const AccessRec& a, const
          " after it, and the host never " + "syncs with " + q(A.stream) + " before issuing " + B.op;
 }
 
+// A captured program's host threads: another thread than the one that issued the second access
+// has waited for the first's stream, but nothing orders that wait before the second (a batch
+// handed over before the prefetch thread's synchronize()). "" when no thread has.
+struct ThreadGap {
+  std::string missing;  // appended to the missing edge
+  std::string fix;
+  std::string issuer;  // "the program's main thread", "host thread 'loader'"
+};
+ThreadGap thread_gap(const WorldView& w, int rank, const AccessRec& a, const AccessRec& b,
+                     const core::RaceDetail& d) {
+  const int issuer = w.op(b.op).thread;
+  const int waited = w.host_thread_after(rank, a.op, issuer);
+  if (waited < 0) return {};
+  auto label = [&](int t) {
+    const std::string& name = w.host_thread_name(rank, t);
+    return t == 0 ? std::string("the program's main thread")
+                  : "host thread " + (name.empty() ? "#" + std::to_string(t) : q(name));
+  };
+  const std::string sa = q(d.first.stream);
+  return {
+      "; " + label(waited) + " waits for " + sa + " after " + d.first.op +
+          ", but nothing orders that wait before " + d.second.op + ", which " + label(issuer) +
+          " issued (host threads order each other through Thread.start and join, queue.Queue put and get, "
+          "threading.Event set and wait)",
+      "on " + label(waited) + ", hand the " + (d.reuse ? d.second.buffer : d.first.buffer) +
+          " over (queue put, Event set) only after its wait for " + sa +
+          ", so the thread that takes it is ordered after that wait",
+      label(issuer)};
+}
+
 void race_summary(int rank, Access b_kind, bool shares_bytes, const std::string& alloc_stream,
                   core::RaceDetail& d, core::Finding& f) {
   const auto& A = d.first;
@@ -257,13 +287,15 @@ void python_race(const WorldView& w, int rank, const AccessRec& a, const AccessR
 }
 
 void speak_python(const WorldView& w, int rank, const AccessRec& a, const AccessRec& b, Access b_kind,
-                  bool shares_bytes, core::RaceDetail& d, core::Finding& f) {
+                  bool shares_bytes, const ThreadGap& gap, core::RaceDetail& d, core::Finding& f) {
   std::string handover;
   if (d.reuse) {
     handover = python_reuse(w, rank, a, b, b_kind, shares_bytes, d, f);
+    d.missing_edge += gap.missing;  // python_reuse says it its own way
   } else {
     python_race(w, rank, a, b, b_kind, d, f);
   }
+  if (!gap.fix.empty()) d.fixes.insert(d.fixes.begin(), gap.fix);
   const auto& A = d.first;
   const auto& B = d.second;
   f.explanation = f.summary + ".\n  first:  rank " + std::to_string(A.rank) + ", stream " + q(A.stream) +
@@ -290,6 +322,14 @@ void report_race(const WorldView& w, int rank, const AccessRec& cur, Access cur_
   core::RaceDetail d;
   const bool shares_bytes = race_sites(w, rank, *a, a_kind, *b, b_kind, reuse, now, d);
   d.missing_edge = missing_edge(w, rank, *a, *b, d);
+  const ThreadGap gap = thread_gap(w, rank, *a, *b, d);
+  if (!gap.missing.empty()) {
+    // Some host thread did sync: say which one did not.
+    static constexpr std::string_view kHost = "the host never syncs";
+    if (const size_t at = d.missing_edge.find(kHost); at != std::string::npos)
+      d.missing_edge.replace(at, kHost.size(), gap.issuer + " never syncs");
+    d.missing_edge += gap.missing;
+  }
   core::Finding f;
   f.kind = core::FindingKind::stream_race;
   race_summary(rank, b_kind, shares_bytes, w.rank(rank).streams[w.lifetime(a->lifetime).stream].name, d, f);
@@ -303,7 +343,7 @@ void report_race(const WorldView& w, int rank, const AccessRec& cur, Access cur_
                   "), step " + std::to_string(B.step) + "\n  missing: " + d.missing_edge + "\n  fixes:";
   for (const auto& fix : d.fixes) f.explanation += "\n    - " + fix;
   if (w.op(a->op).source != kNone || w.op(b->op).source != kNone)
-    speak_python(w, rank, *a, *b, b_kind, shares_bytes, d, f);
+    speak_python(w, rank, *a, *b, b_kind, shares_bytes, gap, d, f);
   // Same key = same bug: the same two operations on the same buffers, on other ranks, steps or
   // schedules. Names are kept whole (t0 and t1 are two races) but for a send's or recv's peer, and
   // the pair is oriented above, so both execution orders of one race share the key.

@@ -41,6 +41,8 @@ class WorldView {
   const std::string& source_of(uint32_t op) const { return w_.source_of(op); }
   core::SourceLine source_line(uint32_t op) const { return w_.source_line(op); }
   bool is_comm(uint32_t op) const { return w_.is_comm(op); }  // a collective, send or recv
+  int host_thread_after(int r, uint32_t op, int except) const { return w_.host_thread_after(r, op, except); }
+  const std::string& host_thread_name(int r, int t) const { return w_.host_thread_name(r, t); }
   int64_t step() const { return w_.step_; }
   bool host_ready(int r) const { return w_.host_ready(r); }
   bool stream_ready(int r, int s) const { return w_.stream_ready(r, s); }

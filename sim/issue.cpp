@@ -124,6 +124,7 @@ uint32_t World::new_op(int rank, int stream, OpKind kind, uint32_t name) {
   info.rank = rank;
   info.stream = stream;
   info.kind = kind;
+  info.thread = static_cast<uint16_t>(ranks_[rank]->host.thread);
   info.name = name;
   info.issue_step = step_;
   info.source = ranks_[rank]->source;
@@ -194,6 +195,18 @@ void World::push(int rank, int stream, Op&& op) {
   if (s.queue.size() == 1) arrived(rank, stream);
 }
 
+namespace {
+// A block another host thread freed: the allocator's lock orders that free before the thread
+// that takes the block (captured programs with host threads only).
+void join_freeing_thread(Host& h, uint64_t free_op) {
+  if (!h.threaded) return;
+  const auto it = h.frees.find(static_cast<uint32_t>(free_op));
+  if (it == h.frees.end() || it->second.first == h.thread) return;
+  h.clock.join(h.versions[it->second.second]);
+  h.versions.push_back(h.clock);
+}
+}  // namespace
+
 core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_view name, uint64_t at) {
   auto& r = *ranks_[rank];
   if (stream < 0 || stream >= static_cast<int>(r.streams.size()))
@@ -227,6 +240,7 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
     for (const Block* b : held) could.push_back({b->size, b->free_op, b->pending});
   }
   const uint64_t taken_size = a.reused ? r.heap.block(a.addr).size : 0;
+  if (a.reused) join_freeing_thread(r.host, a.free_op);
   if (placed && !a.waited.empty()) {
     // The device's allocator handed over a block that record_stream held, so it had seen those
     // events complete: the host waits for them here (in this schedule they may not have run).
@@ -275,6 +289,8 @@ void World::free(int rank, core::BufferId b) {
     for (int s : l.recorded_streams)
       pending.push_back(record(rank, s, "record (record_stream " + bname() + ")"));
     l.free_op = new_op(rank, -1, OpKind::host_free, free_name);
+    if (r.host.threaded)
+      r.host.frees[l.free_op] = {r.host.thread, static_cast<uint32_t>(r.host.versions.size() - 1)};
     const FreeEvent event{rank, index, l.free_op, !pending.empty()};
     notify(Detector::on_free, [&](Detector& d, const WorldView& view) { d.free(view, event); });
     r.heap.release(l.addr, std::move(pending), l.free_op);
@@ -336,6 +352,34 @@ void World::host_wait(int rank, std::vector<uint32_t> recs) {
   auto& host = ranks_[rank]->host;
   host.wait_records = std::move(recs);
   new_op(rank, -1, OpKind::host_sync, cached_name(NameForm::constant, 1, 0, [] { return "host sync"; }));
+}
+
+void World::host_thread(int rank, int thread, std::string_view name) {
+  Host& h = ranks_[rank]->host;
+  if (thread < 0 || thread > UINT16_MAX) throw InternalError("a host thread out of range");
+  const size_t need = static_cast<size_t>(std::max(thread, h.thread)) + 1;
+  if (h.thread_names.size() < need) h.thread_names.resize(need);
+  if (!name.empty()) h.thread_names[static_cast<size_t>(thread)] = name;
+  if (thread == h.thread) return;
+  h.threaded = true;
+  if (h.thread_clocks.size() < need) h.thread_clocks.resize(need);
+  h.thread_clocks[static_cast<size_t>(h.thread)] = std::move(h.clock);
+  h.clock = std::move(h.thread_clocks[static_cast<size_t>(thread)]);  // a new one has waited for nothing
+  h.thread = thread;
+  h.versions.push_back(h.clock);
+}
+
+void World::host_signal(int rank, int signal) {
+  Host& h = ranks_[rank]->host;
+  h.signals[signal] = h.clock;
+}
+
+void World::host_join(int rank, int signal) {
+  Host& h = ranks_[rank]->host;
+  const auto it = h.signals.find(signal);
+  if (it == h.signals.end()) return;  // never marked: it orders nothing
+  h.clock.join(it->second);
+  h.versions.push_back(h.clock);
 }
 
 void World::launch(int rank, core::KernelCall call) {

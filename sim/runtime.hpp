@@ -27,6 +27,11 @@ class SimRuntime final : public core::Runtime {
   }
   void set_source(uint32_t id) override { world_.set_source(rank_, id); }
   void mark(std::string_view text) override { world_.mark(rank_, text); }
+  void set_host_thread(int thread, std::string_view name) override {
+    world_.host_thread(rank_, thread, name);
+  }
+  void host_signal(int signal) override { world_.host_signal(rank_, signal); }
+  void host_join(int signal) override { world_.host_join(rank_, signal); }
   bool host_may_continue() override { return false; }
   void park(std::coroutine_handle<> h) override;
 

@@ -152,6 +152,24 @@ bool World::is_comm(uint32_t op) const {
   return k == OpKind::collective || k == OpKind::send || k == OpKind::recv;
 }
 
+int World::host_thread_after(int rank, uint32_t op, int except) const {
+  const Host& h = ranks_[rank]->host;
+  const OpInfo& info = op_info_[op];
+  if (!h.threaded || info.stream < 0 || info.exec_step < 0) return -1;
+  const uint32_t p = clock_index(rank, info.stream);
+  for (int t = 0; t < static_cast<int>(h.thread_clocks.size()); ++t) {
+    const VectorClock& c = t == h.thread ? h.clock : h.thread_clocks[static_cast<size_t>(t)];
+    if (t != except && c.covers(p, info.epoch)) return t;
+  }
+  return -1;
+}
+
+const std::string& World::host_thread_name(int rank, int thread) const {
+  static const std::string kNone;
+  const auto& names = ranks_[rank]->host.thread_names;
+  return thread >= 0 && thread < static_cast<int>(names.size()) ? names[static_cast<size_t>(thread)] : kNone;
+}
+
 std::span<const std::byte> World::read(int rank, core::BufferId buffer) {
   const Lifetime& l = live_buffer(rank, buffer, "read");
   if (!options_.values) throw std::logic_error("a shadow-only run has no bytes behind simulated memory");

@@ -59,7 +59,8 @@ struct OpInfo {
   int32_t rank = 0;
   int32_t stream = -1;  // -1: the host
   OpKind kind = OpKind::kernel;
-  uint32_t name = 0;  // interned description, e.g. "kernel 'backward'"
+  uint16_t thread = 0;  // the host thread that issued it (a captured program's; 0: the main one)
+  uint32_t name = 0;    // interned description, e.g. "kernel 'backward'"
   int64_t issue_step = 0;
   int64_t exec_step = -1;
   uint32_t epoch = 0;  // the executing stream's clock component (stream ops)
@@ -190,6 +191,10 @@ class World {
   void wait(int rank, int stream, uint32_t record, std::string_view what);
   void wait(int rank, int stream, uint32_t record, uint32_t name);
   void host_wait(int rank, std::vector<uint32_t> records);
+  // A captured program's host threads (core::Runtime::set_host_thread): never suspend.
+  void host_thread(int rank, int thread, std::string_view name);
+  void host_signal(int rank, int signal);
+  void host_join(int rank, int signal);
   void launch(int rank, core::KernelCall call);
   void collective(int rank, core::CollectiveCall call);
   void p2p(int rank, core::P2PCall call, bool send);
@@ -317,6 +322,10 @@ class World {
   // operator and its Python line ("aten::add_ at train.py:40", "reduce_scatter 'grad' at ...").
   std::string op_text(uint32_t op) const;
   bool is_comm(uint32_t op) const;  // a collective, send or recv
+  // A host thread of `rank` other than `except` whose clock covers stream op `op` (it has
+  // waited for it), or -1; and a host thread's name ("" when the capture gave none).
+  int host_thread_after(int rank, uint32_t op, int except) const;
+  const std::string& host_thread_name(int rank, int thread) const;
   // A group as fingerprints name it: "name [0,1,2,3]", made once per group.
   static std::string group_text(const std::string& group, const std::vector<int>& members);
   int participant(int rank, int stream) const {

@@ -115,8 +115,18 @@ struct Host {
   std::vector<uint32_t> wait_records;  // waits until every one has executed, then joins them
   int wait_stream = -1;                // in_order: waits until this op has run (no join)
   uint64_t wait_position = 0;
-  VectorClock clock;
+  VectorClock clock;                  // the current host thread's
   std::vector<VectorClock> versions;  // the host clock after each join; ops carry an index
+  // A captured program's host threads (Runtime::set_host_thread): each its own clock, the
+  // current one in `clock`; the marks they left (host_signal), and where each free was made
+  // (free op -> thread, version), so the thread that takes its block waits for that point,
+  // as the allocator's lock makes it. Empty until a second thread appears.
+  int thread = 0;
+  bool threaded = false;
+  std::vector<VectorClock> thread_clocks;
+  std::vector<std::string> thread_names;
+  std::unordered_map<int, VectorClock> signals;
+  std::unordered_map<uint32_t, std::pair<int, uint32_t>> frees;
 };
 
 struct Rank {

@@ -140,6 +140,16 @@ class Runtime {
   // simulator shows it in a replay's Chrome trace and places findings of that step on it.
   // It issues nothing and orders nothing; backends that keep no timeline ignore it.
   virtual void mark(std::string_view) {}
+  // Host threads of a captured program: the operations issued next come from host thread
+  // `thread`, called `name` in findings (0, where every rank starts, is the program's own;
+  // another starts having waited for nothing). host_signal(s) marks where the current thread stands (a
+  // queue's put, a thread's start or end); host_join(s) makes the current thread wait for the latest mark of
+  // s (the get, the thread's first step, its join), never for one not yet made. None
+  // suspends: the mark was made earlier in issue order. Backends with one host timeline
+  // ignore them.
+  virtual void set_host_thread(int /*thread*/, std::string_view /*name*/) {}
+  virtual void host_signal(int /*signal*/) {}
+  virtual void host_join(int /*signal*/) {}
 
   // --- the backend's side of Issued<> ---
   // True when the host may continue at once (no scheduling point, no pending wait).

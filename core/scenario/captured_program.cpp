@@ -386,6 +386,9 @@ class RankLoader {
         {"coll", &RankLoader::collective},
         {"send", &RankLoader::p2p},
         {"recv", &RankLoader::p2p},
+        {"thread", &RankLoader::thread},
+        {"host_signal", &RankLoader::host_signal},
+        {"host_wait", &RankLoader::host_signal},
         {"value", &RankLoader::value},
     };
     return kTable;
@@ -590,6 +593,28 @@ class RankLoader {
     return true;
   }
 
+  // A switch of the issuing host thread: kept only where it changes the thread.
+  bool thread(std::string_view, CapturedRecord& rec) {
+    Fields f(j_, line_, "thread");
+    const int64_t t = f.integer("id", 0, CaptureLimits::kMaxThreads - 1);
+    const int32_t named = f.has("name") ? name(f) : intern(strings_, p_.strings, "");
+    if (t == thread_) return false;
+    thread_ = static_cast<int32_t>(t);
+    rec.kind = CapturedKind::host_thread;
+    rec.a = thread_;
+    rec.name = named;
+    return true;
+  }
+
+  bool host_signal(std::string_view k, CapturedRecord& rec) {
+    Fields f(j_, line_, k);
+    const bool signal = k == "host_signal";
+    rec.kind = signal ? CapturedKind::host_signal : CapturedKind::host_wait;
+    rec.a = static_cast<int32_t>(f.integer(signal ? "id" : "signal", 0, CaptureLimits::kMaxIds - 1));
+    rec.source = site_ref(f);
+    return true;
+  }
+
   bool p2p(std::string_view k, CapturedRecord& rec) {
     Fields f(j_, line_, k);
     rec.kind = k == "send" ? CapturedKind::send : CapturedKind::recv;
@@ -772,6 +797,7 @@ class RankLoader {
   std::vector<int64_t> sizes_;          // buffer id -> bytes
   std::vector<uint8_t> live_;
   int64_t live_bytes_ = 0;
+  int32_t thread_ = 0;  // the host thread issuing the records read so far
   int64_t* ranges_total_ = nullptr;
 };
 

@@ -37,6 +37,7 @@ struct CaptureLimits {
   static constexpr int64_t kMaxIds = 16'000'000;                  // events, buffers and sites per rank
   static constexpr size_t kMaxLineBytes = size_t{1} << 20;
   static constexpr int64_t kMaxAddress = (int64_t{1} << 56) - 1;  // an alloc's `addr`
+  static constexpr int kMaxThreads = 1024;                        // host threads per rank
 };
 
 enum class CapturedKind : uint8_t {
@@ -52,6 +53,9 @@ enum class CapturedKind : uint8_t {
   coll,
   send,
   recv,
+  host_thread,  // the records after it, up to the next one, are issued by host thread `a`
+  host_signal,
+  host_wait,
 };
 
 // A byte range of a buffer lifetime.
@@ -70,6 +74,8 @@ struct CapturedRange {
 //   coll: a = group, b = root, stream, dtype, coll, reduce, name, n = count, ranges: in and out,
 //         each exactly the bytes the collective touches (none for a barrier)
 //   send, recv: a = peer, b = group, stream, dtype, name, n = count, ranges: the buffer
+//   host_thread: a = thread (0: the program's main thread), name (its name, "" if none);
+//   host_signal, host_wait: a = signal
 struct CapturedRecord {
   CapturedKind kind = CapturedKind::op;
   DType dtype = DType::u8;

@@ -227,6 +227,15 @@ Task<> run_captured_program(Runtime& rt, const CapturedProgram& p) {
       case CapturedKind::recv:
         co_await rt.recv(c.p2p(rec, stream));
         break;
+      case CapturedKind::host_thread:
+        rt.set_host_thread(rec.a, p.strings[static_cast<size_t>(rec.name)]);
+        break;
+      case CapturedKind::host_signal:
+        rt.host_signal(rec.a);
+        break;
+      case CapturedKind::host_wait:
+        rt.host_join(rec.a);
+        break;
     }
   }
   rt.set_source(Runtime::kNoSource);

@@ -267,6 +267,39 @@ TEST_CASE("an alloc's device address and the header's allocator load, and bad on
   REQUIRE(r.addresses == std::vector<uint64_t>{140737488355328ULL});
 }
 
+TEST_CASE(
+    "host threads, their signals and waits load, a switch to the same thread is dropped, bad ones are "
+    "refused",
+    "[core][capture]") {
+  REQUIRE_THAT(refusal("{\"k\": \"thread\", \"id\": -1}\n"),
+               Catch::Contains("5: field 'id' of thread is -1, outside 0..1023"));
+  REQUIRE_THAT(refusal("{\"k\": \"thread\", \"id\": 1, \"name\": 7}\n"),
+               Catch::Contains("5: field 'name' of thread must be"));
+  REQUIRE_THAT(refusal("{\"k\": \"host_wait\", \"id\": 0, \"at\": 0}\n"),
+               Catch::Contains("5: host_wait record without its field 'signal'"));
+  REQUIRE_THAT(refusal("{\"k\": \"host_signal\", \"id\": 0}\n"),
+               Catch::Contains("5: host_signal record without its field 'at'"));
+  Folder f;
+  f.write("rank-0.jsonl", file_of(0, 1,
+                                  kPrologue + "{\"k\": \"host_signal\", \"id\": 3, \"at\": 0}\n"
+                                              "{\"k\": \"thread\", \"id\": 0}\n"
+                                              "{\"k\": \"thread\", \"id\": 2, \"name\": \"loader\"}\n"
+                                              "{\"k\": \"host_wait\", \"signal\": 3, \"at\": 0}\n"
+                                              "{\"k\": \"thread\", \"id\": 2}\n"
+                                              "{\"k\": \"thread\", \"id\": 0}\n"));
+  auto p = load_captured_program(f.dir);
+  REQUIRE(p);
+  std::vector<std::pair<CapturedKind, int32_t>> got;
+  for (const auto& rec : p->ranks[0].records) got.emplace_back(rec.kind, rec.a);
+  const std::vector<std::pair<CapturedKind, int32_t>> want = {{CapturedKind::alloc, 0},
+                                                              {CapturedKind::host_signal, 3},
+                                                              {CapturedKind::host_thread, 2},
+                                                              {CapturedKind::host_wait, 3},
+                                                              {CapturedKind::host_thread, 0}};
+  REQUIRE(got == want);
+  REQUIRE(p->strings[static_cast<size_t>(p->ranks[0].records[2].name)] == "loader");
+}
+
 TEST_CASE("the captured-program limits are enforced at load", "[core][capture]") {
   std::string body;
   for (int s = 1; s <= CaptureLimits::kMaxStreams; ++s)

@@ -1,6 +1,7 @@
 // Captured programs on the simulator: the fixtures' findings with their Python lines under every
 // policy, shadow-only runs that change nothing but the bytes, and the collectives only captured
 // programs issue (reduce, all_to_all, barrier).
+#include <unistd.h>
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -251,6 +252,56 @@ TEST_CASE(
   REQUIRE(run_fixture("grad-reuse-async-fix").explored.findings.empty());
 }
 
+TEST_CASE("a prefetch thread's wait orders only the threads that take its batch after that wait",
+          "[sim][capture]") {
+  // examples/pytorch/thread_prefetch.py at one rank: the prefetch thread copies each batch on its
+  // own stream, puts it into the queue, then waits for the copy; it runs two batches ahead.
+  const auto bug = run_fixture("thread-prefetch");
+  REQUIRE(bug.explored.findings.size() == 1);
+  const core::Finding& f = bug.explored.findings[0];
+  REQUIRE(f.kind == core::FindingKind::stream_race);
+  REQUIRE_THAT(f.summary,
+               Catch::StartsWith("rank 0: aten::mm at thread_prefetch.py:47 on stream 'default' reads "
+                                 "the tensor allocated at thread_prefetch.py:28 while aten::copy_ at "
+                                 "thread_prefetch.py:28"));
+  const auto& d = std::get<core::RaceDetail>(f.detail);
+  REQUIRE_THAT(d.missing_edge, Catch::Contains("the program's main thread never syncs with"));
+  REQUIRE_THAT(d.missing_edge,
+               Catch::Contains("host thread 'prefetch' waits for 'stream from thread_prefetch.py:25' "
+                               "after aten::copy_ at thread_prefetch.py:28, but nothing orders "
+                               "that wait before aten::mm at thread_prefetch.py:47"));
+  REQUIRE_THAT(d.fixes.at(0),
+               Catch::StartsWith("on host thread 'prefetch', hand the tensor allocated at "
+                                 "thread_prefetch.py:28 over (queue put, Event set) only after"));
+  // The same records on one host timeline: the prefetcher's wait, written before the multiply,
+  // would order it, and the race would be missed.
+  const std::string one =
+      (std::filesystem::temp_directory_path() / ("shardcheck-one-timeline-" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::create_directories(one);
+  {
+    std::ifstream in(fixture("thread-prefetch") + "/rank-0.jsonl");
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("\"k\": \"thread\"") == std::string::npos &&
+          line.find("\"k\": \"host_") == std::string::npos)
+        lines.push_back(line);
+    }
+    lines.back() = "{\"k\": \"end\", \"records\": " + std::to_string(lines.size() - 2) + "}";
+    std::ofstream out(one + "/rank-0.jsonl");
+    for (const auto& line : lines) out << line << "\n";
+  }
+  auto merged = run::load_scenario(one);
+  REQUIRE(merged.ok());
+  run::ScheduleOverrides o;
+  o.runs = 20;
+  REQUIRE(run::run_scenario(*merged, o).explored.findings.empty());
+  std::filesystem::remove_all(one);
+  // Waiting for the copy before the put orders the multiply; the third batch takes the first
+  // one's block back from the program's thread, after its record_stream uses: clean.
+  REQUIRE(run_fixture("thread-prefetch-fix").explored.findings.empty());
+}
+
 TEST_CASE("a side-stream race, a read of torch.empty memory and a p2p deadlock speak PyTorch",
           "[sim][capture]") {
   const auto race = run_fixture("side-stream-race");
@@ -311,9 +362,9 @@ TEST_CASE("mutated capture folders are refused with a file and line, or run with
           "[sim][capture]") {
   namespace fs = std::filesystem;
   core::Rng rng(20261201);
-  const std::vector<std::string> fixtures = {"megatron-6137",  "megatron-6137-fixed", "mismatch-dtype",
-                                             "order-swap",     "p2p-deadlock",        "side-stream-race",
-                                             "coalesced-reuse"};
+  const std::vector<std::string> fixtures = {"megatron-6137",   "megatron-6137-fixed", "mismatch-dtype",
+                                             "order-swap",      "p2p-deadlock",        "side-stream-race",
+                                             "coalesced-reuse", "thread-prefetch"};
   const std::string dir = "/tmp/shardcheck-capture-mutant";
   int refused = 0, ran = 0;
   for (int i = 0; i < 300; ++i) {
