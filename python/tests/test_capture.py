@@ -174,24 +174,51 @@ class RecorderTest(unittest.TestCase):
 
     def test_a_worker_threads_waits_order_the_program_only_once_it_waits_for_that_work(self):
         # gloo on CUDA tensors: the caller's stream is copied out on gloo's stream; gloo's
-        # worker thread waits for that copy (its own host timeline), reduces on the CPU, writes
-        # back on gloo's stream and records an event that work.wait() makes the caller wait for.
-        caller, gloo, worker = 0, 0x51, 777
+        # worker thread waits for that copy (on its own host timeline), reduces on the CPU,
+        # writes back on gloo's stream and records an event that work.wait() makes the caller
+        # wait for.
+        caller, gloo = 0, 0x51
+        who = [None]
+        self.rec.thread_of = lambda: who[0]
         update = self.rec.site("train.py", 30, "step")
         wait = self.rec.site("train.py", 32, "step")
         self.rec.event_record(0xa, caller, self.site)
         self.rec.event_wait(0xa, gloo, self.site)
-        self.rec.worker_sync(worker, "event_sync", 0xa, self.site)  # the worker waits
+        who[0] = (("worker", 777), "backend worker", None)
+        self.rec.event_sync(0xa, self.site)  # the worker waits for the copy-out
+        self.rec.event_record(0xb, gloo, self.site, worker=True)
+        self.rec.event_wait(0xb, caller, self.site, worker=True)  # the worker's own: joins nothing
+        who[0] = None
         self.rec.op("aten::add_", caller, [], [(0x1000, 64, 0, 64)], update)  # not ordered by it
-        self.rec.event_record(0xb, gloo, self.site, worker)
-        self.rec.event_wait(0xb, caller, self.site, worker)  # the worker's own: joins nothing
-        self.rec.event_wait(0xb, caller, wait)  # work.wait(): now the worker's wait orders us
+        self.rec.event_wait(0xb, caller, wait)  # work.wait(): the program has waited for the worker
         self.rec.close()
-        kinds = [(r["k"], r.get("at")) for r in read(self.path)[1:]
-                 if r["k"] in ("op", "event_sync", "event_wait")]
-        self.assertEqual(kinds, [("event_wait", self.site), ("op", update),
-                                 ("event_wait", self.site), ("event_sync", wait),
-                                 ("event_wait", wait)])
+        got = [(r["k"], r.get("id", r.get("signal")), r.get("at")) for r in read(self.path)[1:]
+               if r["k"] not in ("site", "stream", "alloc", "end")]
+        self.assertEqual(got, [
+            ("event_record", None, self.site), ("event_wait", None, self.site),
+            ("thread", 1, None), ("event_sync", None, self.site),
+            ("event_record", None, self.site), ("host_signal", 0, self.site),
+            ("event_wait", None, self.site),
+            ("thread", 0, None), ("op", None, update),
+            ("host_wait", 0, wait), ("event_wait", None, wait)])
+        self.assertEqual(records(self.path, "thread")[0]["name"], "backend worker")
+
+    def test_a_thread_the_program_starts_waits_for_its_start_when_it_first_writes(self):
+        who = [None]
+        self.rec.thread_of = lambda: who[0]
+        start = self.rec.site("train.py", 5, "main")
+        sid = self.rec.signal(start)
+        who[0] = (("thread", 1), "loader", (sid, start))
+        self.rec.op("aten::fill_", 0, [], [(0x1000, 64, 0, 64)], self.site)
+        put = self.rec.signal(self.site)
+        who[0] = None
+        self.rec.wait_signal(put, start)
+        self.rec.wait_signal(None, start)  # nothing to wait for: nothing written
+        self.rec.close()
+        got = [(r["k"], r.get("id", r.get("signal"))) for r in read(self.path)[1:]
+               if r["k"] not in ("site", "stream", "alloc", "end")]
+        self.assertEqual(got, [("host_signal", 0), ("thread", 1), ("host_wait", 0), ("op", None),
+                               ("host_signal", 1), ("thread", 0), ("host_wait", 1)])
 
     def test_a_cpu_address_used_again_with_a_larger_size_is_a_new_storage(self):
         rec = Recorder(os.path.join(self.dir.name, "rank-1.jsonl"), {"rank": 1, "world_size": 2},
@@ -208,6 +235,45 @@ class RecorderTest(unittest.TestCase):
         # The old storage's free comes before the new one's allocation at its address.
         order = [(r["k"], r["buf"]) for r in read(path)[1:] if r["k"] in ("alloc", "free")]
         self.assertEqual(order, [("alloc", 0), ("free", 0), ("alloc", 1)])
+
+    def test_without_free_callbacks_a_storage_found_freed_is_freed_before_the_next_operator(self):
+        # CPU, cudaMallocAsync: the storages' weak references tell when they were freed.
+        class Refs:
+            def __init__(self):
+                self.dead, self.released = set(), []
+
+            def expired(self, ref):
+                return ref in self.dead
+
+            def release(self, ref):
+                self.released.append(ref)
+
+        class Storage:
+            def __init__(self, n, ref):
+                self.n, self.ref = n, ref
+
+            def __call__(self):
+                return self.n
+
+            def weak(self):
+                return self.ref
+
+        refs = Refs()
+        path = os.path.join(self.dir.name, "rank-1.jsonl")
+        rec = Recorder(path, {"rank": 1, "world_size": 2}, sees_frees=False, addresses=True,
+                       storages=refs)
+        made, later = rec.site("dp.py", 7, "main"), rec.site("dp.py", 9, "main")
+        rec.op("aten::fill_", 0, [], [(0x1000, Storage(64, "a"), 0, 64)], made)
+        rec.op("aten::fill_", 0, [], [(0x2000, Storage(64, "b"), 0, 64)], made)
+        refs.dead.add("a")
+        rec.op("aten::add_", 0, [(0x2000, Storage(64, "b"), 0, 64)],
+               [(0x2000, Storage(64, "b"), 0, 64)], later)
+        rec.close()
+        got = [(r["k"], r.get("buf"), r.get("at") if r["k"] != "alloc" else None)
+               for r in read(path)[1:] if r["k"] in ("alloc", "free", "op")]
+        self.assertEqual(got, [("alloc", 0, None), ("op", None, made), ("alloc", 1, None),
+                               ("op", None, made), ("free", 0, later), ("op", None, later)])
+        self.assertEqual(refs.released, ["a"])
 
     def test_storage_seen_before_its_allocation_is_pre_existing(self):
         self.rec.op("aten::add_", 0, [(0x2000, 64, 0, 64)], [(0x2000, 64, 0, 64)], self.site)
@@ -313,6 +379,65 @@ class TorchCpuTest(unittest.TestCase):
             self.assertEqual((name, r, w), ("aten::add_", [[1, 16, 16]], [[1, 16, 16]]))
             self.assertEqual(by_line[11][0][1], [[1, 0, 32]])
             self.assertEqual(read(path)[-1]["k"], "end")
+
+    def test_a_thread_the_program_starts_is_captured_on_its_own_timeline(self):
+        # Its operators too (a dispatch mode is per thread), ordered with the program's thread
+        # by the thread's start and join and the queue's put and get.
+        sys.path.insert(0, HERE)
+        import _programs
+
+        from shardcheck import capture
+        with tempfile.TemporaryDirectory() as d:
+            with capture(d, device="cpu"):
+                _programs.prefetch_thread()
+            path = os.path.join(d, "rank-0.jsonl")
+            lines = {r["id"]: r["line"] for r in records(path, "site")}
+            # Each thread's own records, in order (the two interleave as they ran).
+            thread, names, per = 0, {}, {0: [], 1: []}
+            signals = {}  # signal -> (thread, line) where it was left
+            for r in read(path)[1:]:
+                if r["k"] == "thread":
+                    thread = r["id"]
+                    names.setdefault(thread, r.get("name"))
+                elif r["k"] == "host_signal":
+                    signals[r["id"]] = (thread, lines[r["at"]])
+                    per[thread].append(("signal", lines[r["at"]]))
+                elif r["k"] == "host_wait":
+                    self.assertIn(r["signal"], signals)  # left before it is waited for
+                    per[thread].append(("wait", lines[r["at"]], signals[r["signal"]]))
+                elif r["k"] == "op" and lines[r["at"]] in (22, 29):
+                    per[thread].append(("op", lines[r["at"]]))
+            self.assertEqual(names, {1: "loader", 0: None})
+            self.assertEqual(per[1], [
+                ("wait", 26, (0, 26)),  # its start: t.start() on the program's thread
+                ("op", 22), ("signal", 22), ("op", 22), ("signal", 22),  # two batches, put
+                ("signal", 23),  # None, put
+                ("signal", 26)])  # its end, named by its start
+            self.assertEqual(per[0], [
+                ("signal", 26),
+                ("wait", 28, (1, 22)), ("op", 29),  # each batch got, then added
+                ("wait", 28, (1, 22)), ("op", 29),
+                ("wait", 28, (1, 23)),
+                ("wait", 30, (1, 26))])  # t.join(): the thread's end
+
+    def test_a_cpu_storage_the_program_drops_is_freed_where_it_dropped_it(self):
+        sys.path.insert(0, HERE)
+        import _programs
+
+        from shardcheck import capture
+        with tempfile.TemporaryDirectory() as d:
+            with capture(d, device="cpu"):
+                _programs.dropped_storage()
+            path = os.path.join(d, "rank-0.jsonl")
+            lines = {r["id"]: r["line"] for r in records(path, "site")}
+            got = [(r["k"], r.get("buf"), lines[r["at"]]) for r in read(path)[1:]
+                   if r["k"] in ("alloc", "free", "op") and 35 <= lines[r["at"]] <= 38]
+            a = got[0][1]
+            self.assertEqual([(k, line) for k, _, line in got[:4]],
+                             [("alloc", 35), ("op", 35), ("alloc", 36), ("op", 36)])
+            # a's storage, dropped at line 37, is freed before line 38's operator.
+            self.assertEqual(got[4], ("free", a, 38))
+            self.assertEqual([(k, line) for k, _, line in got[5:7]], [("alloc", 38), ("op", 38)])
 
     def test_operators_that_resize_what_they_write_stay_inside_their_buffers(self):
         # out= arguments of the wrong size, resize_, and storages made and dropped in a loop

@@ -71,7 +71,7 @@ class Capture:
     def __enter__(self):
         import torch
 
-        from .hooks import Hooks
+        from .hooks import Hooks, StorageRefs
         from .recorder import Recorder
 
         if os.environ.get("TORCH_CUDA_SANITIZER") is not None:
@@ -100,8 +100,10 @@ class Capture:
         # CUDA's caching allocator reports every free; CPU tensors, and CUDA ones under
         # cudaMallocAsync, have no such callbacks: a storage made at a live one's address is a
         # new one there.
-        self.recorder = Recorder(self.path, header, sees_frees=backend == "native",
-                                 addresses=device == "cuda")
+        sees_frees = device == "cuda" and backend == "native"
+        self.recorder = Recorder(self.path, header, sees_frees=sees_frees,
+                                 addresses=device == "cuda",
+                                 storages=None if sees_frees else StorageRefs())
         self._hooks = Hooks(self.recorder, device)
         self._hooks.install()
         if self.values:

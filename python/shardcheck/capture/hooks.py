@@ -14,7 +14,10 @@
   dispatch c10d operators: there the torch.distributed functions are wrapped instead.
 """
 
+import collections
+import itertools
 import os
+import queue
 import sys
 import sysconfig
 import threading
@@ -63,6 +66,7 @@ def _all_gather_copy_in(args, kwargs, out):
 _ACCESS_BY_NAME = {"fsdp::all_gather_copy_in": _all_gather_copy_in}
 
 _main_thread = threading.main_thread()
+_main_ident = _main_thread.ident
 # cuda:k past this machine's GPUs onto one of them (the one-GPU backend sets it).
 _remap = None
 
@@ -137,6 +141,32 @@ def _storage(t):
     return t.storage()
 
 
+class _StorageOf:
+    """A span's storage size, asked only for a lifetime the recorder has not seen (its call),
+    and a weak reference to that storage (weak()), which tells when it is freed where the
+    allocator reports no free (CPU, cudaMallocAsync)."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, t):
+        self.t = t
+
+    def __call__(self):
+        return _storage(self.t).nbytes()
+
+    def weak(self):
+        return _storage(self.t)._weak_ref()
+
+
+class StorageRefs:
+    """Recorder's weak references: expired(ref) once the storage is freed; release(ref)."""
+
+    def __init__(self):
+        cls = getattr(torch, "UntypedStorage", None)
+        self.expired = cls._expired
+        self.release = cls._free_weak_ref
+
+
 def tensor_span(t):
     """(storage ptr, storage bytes or a function giving them, byte offset, byte length) of what
     t can touch, or None."""
@@ -156,7 +186,7 @@ def tensor_span(t):
             hi += (size - 1) * stride
         else:
             lo += (size - 1) * stride
-    return (ptr, lambda: _storage(t).nbytes(), lo * isz,
+    return (ptr, _StorageOf(t), lo * isz,
             (hi - lo + 1) * isz)
 
 
@@ -193,6 +223,8 @@ class Hooks:
         self._tls = threading.local()
         self._mode = None
         self._patched = []
+        self._autograd_threads = set()  # idents of autograd's device threads seen so far
+        recorder.thread_of = self.timeline
         self._c10d_dispatched = int(torch.__version__.split(".")[0]) >= 2
         self._skip_file = {}
         self._site_ids = {}
@@ -264,17 +296,35 @@ class Hooks:
     def on_alloc(self, ptr):
         self.rec.on_alloc(ptr, self.current_stream(), self.site())
 
-    def _worker(self):
-        """The id of the thread calling, when it is a backend's own (a process group's worker
-        or watchdog): not the program's thread, not backward's, and no frame of the program's
-        on it. None otherwise."""
+    def timeline(self):
+        """The host thread calling, as Recorder.thread_of gives it: None for the program's
+        own thread and for autograd's (the program waits in backward() while they run), else
+        (key, name, start). A thread the program started has its own; so has a backend's
+        (a process group's worker or watchdog: a C++ thread outside autograd with no frame of
+        the program's on it)."""
+        ident = threading.get_ident()
+        if ident == _main_ident:
+            return None
         thread = threading.current_thread()
-        if thread is _main_thread:
+        key = getattr(thread, "_shardcheck_key", None)
+        if key is not None:
+            return key, thread.name, getattr(thread, "_shardcheck_start", None)
+        if not isinstance(thread, threading._DummyThread):
+            return ("python", ident), thread.name, None  # started before the capture
+        if ident in self._autograd_threads:
             return None
         node = getattr(torch._C, "_current_autograd_node", lambda: None)()
-        if node is not None or _user_frame(sys._getframe(2)) is not None:
+        if node is not None:
+            self._autograd_threads.add(ident)
             return None
-        return thread.ident
+        if _user_frame(sys._getframe(1)) is not None:
+            return None
+        return ("worker", ident), "backend worker", None
+
+    def _worker(self):
+        """True when the calling thread is a backend's own (timeline)."""
+        t = self.timeline()
+        return t is not None and t[0][0] == "worker"
 
     def on_free(self, ptr):
         # A process group's watchdog releases the tensors it held for a collective only once
@@ -294,23 +344,14 @@ class Hooks:
     def on_event_wait(self, ev, stream):
         self._emit(self.rec.event_wait, ev, stream, self.site(), self._worker())
 
-    # A sync on a backend's worker thread blocks that thread only (recorder.worker_sync).
+    # A sync blocks the thread that makes it: the recorder writes it on that thread's timeline.
     def on_event_sync(self, ev):
-        worker = self._worker()
-        if worker is not None:
-            return self.rec.worker_sync(worker, "event_sync", ev, self.site())
         self._emit(self.rec.event_sync, ev, self.site())
 
     def on_stream_sync(self, stream):
-        worker = self._worker()
-        if worker is not None:
-            return self.rec.worker_sync(worker, "stream_sync", stream, self.site())
         self._emit(self.rec.stream_sync, stream, self.site())
 
     def on_device_sync(self):
-        worker = self._worker()
-        if worker is not None:
-            return self.rec.worker_sync(worker, "device_sync", None, self.site())
         self._emit(self.rec.device_sync, self.site())
 
     # -- operators -----------------------------------------------------------------------
@@ -822,12 +863,104 @@ class Hooks:
         torch.cuda.empty_cache = empty_cache
         self._patched.append((torch.cuda, "empty_cache", orig))
 
+    def _follow_threads(self):
+        """Threads the program starts run its operators under the capture too (a dispatch
+        mode is the thread's own), each on a host timeline of its own; what hands work from
+        one thread to another orders them: Thread.start and join, queue.Queue (and LifoQueue)
+        put and get, threading.Event set and wait."""
+        hooks = self
+        keys = itertools.count(1)
+        rec = self.rec
+
+        def internal():
+            # The threading module's own events (a thread's start-up), the capture's threads.
+            f = sys._getframe(2).f_code.co_filename
+            return f == threading.__file__ or f.startswith(_OWN_DIR + os.sep) or \
+                getattr(_quiet, "on", False)
+
+        def patch(owner, name, make):
+            orig = getattr(owner, name)
+            setattr(owner, name, make(orig))
+            self._patched.append((owner, name, orig))
+
+        def start(orig):
+            def wrapped(thread):
+                if not internal() and getattr(thread, "_shardcheck_key", None) is None:
+                    site = hooks.site()
+                    thread._shardcheck_key = ("thread", next(keys))
+                    thread._shardcheck_start = (rec.signal(site), site)
+                    run = thread.run
+
+                    def run_captured():
+                        mode = _Mode(hooks)
+                        mode.__enter__()
+                        try:
+                            run()
+                        finally:
+                            mode.__exit__(None, None, None)
+                            thread._shardcheck_end = rec.signal(site)  # named by its start
+
+                    thread.run = run_captured
+                return orig(thread)
+            return wrapped
+
+        def join(orig):
+            def wrapped(thread, timeout=None):
+                orig(thread, timeout)
+                end = getattr(thread, "_shardcheck_end", None)
+                if end is not None and not thread.is_alive() and not internal():
+                    rec.wait_signal(end, hooks.site())
+            return wrapped
+
+        # Queue._put and _get run with the queue's lock held: the signals keep the items' order.
+        def put(orig):
+            def wrapped(q, item):
+                orig(q, item)
+                if not getattr(_quiet, "on", False):
+                    q.__dict__.setdefault("_shardcheck_signals", collections.deque()).append(
+                        rec.signal(hooks.site()))
+            return wrapped
+
+        def get(orig, lifo):
+            def wrapped(q):
+                item = orig(q)
+                signals = q.__dict__.get("_shardcheck_signals")
+                if signals and not getattr(_quiet, "on", False):
+                    rec.wait_signal(signals.pop() if lifo else signals.popleft(), hooks.site())
+                return item
+            return wrapped
+
+        def event_set(orig):
+            def wrapped(ev):
+                if not internal():
+                    ev._shardcheck_signal = rec.signal(hooks.site())
+                return orig(ev)
+            return wrapped
+
+        def event_wait(orig):
+            def wrapped(ev, timeout=None):
+                done = orig(ev, timeout)
+                if done and not internal():
+                    rec.wait_signal(getattr(ev, "_shardcheck_signal", None), hooks.site())
+                return done
+            return wrapped
+
+        patch(threading.Thread, "start", start)
+        patch(threading.Thread, "join", join)
+        patch(queue.Queue, "_put", put)
+        patch(queue.Queue, "_get", lambda orig: get(orig, False))
+        patch(queue.LifoQueue, "_put", put)
+        patch(queue.LifoQueue, "_get", lambda orig: get(orig, True))
+        patch(threading.Event, "set", event_set)
+        patch(threading.Event, "wait", event_wait)
+
     def install(self):
         if self.cuda:
             self._install_trace()
             self._name_streams()
             self._follow_graphs()
             self._follow_empty_cache()
+        self._follow_threads()
         try:
             import torch.distributed  # noqa: F401
             if self._c10d_dispatched:

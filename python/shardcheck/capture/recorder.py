@@ -5,6 +5,7 @@ The Recorder knows nothing of torch: it is driven by plain calls (pointers, stre
 sites), so its bookkeeping is tested without a GPU. ``hooks.py`` feeds it from a real program.
 """
 
+import collections
 import json
 import threading
 
@@ -15,12 +16,39 @@ def _ranges_json(ranges):
     return "[" + ",".join("[%d,%d,%d]" % (b, o, n) for b, o, n in ranges) + "]"
 
 
+class _Switching:
+    """The writer, with the recorder's thread switch before every record."""
+
+    def __init__(self, writer, switch):
+        self._writer = writer
+        self._switch = switch
+
+    def write(self, record):
+        if not self._writer.closed:
+            self._switch()
+            self._writer.write(record)
+
+    def write_line(self, text):
+        if not self._writer.closed:
+            self._switch()
+            self._writer.write_line(text)
+
+    def __getattr__(self, name):
+        return getattr(self._writer, name)
+
+
 class Recorder:
-    def __init__(self, path, header, default_stream=0, sees_frees=True, addresses=None):
+    def __init__(self, path, header, default_stream=0, sees_frees=True, addresses=None,
+                 storages=None):
         """sees_frees: the allocator reports every free (CUDA's caching allocator does; CPU
         tensors have no such callbacks, so a CPU address seen again may be a new storage).
-        addresses: alloc records carry the device address (default: sees_frees)."""
+        addresses: alloc records carry the device address (default: sees_frees).
+        storages: without frees, weak references to the storages (hooks.StorageRefs): a
+        storage found freed is recorded freed there, before the next operator."""
         self._sees_frees = sees_frees
+        self._storages = None if sees_frees else storages
+        self._weak = {}  # buf -> (weak reference to its storage, its pointer)
+        self._unpolled = collections.deque()  # bufs with a weak reference, the next to poll first
         self._addresses = sees_frees if addresses is None else addresses
         self._w = Writer(path, header)
         self._lock = threading.RLock()
@@ -45,12 +73,20 @@ class Recorder:
         # written; each replay writes them on the replay's stream at the replay's line.
         self._capturing = None
         self._graphs = {}
-        # A backend's worker threads (gloo's, for CUDA tensors) have their own host timeline:
-        # what they wait for orders nothing on the program's thread until it waits for their
-        # work. Their syncs are kept per thread, and written where the program's thread waits
-        # for an event one of them recorded.
-        self._worker_syncs = {}  # thread id -> [record, ...]
-        self._event_thread = {}  # event handle -> the worker thread that last recorded it
+        # Host threads (docs/capture-format.md, "Host threads"): the program's own is thread 0;
+        # every other thread that writes a record gets the next id, and a `thread` record says
+        # which thread issued the records after it. thread_of (set by hooks.py) tells the
+        # calling thread: None for the program's own, else (key, name, start) with start the
+        # (signal, site) its starting thread left, or None.
+        self.thread_of = lambda: None
+        self._threads = {}  # key -> id
+        self._thread = 0
+        self._next_signal = 0
+        self._raw = self._w
+        self._w = _Switching(self._raw, self._switch)
+        # A backend's worker (gloo's, for CUDA tensors) records an event where its work is
+        # done; the program's thread that waits for it (work.wait()) has waited for the worker.
+        self._event_signal = {}  # event handle -> the signal its worker left at its record
         self.stream(default_stream, "default")
 
     # -- definitions ---------------------------------------------------------------------
@@ -129,6 +165,7 @@ class Recorder:
             if end <= live[1]:
                 return live[0]
             return self._outgrown(ptr, live, nbytes, end, stream_handle, site)
+        size = nbytes
         nbytes = max(nbytes() if callable(nbytes) else nbytes, end)
         buf = self._next_buf
         self._next_buf += 1
@@ -146,6 +183,7 @@ class Recorder:
         self.stats["allocs"] += 1
         self._live[ptr] = (buf, nbytes)
         self._buf_site[buf] = rec["at"]
+        self._watch(buf, ptr, size)
         return buf
 
     def _outgrown(self, ptr, live, nbytes, end, stream_handle, site):
@@ -157,8 +195,10 @@ class Recorder:
         took its address: nothing carries over, and the old one's free comes first (so the new
         lifetime can be placed at the address it shares with it)."""
         old, old_bytes = live
+        self._forget(old)
         at = site if site is not None else self._pre_site()
         stream = self.stream(stream_handle) if stream_handle is not None else 0
+        size = nbytes
         nbytes = max(nbytes() if callable(nbytes) else nbytes, end)
         buf = self._next_buf
         self._next_buf += 1
@@ -184,6 +224,7 @@ class Recorder:
         self.stats["frees"] += 1
         self._live[ptr] = (buf, nbytes)
         self._buf_site[buf] = self._buf_site.get(old, at) if self._sees_frees else at
+        self._watch(buf, ptr, size)
         return buf
 
     def touch(self, spans, stream_handle, site):
@@ -191,9 +232,11 @@ class Recorder:
         (CPU), a storage made at the address of a live lifetime is a new one there: the old was
         freed unseen."""
         with self._lock:
+            self.poll_frees(site, 16)
             for ptr, nbytes, off, length in spans:
                 if not self._sees_frees and ptr in self._live:
                     old = self._live.pop(ptr)[0]
+                    self._forget(old)
                     for sid in sorted(self._coll_streams.pop(old, ())):
                         self._w.write({"k": "stream_sync", "stream": sid, "at": site})
                     self._w.write({"k": "free", "buf": old, "at": site})
@@ -214,9 +257,53 @@ class Recorder:
             out.append([self.buffer(ptr, nbytes, off + length, stream_handle, site), off, length])
         return out
 
+    # -- frees without callbacks (CPU, cudaMallocAsync): the storages' weak references -----
+    def _watch(self, buf, ptr, size):
+        weak = getattr(size, "weak", None)
+        if self._storages is None or weak is None:
+            return
+        try:
+            ref = weak()
+        except RuntimeError:
+            return
+        self._weak[buf] = (ref, ptr)
+        self._unpolled.append(buf)
+
+    def _forget(self, buf):
+        entry = self._weak.pop(buf, None)
+        if entry is not None:
+            self._storages.release(entry[0])
+
+    def poll_frees(self, site, most=None):
+        """Records the free of each watched storage found freed: `most` of them looked at, the
+        longest unlooked-at first (every one when None), so a free reaches the file within a
+        few operators of where the program dropped the storage, at the line about to run."""
+        if self._storages is None or not self._unpolled:
+            return
+        n = len(self._unpolled) if most is None else min(most, len(self._unpolled))
+        for _ in range(n):
+            buf = self._unpolled.popleft()
+            entry = self._weak.get(buf)
+            if entry is None:
+                continue  # forgotten: freed already, or outgrown
+            ref, ptr = entry
+            if not self._storages.expired(ref):
+                self._unpolled.append(buf)
+                continue
+            self._forget(buf)
+            live = self._live.get(ptr)
+            if live is None or live[0] != buf:
+                continue
+            del self._live[ptr]
+            for sid in sorted(self._coll_streams.pop(buf, ())):
+                self._w.write({"k": "stream_sync", "stream": sid, "at": site})
+            self._w.write({"k": "free", "buf": buf, "at": site})
+            self.stats["frees"] += 1
+
     # -- stream work ---------------------------------------------------------------------
     def op(self, name, stream_handle, reads, writes, site):
         with self._lock:
+            self.poll_frees(site, 16)
             # Each storage's lifetime first reaches the furthest byte the operator touches, so
             # its reads and writes name one lifetime.
             self.ranges(sorted(list(reads) + list(writes), key=lambda sp: sp[2] + sp[3],
@@ -297,62 +384,44 @@ class Recorder:
         with self._lock:
             self._events.pop(handle, None)
 
-    def event_record(self, handle, stream_handle, site, worker=None):
-        """worker: the id of the backend's worker thread that records it, if one does."""
+    def event_record(self, handle, stream_handle, site, worker=False):
+        """worker: recorded by a backend's worker thread (its work done when it completes)."""
         with self._lock:
             if self._capturing is not None:
                 return
-            if worker is None:
-                self._event_thread.pop(handle, None)
-            else:
-                self._event_thread[handle] = worker
             self._w.write({"k": "event_record", "event": self.event(handle),
                            "stream": self.stream(stream_handle), "at": site})
+            if worker:
+                self._event_signal[handle] = self.signal(site)
+            else:
+                self._event_signal.pop(handle, None)
 
-    def event_wait(self, handle, stream_handle, site, worker=None):
-        """worker: the id of the backend's worker thread that issues the wait, if one does."""
+    def event_wait(self, handle, stream_handle, site, worker=False):
+        """worker: issued by a backend's worker thread. Any other thread that makes a stream
+        wait for a worker's event is inside that work's wait(): it has waited for the worker."""
         with self._lock:
             if self._capturing is not None:
                 return
-            if worker is None:
-                self._join_worker(handle, site)
+            if not worker:
+                self.wait_signal(self._event_signal.get(handle), site)
             self._w.write({"k": "event_wait", "event": self.event(handle),
                            "stream": self.stream(stream_handle), "at": site})
 
-    def worker_sync(self, worker, kind, handle, site):
-        """A sync on a backend's worker thread (kind: event_sync, stream_sync, device_sync):
-        kept until the program's thread waits for that worker's work."""
-        with self._lock:
-            if kind == "event_sync":
-                rec = {"k": kind, "event": self.event(handle)}
-            elif kind == "stream_sync":
-                rec = {"k": kind, "stream": self.stream(handle)}
-            else:
-                rec = {"k": kind}
-            self._worker_syncs.setdefault(worker, []).append(rec)
-
-    def _join_worker(self, handle, site):
-        """The program's thread waits for an event a worker recorded: it has waited for that
-        worker (the work's wait() blocks until it finished), so the worker's syncs so far
-        order what the program does next."""
-        worker = self._event_thread.pop(handle, None)
-        for rec in self._worker_syncs.pop(worker, ()) if worker is not None else ():
-            rec["at"] = site
-            self._w.write(rec)
-
     def event_sync(self, handle, site):
         with self._lock:
-            self._join_worker(handle, site)
+            self.poll_frees(site)
             self._w.write({"k": "event_sync", "event": self.event(handle), "at": site})
             self._w.flush()  # a rank that hangs or dies here keeps it
 
     def stream_sync(self, stream_handle, site):
         with self._lock:
+            self.poll_frees(site)
             self._w.write({"k": "stream_sync", "stream": self.stream(stream_handle), "at": site})
             self._w.flush()  # a rank that hangs or dies here keeps it
 
     def device_sync(self, site):
         with self._lock:
+            self.poll_frees(site)
             self._w.write({"k": "device_sync", "at": site})
             self._w.flush()  # a rank that hangs or dies here keeps it
 
@@ -362,6 +431,7 @@ class Recorder:
         with self._lock:
             if op != "barrier" and (inp is None or out is None or inp[3] <= 0 or out[3] <= 0):
                 return
+            self.poll_frees(site)
             if self._capturing is not None:  # captured into a graph: its kernels run at replay
                 if op != "barrier":
                     self.op("c10d::" + op, stream_handle, [inp], [out], site)
@@ -409,6 +479,7 @@ class Recorder:
 
     def p2p(self, kind, peer, group_id, stream_handle, span, dtype, count, tag, name, site):
         with self._lock:
+            self.poll_frees(site)
             if self._capturing is not None:
                 self.op("c10d::" + kind, stream_handle, [span] if kind == "send" else [],
                         [span] if kind == "recv" else [], site)
@@ -418,6 +489,43 @@ class Recorder:
                            "dtype": dtype, "count": count, "tag": tag, "name": name, "at": site})
             self.stats["collectives"] += 1
             self._w.flush()  # a rank that hangs or dies here keeps it
+
+    # -- host threads ------------------------------------------------------------------
+    def _switch(self):
+        """Before each record: a `thread` record where the calling thread is not the one that
+        wrote the last (a new thread's first also waits for its start)."""
+        t = self.thread_of()
+        if t is None:
+            tid = 0
+        else:
+            key, name, start = t
+            tid = self._threads.get(key)
+            if tid is None:
+                tid = self._threads[key] = len(self._threads) + 1
+                self._raw.write({"k": "thread", "id": tid, "name": name})
+                self._thread = tid
+                if start is not None:
+                    self._raw.write({"k": "host_wait", "signal": start[0], "at": start[1]})
+                return
+        if tid != self._thread:
+            self._raw.write({"k": "thread", "id": tid})
+            self._thread = tid
+
+    def signal(self, site):
+        """The calling thread marks where it stands (a queue's put, a thread's start or end):
+        returns the signal another thread's wait_signal names."""
+        with self._lock:
+            sid = self._next_signal
+            self._next_signal += 1
+            self._w.write({"k": "host_signal", "id": sid, "at": site})
+            return sid
+
+    def wait_signal(self, sid, site):
+        """The calling thread has waited for the mark `sid` (the get, the join); None: none."""
+        if sid is None:
+            return
+        with self._lock:
+            self._w.write({"k": "host_wait", "signal": sid, "at": site})
 
     # -- end -----------------------------------------------------------------------------
     def close(self, partial=None, where=None):

@@ -35,7 +35,15 @@ class Writer:
         # ensure_ascii keeps every line valid UTF-8 whatever a file or op name holds.
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=True) + "\n"
 
+    @property
+    def closed(self):
+        """Closed or abandoned: a record written now (by a thread the program left running
+        past the capture's end) is dropped."""
+        return self._f is None
+
     def write(self, record):
+        if self._f is None:
+            return
         self._f.write(self._dump(record))
         self.records += 1
 
@@ -46,6 +54,8 @@ class Writer:
 
     def write_line(self, text):
         """A record already formatted as one line of JSON (without the newline)."""
+        if self._f is None:
+            return
         self._f.write(text + "\n")
         self.records += 1
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The reproducers of captures as users meet them (allocator segments, CUDA graphs, the
-# allocator backends) on a GPU machine (torch 2.x, one GPU is enough), from the repository root:
+# allocator backends, threads) on a GPU machine (torch 2.x, one GPU is enough), from the repository root:
 #   python/tests/onegpu/run-captures-on-gpu.sh [OUT]
 # Captures each at 2 ranks on the one-GPU backend, with and without --fix, into OUT/cases/<name>
 # (the names of tests/capture/h200/), with what each program printed and its exit status in
@@ -35,6 +35,7 @@ for fix in "" --fix; do
     run "grad-reuse-async$s-2" --nproc-per-node 2 --timeout 40 -- "$E/grad_reuse_race.py" $fix
   EXAMPLE_BACKEND=gloo \
     run "gloo-inplace$s-2" --nproc-per-node 2 --timeout 40 -- "$E/gloo_inplace_race.py" $fix
+  run "thread-prefetch$s-2" --nproc-per-node 2 --timeout 40 -- "$E/thread_prefetch.py" $fix
 done
 for conf in "" backend:cudaMallocAsync; do
   PYTORCH_CUDA_ALLOC_CONF=$conf python3 python/tests/onegpu/probe_allocator.py >> "$OUT/cases.txt" 2>&1
