@@ -268,6 +268,18 @@ void python_race(const WorldView& w, int rank, const AccessRec& a, const AccessR
               " the " + B.buffer + " while " + A.op + " on stream " + sa + " may still " +
               (A.write ? "write" : "read") + " it";
   d.fixes.clear();
+  // Two branches of one CUDA graph (the capture names a side stream's replay "... of the graph
+  // replayed at LINE"): the order belongs in the code the graph captured.
+  static constexpr std::string_view kGraph = " of the graph replayed at ";
+  if (const size_t g = (A.stream + B.stream).find(kGraph); g != std::string::npos && A.source == B.source) {
+    d.fixes.push_back(
+        "both run inside the CUDA graph replayed at " + where_b +
+        ": where it was captured, make the stream that reads wait for the one that writes after " +
+        A.op.substr(0, A.op.find(" at ")) +
+        " (s.wait_stream(torch.cuda.current_stream()) after it, for a side stream s), so every "
+        "replay keeps that order");
+    return;  // no stream outside the graph can order its branches
+  }
   if (a_comm) {
     d.fixes.push_back("call work.wait() on the work handle of " + A.op + " (or pass async_op=False) before " +
                       where_b + ": the current stream then waits for the collective");

@@ -149,28 +149,40 @@ class RecorderTest(unittest.TestCase):
         graph_line = self.rec.site("graph.py", 12, "main")
         replay_line = self.rec.site("graph.py", 20, "main")
         x, tmp, y = 0x7f0000000000, 0x7f0000100000, 0x7f0000200000
+        capture, side = 5, 6
+        self.rec.stream_names[side] = "stream from graph.py:9"
         self.rec.op("aten::fill_", 0, [], [(x, 4096, 0, 4096)], self.site)  # a static input
-        self.rec.graph_begin()
-        self.rec.on_alloc(tmp, 5, graph_line)
-        self.rec.op("aten::mul", 5, [(x, 4096, 0, 4096)], [(tmp, 4096, 0, 4096)], graph_line)
-        self.rec.event_record(0x99, 5, graph_line)  # the graph's own fork/join: not written
-        self.rec.on_alloc(y, 5, graph_line)
-        self.rec.op("aten::add", 5, [(tmp, 4096, 0, 4096)], [(y, 4096, 0, 4096)], graph_line)
+        self.rec.graph_begin(capture)
+        self.rec.on_alloc(tmp, capture, graph_line)
+        self.rec.op("aten::mul", capture, [(x, 4096, 0, 4096)], [(tmp, 4096, 0, 4096)], graph_line)
+        self.rec.event_record(0x99, capture, graph_line)  # the fork to the side stream
+        self.rec.event_wait(0x99, side, graph_line)
+        self.rec.on_alloc(y, side, graph_line)
+        self.rec.op("aten::add", side, [(tmp, 4096, 0, 4096)], [(y, 4096, 0, 4096)], graph_line)
+        self.rec.event_record(0x98, side, graph_line)  # and the join back
+        self.rec.event_wait(0x98, capture, graph_line)
         self.rec.on_free(tmp, graph_line)  # a temporary, back in the graph's pool
         self.rec.graph_end(1)
         self.assertEqual(records(self.path, "op"), [])  # nothing has run yet
+        self.assertEqual(records(self.path, "event_record"), [])
         self.rec.graph_replay(1, 0, replay_line)
         self.rec.graph_replay(1, 0, replay_line)
         self.rec.close()
+        streams = {r["id"]: r["name"] for r in records(self.path, "stream")}
+        g = [i for i, n in streams.items() if "of the graph" in n]
+        self.assertEqual([streams[i] for i in g],
+                         ["stream from graph.py:9 of the graph replayed at graph.py:20"])
+        g = g[0]
+        work = [(r["k"], r.get("name", r.get("event")), r["stream"]) for r in read(self.path)[1:]
+                if r["k"] in ("op", "event_record", "event_wait") and r["at"] == replay_line]
+        once = [("op", "aten::mul", 0), ("event_record", 0, 0), ("event_wait", 0, g),
+                ("op", "aten::add", g), ("event_record", 1, g), ("event_wait", 1, 0)]
+        self.assertEqual(work, once * 2)
+        # The temporary is the graph's own memory: its reads and writes are left out.
         ops = records(self.path, "op")
         bufs = {a["addr"]: a["buf"] for a in records(self.path, "alloc")}
-        self.assertEqual([(o["name"], o["at"], o["stream"]) for o in ops],
-                         [("aten::fill_", self.site, 0)] + [("aten::mul", replay_line, 0),
-                                                             ("aten::add", replay_line, 0)] * 2)
-        # The temporary is the graph's own memory: its reads and writes are left out.
         self.assertEqual((ops[1]["r"], ops[1]["w"]), ([[bufs[x], 0, 4096]], []))
         self.assertEqual((ops[2]["r"], ops[2]["w"]), ([], [[bufs[y], 0, 4096]]))
-        self.assertEqual(records(self.path, "event_record"), [])
 
     def test_a_worker_threads_waits_order_the_program_only_once_it_waits_for_that_work(self):
         # gloo on CUDA tensors: the caller's stream is copied out on gloo's stream; gloo's

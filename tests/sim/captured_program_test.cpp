@@ -302,6 +302,30 @@ TEST_CASE("a prefetch thread's wait orders only the threads that take its batch 
   REQUIRE(run_fixture("thread-prefetch-fix").explored.findings.empty());
 }
 
+TEST_CASE("two branches of one CUDA graph race at every replay unless the capture ordered them",
+          "[sim][capture]") {
+  // examples/pytorch/graph_branches.py at one rank: the side branch forks from the capture
+  // stream before the projection it reads is written; the capture keeps the graph's own events
+  // and replays a side stream's kernels on a stream of the graph's own.
+  const auto bug = run_fixture("graph-branches");
+  REQUIRE(bug.explored.findings.size() == 1);
+  const core::Finding& f = bug.explored.findings[0];
+  REQUIRE(f.kind == core::FindingKind::stream_race);
+  REQUIRE(
+      f.summary ==
+      "rank 0: aten::linalg_vector_norm at graph_branches.py:46 on stream 'stream from graph_branches.py:25 "
+      "of "
+      "the graph replayed at graph_branches.py:46' reads the tensor allocated at graph_branches.py:36 while "
+      "aten::mm at graph_branches.py:46 on stream 'default' may still write it");
+  const auto& d = std::get<core::RaceDetail>(f.detail);
+  REQUIRE(d.fixes.size() == 1);
+  REQUIRE_THAT(d.fixes[0],
+               Catch::StartsWith("both run inside the CUDA graph replayed at graph_branches.py:46: "
+                                 "where it was captured, make the stream that reads wait"));
+  // Forked after the projection: clean, replay after replay.
+  REQUIRE(run_fixture("graph-branches-fix").explored.findings.empty());
+}
+
 TEST_CASE("a side-stream race, a read of torch.empty memory and a p2p deadlock speak PyTorch",
           "[sim][capture]") {
   const auto race = run_fixture("side-stream-race");

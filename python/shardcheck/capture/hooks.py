@@ -805,8 +805,9 @@ class Hooks:
         self._patched.append((torch.cuda.Stream, "__new__", orig))
 
     def _follow_graphs(self):
-        """CUDA graphs: a capture keeps its kernels (the recorder writes nothing they do), each
-        replay issues them on the stream current at g.replay(), at its line."""
+        """CUDA graphs: a capture keeps its kernels and its events (the recorder writes nothing
+        they do), each replay issues them at its line: the capture stream's on the stream
+        current at g.replay(), a side stream's on one of the graph's own."""
         graph_class = getattr(torch.cuda, "CUDAGraph", None)
         if graph_class is None or not hasattr(graph_class, "replay"):
             return
@@ -823,7 +824,7 @@ class Hooks:
 
         def begin(orig, graph, *args, **kwargs):
             out = orig(graph, *args, **kwargs)
-            hooks.rec.graph_begin()
+            hooks.rec.graph_begin(hooks.current_stream())
             return out
 
         def end(orig, graph, *args, **kwargs):

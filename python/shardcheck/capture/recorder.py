@@ -72,7 +72,8 @@ class Recorder:
         # CUDA graphs: while one is captured, its kernels are kept (name, reads, writes), not
         # written; each replay writes them on the replay's stream at the replay's line.
         self._capturing = None
-        self._graphs = {}
+        self._capture_stream = 0
+        self._graphs = {}  # key -> (the capture's stream, [kernel or event entry, ...])
         # Host threads (docs/capture-format.md, "Host threads"): the program's own is thread 0;
         # every other thread that writes a record gets the next id, and a `thread` record says
         # which thread issued the records after it. thread_of (set by hooks.py) tells the
@@ -313,7 +314,7 @@ class Recorder:
             if not r and not w:
                 return
             if self._capturing is not None:
-                self._capturing.append((name, r, w))
+                self._capturing.append(("op", stream_handle, name, r, w))
                 return
             # The hottest record: formatted by hand (names are operator names, plain ASCII).
             self._w.write_line('{"k":"op","name":%s,"stream":%d,"r":%s,"w":%s,"at":%d}' % (
@@ -328,40 +329,63 @@ class Recorder:
         return quoted
 
     # -- CUDA graphs ---------------------------------------------------------------------
-    def graph_begin(self):
-        """A CUDA graph's capture begins: the kernels issued until graph_end run only when the
-        graph is replayed. The memory the capture allocates is allocated now (the graph's
-        private pool keeps it); events, record_stream and collectives inside the capture are
-        the graph's own ordering and are not written."""
+    def graph_begin(self, stream_handle=0):
+        """A CUDA graph's capture begins on ``stream_handle``: the kernels issued until
+        graph_end run only when the graph is replayed. The memory the capture allocates is
+        allocated now (the graph's private pool keeps it); the event records and waits inside
+        the capture are its internal order (a fork to a side stream and the join back) and are
+        kept with the kernels; record_stream inside it is not written."""
         with self._lock:
             self._capturing = []
+            self._capture_stream = stream_handle
 
     def graph_end(self, key):
         with self._lock:
             if self._capturing is not None:
-                self._graphs[key] = self._capturing
+                self._graphs[key] = (self._capture_stream, self._capturing)
             self._capturing = None
 
     def capturing(self):
         return self._capturing is not None
 
     def graph_replay(self, key, stream_handle, site):
-        """g.replay(): the captured kernels, in capture order, on the replay's stream at its
-        line. Buffers freed since (the capture's temporaries, back in the graph's pool) are
-        the graph's own memory: what it reads and writes there is left out."""
+        """g.replay(): the captured kernels, in capture order, at the replay's line: those of
+        the capture's stream on the replay's stream, those of a side stream on a stream of the
+        graph's own (named for the graph and that stream), ordered by the captured events.
+        Buffers freed since (the capture's temporaries, back in the graph's pool) are the
+        graph's own memory: what it reads and writes there is left out."""
         with self._lock:
-            kernels = self._graphs.get(key)
-            if not kernels:
+            graph = self._graphs.get(key)
+            if not graph:
                 return
+            origin, entries = graph
             live = {b for b, _ in self._live.values()}
-            stream = self.stream(stream_handle)
-            for name, r, w in kernels:
-                r = [x for x in r if x[0] in live]
-                w = [x for x in w if x[0] in live]
-                if r or w:
-                    self._w.write_line('{"k":"op","name":%s,"stream":%d,"r":%s,"w":%s,"at":%d}' % (
-                        self._op_name(name), stream, _ranges_json(r), _ranges_json(w), site))
-                    self.stats["ops"] += 1
+            text = self._site_text.get(site, "?")
+
+            def stream(handle):
+                if handle == origin:
+                    return self.stream(stream_handle)
+                return self.stream(("graph", key, handle), "%s of the graph replayed at %s" % (
+                    self._stream_label(handle), text))
+
+            for entry in entries:
+                if entry[0] == "op":
+                    _, handle, name, r, w = entry
+                    r = [x for x in r if x[0] in live]
+                    w = [x for x in w if x[0] in live]
+                    if r or w:
+                        self._w.write_line('{"k":"op","name":%s,"stream":%d,"r":%s,"w":%s,"at":%d}'
+                                           % (self._op_name(name), stream(handle), _ranges_json(r),
+                                              _ranges_json(w), site))
+                        self.stats["ops"] += 1
+                else:
+                    kind, ev, handle = entry
+                    self._w.write({"k": kind, "event": self.event(("graph", key, ev)),
+                                   "stream": stream(handle), "at": site})
+
+    def _stream_label(self, handle):
+        """How the program knows a stream: the name it got where it was made, else its id."""
+        return self.stream_names.get(handle) or "stream %#x" % handle
 
     def graph_reset(self, key):
         with self._lock:
@@ -388,6 +412,7 @@ class Recorder:
         """worker: recorded by a backend's worker thread (its work done when it completes)."""
         with self._lock:
             if self._capturing is not None:
+                self._capturing.append(("event_record", handle, stream_handle))
                 return
             self._w.write({"k": "event_record", "event": self.event(handle),
                            "stream": self.stream(stream_handle), "at": site})
@@ -401,6 +426,7 @@ class Recorder:
         wait for a worker's event is inside that work's wait(): it has waited for the worker."""
         with self._lock:
             if self._capturing is not None:
+                self._capturing.append(("event_wait", handle, stream_handle))
                 return
             if not worker:
                 self.wait_signal(self._event_signal.get(handle), site)

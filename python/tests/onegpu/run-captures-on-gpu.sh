@@ -31,6 +31,7 @@ for fix in "" --fix; do
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
     run "coalesced-reuse-expandable$s-2" --nproc-per-node 2 --timeout 40 -- "$E/coalesced_reuse.py" $fix
   run "graph-replay$s-2" --nproc-per-node 2 --timeout 40 -- "$E/graph_replay.py" $fix
+  run "graph-branches$s-2" --nproc-per-node 2 --timeout 40 -- "$E/graph_branches.py" $fix
   PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync \
     run "grad-reuse-async$s-2" --nproc-per-node 2 --timeout 40 -- "$E/grad_reuse_race.py" $fix
   EXAMPLE_BACKEND=gloo \
