@@ -36,3 +36,12 @@ def dropped_storage():
     b = a * 2  # line 36
     del a  # line 37: its storage is freed here; no allocator callback says so on CPU
     return b + 1  # line 38
+
+
+def pool_prefetch():
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(torch.full, (4,), 3.0)  # line 44
+        total = torch.zeros(4)  # line 45
+        total.add_(future.result())  # line 46
+    return total

@@ -432,6 +432,34 @@ class TorchCpuTest(unittest.TestCase):
                 ("wait", 28, (1, 23)),
                 ("wait", 30, (1, 26))])  # t.join(): the thread's end
 
+    def test_a_pool_task_waits_for_its_submit_and_result_waits_for_the_task(self):
+        sys.path.insert(0, HERE)
+        import _programs
+
+        from shardcheck import capture
+        with tempfile.TemporaryDirectory() as d:
+            with capture(d, device="cpu"):
+                _programs.pool_prefetch()
+            path = os.path.join(d, "rank-0.jsonl")
+            thread, signals, waits, full, full_signals, add_waits = 0, {}, [], None, {}, []
+            for r in read(path)[1:]:
+                if r["k"] == "thread":
+                    thread = r["id"]
+                elif r["k"] == "host_signal":
+                    signals[r["id"]] = thread
+                elif r["k"] == "host_wait":
+                    waits.append(r["signal"])
+                elif r["k"] == "op" and r["name"] == "aten::full":
+                    full, full_signals = thread, dict(signals)
+                elif r["k"] == "op" and r["name"] == "aten::add_":
+                    self.assertEqual(thread, 0)
+                    add_waits = list(waits)
+            self.assertIsNotNone(full)
+            self.assertNotEqual(full, 0)  # the pool's thread ran it, under the capture
+            # Before the add, the program's thread waited for a signal the pool's thread left
+            # after it made the tensor (the future's result).
+            self.assertTrue(any(signals[s] == full and s not in full_signals for s in add_waits))
+
     def test_a_cpu_storage_the_program_drops_is_freed_where_it_dropped_it(self):
         sys.path.insert(0, HERE)
         import _programs

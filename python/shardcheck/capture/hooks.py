@@ -15,6 +15,7 @@
 """
 
 import collections
+import concurrent.futures
 import itertools
 import os
 import queue
@@ -868,7 +869,8 @@ class Hooks:
         """Threads the program starts run its operators under the capture too (a dispatch
         mode is the thread's own), each on a host timeline of its own; what hands work from
         one thread to another orders them: Thread.start and join, queue.Queue (and LifoQueue)
-        put and get, threading.Event set and wait."""
+        put and get, threading.Event set and wait, a ThreadPoolExecutor's submit and its
+        future's result."""
         hooks = self
         keys = itertools.count(1)
         rec = self.rec
@@ -954,6 +956,39 @@ class Hooks:
         patch(queue.LifoQueue, "_get", lambda orig: get(orig, True))
         patch(threading.Event, "set", event_set)
         patch(threading.Event, "wait", event_wait)
+
+        # concurrent.futures: a task waits for its submit, result() for the task's end.
+        def submit(orig):
+            def wrapped(executor, fn, /, *args, **kwargs):
+                site = hooks.site()
+                sid = rec.signal(site)
+
+                def task(*a, **k):
+                    rec.wait_signal(sid, site)
+                    return fn(*a, **k)
+                return orig(executor, task, *args, **kwargs)
+            return wrapped
+
+        def settle(orig):
+            def wrapped(future, *args):
+                future._shardcheck_signal = rec.signal(hooks.site())
+                return orig(future, *args)
+            return wrapped
+
+        def outcome(orig):
+            def wrapped(future, timeout=None):
+                try:
+                    return orig(future, timeout)
+                finally:
+                    if future.done():
+                        rec.wait_signal(getattr(future, "_shardcheck_signal", None), hooks.site())
+            return wrapped
+
+        patch(concurrent.futures.ThreadPoolExecutor, "submit", submit)
+        patch(concurrent.futures.Future, "set_result", settle)
+        patch(concurrent.futures.Future, "set_exception", settle)
+        patch(concurrent.futures.Future, "result", outcome)
+        patch(concurrent.futures.Future, "exception", outcome)
 
     def install(self):
         if self.cuda:
