@@ -431,6 +431,10 @@ class TorchCpuTest(unittest.TestCase):
                 ("wait", 28, (1, 22)), ("op", 29),
                 ("wait", 28, (1, 23)),
                 ("wait", 30, (1, 26))])  # t.join(): the thread's end
+            shardcheck = os.environ.get("SHARDCHECK_BIN")
+            if shardcheck:  # the checker reads the threads and their signals: clean
+                p = subprocess.run([shardcheck, "run", d], capture_output=True, text=True)
+                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
     def test_a_pool_task_waits_for_its_submit_and_result_waits_for_the_task(self):
         sys.path.insert(0, HERE)
@@ -459,6 +463,10 @@ class TorchCpuTest(unittest.TestCase):
             # Before the add, the program's thread waited for a signal the pool's thread left
             # after it made the tensor (the future's result).
             self.assertTrue(any(signals[s] == full and s not in full_signals for s in add_waits))
+            shardcheck = os.environ.get("SHARDCHECK_BIN")
+            if shardcheck:
+                p = subprocess.run([shardcheck, "run", d], capture_output=True, text=True)
+                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
     def test_a_cpu_storage_the_program_drops_is_freed_where_it_dropped_it(self):
         sys.path.insert(0, HERE)
