@@ -454,12 +454,15 @@ class TorchCpuTest(unittest.TestCase):
                 elif r["k"] == "host_wait":
                     waits.append(r["signal"])
                 elif r["k"] == "op" and r["name"] == "aten::full":
-                    full, full_signals = thread, dict(signals)
+                    full, full_signals, full_at = thread, dict(signals), r["at"]
                 elif r["k"] == "op" and r["name"] == "aten::add_":
                     self.assertEqual(thread, 0)
                     add_waits = list(waits)
             self.assertIsNotNone(full)
             self.assertNotEqual(full, 0)  # the pool's thread ran it, under the capture
+            # torch.full ran with no frame of the program's: named by the submit's line.
+            lines = {r["id"]: r["line"] for r in records(path, "site")}
+            self.assertEqual(lines[full_at], 44)
             # Before the add, the program's thread waited for a signal the pool's thread left
             # after it made the tensor (the future's result).
             self.assertTrue(any(signals[s] == full and s not in full_signals for s in add_waits))

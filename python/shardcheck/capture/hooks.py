@@ -68,6 +68,9 @@ _ACCESS_BY_NAME = {"fsdp::all_gather_copy_in": _all_gather_copy_in}
 
 _main_thread = threading.main_thread()
 _main_ident = _main_thread.ident
+# A thread the program started, or a pool task it submitted, running no frame of the program's
+# (Thread(target=torch.full, ...)): its records name the line that started or submitted it.
+_origin = threading.local()
 # cuda:k past this machine's GPUs onto one of them (the one-GPU backend sets it).
 _remap = None
 
@@ -258,6 +261,10 @@ class Hooks:
                 break
             frame = frame.f_back
         suffix = ""
+        if frame is None:
+            origin = getattr(_origin, "site", None)
+            if origin is not None:
+                return origin  # a thread of the program's running torch alone: where it began
         if frame is None and threading.current_thread() is not _main_thread:
             # Backward runs on autograd's device threads, collectives of some backends on
             # their worker threads: name the main thread's line, which waits for them.
@@ -895,6 +902,7 @@ class Hooks:
                     run = thread.run
 
                     def run_captured():
+                        _origin.site = site
                         mode = _Mode(hooks)
                         mode.__enter__()
                         try:
@@ -965,7 +973,11 @@ class Hooks:
 
                 def task(*a, **k):
                     rec.wait_signal(sid, site)
-                    return fn(*a, **k)
+                    before, _origin.site = getattr(_origin, "site", None), site
+                    try:
+                        return fn(*a, **k)
+                    finally:
+                        _origin.site = before
                 return orig(executor, task, *args, **kwargs)
             return wrapped
 
