@@ -114,8 +114,9 @@ bool race_sites(const WorldView& w, int rank, const AccessRec& a, Access a_kind,
   return lo < hi;
 }
 
+// `host`: who issued the second access ("the host"; with several host threads, which one).
 std::string missing_edge(const WorldView& w, int rank, const AccessRec& a, const AccessRec& b,
-                         const core::RaceDetail& d) {
+                         const core::RaceDetail& d, const std::string& host) {
   const auto& A = d.first;
   const auto& B = d.second;
   if (d.reuse) {
@@ -129,8 +130,8 @@ std::string missing_edge(const WorldView& w, int rank, const AccessRec& a, const
            q(B.stream) + ": " + early;
   }
   return "no happens-before edge from " + A.op + " on " + q(A.stream) + " to " + B.op + " on " + q(B.stream) +
-         ": " + q(B.stream) + " never waits for an event recorded on " + q(A.stream) +
-         " after it, and the host never " + "syncs with " + q(A.stream) + " before issuing " + B.op;
+         ": " + q(B.stream) + " never waits for an event recorded on " + q(A.stream) + " after it, and " +
+         host + " never syncs with " + q(A.stream) + " before issuing " + B.op;
 }
 
 // A captured program's host threads: another thread than the one that issued the second access
@@ -333,15 +334,10 @@ void report_race(const WorldView& w, int rank, const AccessRec& cur, Access cur_
   }
   core::RaceDetail d;
   const bool shares_bytes = race_sites(w, rank, *a, a_kind, *b, b_kind, reuse, now, d);
-  d.missing_edge = missing_edge(w, rank, *a, *b, d);
+  // Where another host thread did sync, the missing edge says which one did not.
   const ThreadGap gap = thread_gap(w, rank, *a, *b, d);
-  if (!gap.missing.empty()) {
-    // Some host thread did sync: say which one did not.
-    static constexpr std::string_view kHost = "the host never syncs";
-    if (const size_t at = d.missing_edge.find(kHost); at != std::string::npos)
-      d.missing_edge.replace(at, kHost.size(), gap.issuer + " never syncs");
-    d.missing_edge += gap.missing;
-  }
+  d.missing_edge =
+      missing_edge(w, rank, *a, *b, d, gap.missing.empty() ? "the host" : gap.issuer) + gap.missing;
   core::Finding f;
   f.kind = core::FindingKind::stream_race;
   race_summary(rank, b_kind, shares_bytes, w.rank(rank).streams[w.lifetime(a->lifetime).stream].name, d, f);

@@ -369,15 +369,26 @@ class WithoutTorchTest(unittest.TestCase):
 
 @unittest.skipUnless(HAVE_TORCH, "torch is not installed")
 class TorchCpuTest(unittest.TestCase):
-    def test_views_resolve_to_byte_ranges_and_sites_name_the_user_line(self):
+    def capture_program(self, d, name):
+        """Captures _programs.<name>() on CPU into d: the rank file's path."""
         sys.path.insert(0, HERE)
         import _programs
 
         from shardcheck import capture
+        with capture(d, device="cpu"):
+            getattr(_programs, name)()
+        return os.path.join(d, "rank-0.jsonl")
+
+    def assert_checks_clean(self, d):
+        """The checker, where SHARDCHECK_BIN names it, reads the capture in d and finds nothing."""
+        shardcheck = os.environ.get("SHARDCHECK_BIN")
+        if shardcheck:
+            p = subprocess.run([shardcheck, "run", d], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+    def test_views_resolve_to_byte_ranges_and_sites_name_the_user_line(self):
         with tempfile.TemporaryDirectory() as d:
-            with capture(d, device="cpu"):
-                _programs.views_and_inplace()
-            path = os.path.join(d, "rank-0.jsonl")
+            path = self.capture_program(d, "views_and_inplace")
             sites = {r["id"]: (os.path.basename(r["file"]), r["line"])
                      for r in records(path, "site")}
             ops = [(r["name"], sites[r["at"]][1], r["r"], r["w"]) for r in records(path, "op")]
@@ -395,14 +406,8 @@ class TorchCpuTest(unittest.TestCase):
     def test_a_thread_the_program_starts_is_captured_on_its_own_timeline(self):
         # Its operators too (a dispatch mode is per thread), ordered with the program's thread
         # by the thread's start and join and the queue's put and get.
-        sys.path.insert(0, HERE)
-        import _programs
-
-        from shardcheck import capture
         with tempfile.TemporaryDirectory() as d:
-            with capture(d, device="cpu"):
-                _programs.prefetch_thread()
-            path = os.path.join(d, "rank-0.jsonl")
+            path = self.capture_program(d, "prefetch_thread")
             lines = {r["id"]: r["line"] for r in records(path, "site")}
             # Each thread's own records, in order (the two interleave as they ran).
             thread, names, per = 0, {}, {0: [], 1: []}
@@ -431,20 +436,11 @@ class TorchCpuTest(unittest.TestCase):
                 ("wait", 28, (1, 22)), ("op", 29),
                 ("wait", 28, (1, 23)),
                 ("wait", 30, (1, 26))])  # t.join(): the thread's end
-            shardcheck = os.environ.get("SHARDCHECK_BIN")
-            if shardcheck:  # the checker reads the threads and their signals: clean
-                p = subprocess.run([shardcheck, "run", d], capture_output=True, text=True)
-                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assert_checks_clean(d)  # the checker reads the threads and their signals
 
     def test_a_pool_task_waits_for_its_submit_and_result_waits_for_the_task(self):
-        sys.path.insert(0, HERE)
-        import _programs
-
-        from shardcheck import capture
         with tempfile.TemporaryDirectory() as d:
-            with capture(d, device="cpu"):
-                _programs.pool_prefetch()
-            path = os.path.join(d, "rank-0.jsonl")
+            path = self.capture_program(d, "pool_prefetch")
             thread, signals, waits, full, full_signals, add_waits = 0, {}, [], None, {}, []
             for r in read(path)[1:]:
                 if r["k"] == "thread":
@@ -466,20 +462,11 @@ class TorchCpuTest(unittest.TestCase):
             # Before the add, the program's thread waited for a signal the pool's thread left
             # after it made the tensor (the future's result).
             self.assertTrue(any(signals[s] == full and s not in full_signals for s in add_waits))
-            shardcheck = os.environ.get("SHARDCHECK_BIN")
-            if shardcheck:
-                p = subprocess.run([shardcheck, "run", d], capture_output=True, text=True)
-                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assert_checks_clean(d)
 
     def test_a_cpu_storage_the_program_drops_is_freed_where_it_dropped_it(self):
-        sys.path.insert(0, HERE)
-        import _programs
-
-        from shardcheck import capture
         with tempfile.TemporaryDirectory() as d:
-            with capture(d, device="cpu"):
-                _programs.dropped_storage()
-            path = os.path.join(d, "rank-0.jsonl")
+            path = self.capture_program(d, "dropped_storage")
             lines = {r["id"]: r["line"] for r in records(path, "site")}
             got = [(r["k"], r.get("buf"), lines[r["at"]]) for r in read(path)[1:]
                    if r["k"] in ("alloc", "free", "op") and 35 <= lines[r["at"]] <= 38]
@@ -511,10 +498,7 @@ class TorchCpuTest(unittest.TestCase):
             self.assertEqual(ranges_outside_their_buffers(path), [])
             mm = [r for r in records(path, "op") if r["name"] == "aten::mm"][0]
             self.assertEqual(mm["w"][0][2], 8 * 16 * 4)  # the resized output, written whole
-            shardcheck = os.environ.get("SHARDCHECK_BIN")
-            if shardcheck:
-                p = subprocess.run([shardcheck, "run", d], capture_output=True, text=True)
-                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assert_checks_clean(d)
 
     def test_fsdp_all_gather_copy_in_writes_its_slice_and_reads_its_inputs(self):
         # FSDP2 (torch 2.x) defines the op with a schema that marks nothing written; its eager

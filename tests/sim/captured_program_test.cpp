@@ -25,8 +25,9 @@ std::string fixture(const std::string& name) {
   return std::string(SHARDCHECK_SOURCE_DIR) + "/tests/capture/fixtures/" + name;
 }
 
-run::ScenarioOutcome run_fixture(const std::string& name, const char* policy = nullptr, int runs = 20) {
-  auto s = run::load_scenario(fixture(name));
+// A captured program's folder, checked over `runs` schedules.
+run::ScenarioOutcome run_folder(const std::string& dir, const char* policy = nullptr, int runs = 20) {
+  auto s = run::load_scenario(dir);
   REQUIRE(s.ok());
   REQUIRE(s->kind == "capture");
   REQUIRE_FALSE(s->options.values);
@@ -36,6 +37,10 @@ run::ScenarioOutcome run_fixture(const std::string& name, const char* policy = n
   auto out = run::run_scenario(*s, o);
   REQUIRE(out.explored.error.empty());
   return out;
+}
+
+run::ScenarioOutcome run_fixture(const std::string& name, const char* policy = nullptr, int runs = 20) {
+  return run_folder(fixture(name), policy, runs);
 }
 
 }  // namespace
@@ -291,11 +296,7 @@ TEST_CASE("a prefetch thread's wait orders only the threads that take its batch 
     std::ofstream out(one + "/rank-0.jsonl");
     for (const auto& line : lines) out << line << "\n";
   }
-  auto merged = run::load_scenario(one);
-  REQUIRE(merged.ok());
-  run::ScheduleOverrides o;
-  o.runs = 20;
-  REQUIRE(run::run_scenario(*merged, o).explored.findings.empty());
+  REQUIRE(run_folder(one).explored.findings.empty());
   std::filesystem::remove_all(one);
   // Waiting for the copy before the put orders the multiply; the third batch takes the first
   // one's block back from the program's thread, after its record_stream uses: clean.

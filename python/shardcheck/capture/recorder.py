@@ -149,12 +149,19 @@ class Recorder:
             live = self._live.pop(ptr, None)
             if live is None:
                 return  # allocated before the capture and never used in it
-            streams = self._coll_streams.pop(live[0], ())
-            if background:
-                for sid in sorted(streams):
-                    self._w.write({"k": "stream_sync", "stream": sid, "at": site})
-            self._w.write({"k": "free", "buf": live[0], "at": site})
-            self.stats["frees"] += 1
+            self._free(live[0], site, background)
+
+    def _free(self, buf, site, collectives_done=True):
+        """The free of lifetime ``buf`` at ``site``. collectives_done: whatever freed it did so
+        only once the collectives that used it had finished (a process group's watchdog, a
+        storage found freed without a callback): the host has, in effect, waited for their
+        streams first."""
+        streams = self._coll_streams.pop(buf, ())
+        if collectives_done:
+            for sid in sorted(streams):
+                self._w.write({"k": "stream_sync", "stream": sid, "at": site})
+        self._w.write({"k": "free", "buf": buf, "at": site})
+        self.stats["frees"] += 1
 
     def buffer(self, ptr, nbytes, end=0, stream_handle=None, site=None):
         """The lifetime holding the storage at ``ptr``: emits its allocation on first use.
@@ -204,13 +211,8 @@ class Recorder:
         buf = self._next_buf
         self._next_buf += 1
 
-        def free_old():
-            for sid in sorted(self._coll_streams.pop(old, ())):
-                self._w.write({"k": "stream_sync", "stream": sid, "at": at})
-            self._w.write({"k": "free", "buf": old, "at": at})
-
         if not self._sees_frees:
-            free_old()
+            self._free(old, at)
         rec = {"k": "alloc", "buf": buf, "bytes": nbytes, "stream": stream, "at": at}
         if self._addresses:
             rec["addr"] = ptr
@@ -220,9 +222,8 @@ class Recorder:
                                % (stream, _ranges_json([(old, 0, old_bytes)]),
                                   _ranges_json([(buf, 0, old_bytes)]), at))
             self.stats["ops"] += 1
-            free_old()
+            self._free(old, at)
         self.stats["allocs"] += 1
-        self.stats["frees"] += 1
         self._live[ptr] = (buf, nbytes)
         self._buf_site[buf] = self._buf_site.get(old, at) if self._sees_frees else at
         self._watch(buf, ptr, size)
@@ -238,10 +239,7 @@ class Recorder:
                 if not self._sees_frees and ptr in self._live:
                     old = self._live.pop(ptr)[0]
                     self._forget(old)
-                    for sid in sorted(self._coll_streams.pop(old, ())):
-                        self._w.write({"k": "stream_sync", "stream": sid, "at": site})
-                    self._w.write({"k": "free", "buf": old, "at": site})
-                    self.stats["frees"] += 1
+                    self._free(old, site)
                 if ptr not in self._live and ptr not in self._pending:
                     self._pending[ptr] = (stream_handle, site)
                 self.buffer(ptr, nbytes, off + length, stream_handle, site)
@@ -296,10 +294,7 @@ class Recorder:
             if live is None or live[0] != buf:
                 continue
             del self._live[ptr]
-            for sid in sorted(self._coll_streams.pop(buf, ())):
-                self._w.write({"k": "stream_sync", "stream": sid, "at": site})
-            self._w.write({"k": "free", "buf": buf, "at": site})
-            self.stats["frees"] += 1
+            self._free(buf, site)
 
     # -- stream work ---------------------------------------------------------------------
     def op(self, name, stream_handle, reads, writes, site):
