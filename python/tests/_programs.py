@@ -45,3 +45,68 @@ def pool_prefetch():
         total = torch.zeros(4)  # line 45
         total.add_(future.result())  # line 46
     return total
+
+
+def lock_handover():
+    import threading
+    lock = threading.Lock()
+    box = []
+
+    def make():
+        with lock:
+            box.append(torch.full((4,), 2.0))  # line 57
+
+    t = threading.Thread(target=make)
+    t.start()
+    while True:
+        with lock:  # line 62: the acquire that finds the tensor waits for make's release
+            if box:
+                break
+    box[0].add_(1)  # line 65
+    t.join()
+
+
+def condition_handover():
+    import threading
+    cond = threading.Condition()
+    box = []
+
+    def make():
+        with cond:
+            box.append(torch.full((4,), 2.0))  # line 76
+            cond.notify()
+
+    t = threading.Thread(target=make)
+    with cond:
+        t.start()
+        cond.wait_for(lambda: box)  # line 82
+    box[0].add_(1)  # line 83
+    t.join()
+
+
+def simple_queue_handover():
+    import queue
+    import threading
+    q = queue.SimpleQueue()
+    t = threading.Thread(target=lambda: q.put(torch.full((4,), 2.0)))  # line 91
+    t.start()
+    q.get().add_(1)  # line 93
+    t.join()
+
+
+def priority_queue_handover():
+    import queue
+    import threading
+    q = queue.PriorityQueue()
+    go = threading.Semaphore(0)
+
+    def make():
+        q.put((2, torch.full((4,), 2.0)))  # line 104
+        q.put((1, torch.full((4,), 1.0)))  # line 105
+        go.release()
+
+    t = threading.Thread(target=make)
+    t.start()
+    go.acquire()  # line 110
+    q.get()[1].add_(1)  # line 111: the item put at line 105
+    t.join()

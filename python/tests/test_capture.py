@@ -438,6 +438,45 @@ class TorchCpuTest(unittest.TestCase):
                 ("wait", 30, (1, 26))])  # t.join(): the thread's end
             self.assert_checks_clean(d)  # the checker reads the threads and their signals
 
+    def handovers_before(self, path, used_line):
+        """The signals the program's thread waited for before its first operator at used_line:
+        (line the signal was left at, lines of the operators its thread had run by then)."""
+        lines = {r["id"]: r["line"] for r in records(path, "site")}
+        thread, ran, signals, got = 0, {}, {}, []
+        for r in read(path)[1:]:
+            if r["k"] == "thread":
+                thread = r["id"]
+            elif r["k"] == "op":
+                if thread == 0 and lines[r["at"]] == used_line:
+                    return got
+                ran.setdefault(thread, []).append(lines[r["at"]])
+            elif r["k"] == "host_signal":
+                signals[r["id"]] = (thread, lines[r["at"]], list(ran.get(thread, [])))
+            elif r["k"] == "host_wait" and thread == 0:
+                by, at, before = signals[r["signal"]]
+                if by != 0:
+                    got.append((at, before))
+        self.fail(f"no operator at line {used_line} on the program's thread")
+
+    def test_locks_conditions_and_simple_queues_the_program_makes_hand_work_over(self):
+        for name, made, used in [("lock_handover", 57, 65), ("condition_handover", 76, 83),
+                                 ("simple_queue_handover", 91, 93)]:
+            with self.subTest(name), tempfile.TemporaryDirectory() as d:
+                path = self.capture_program(d, name)
+                waits = self.handovers_before(path, used)
+                self.assertTrue(any(made in before for _, before in waits), waits)
+                self.assert_checks_clean(d)
+
+    def test_a_priority_queue_hands_each_item_over_from_its_own_put(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = self.capture_program(d, "priority_queue_handover")
+            waits = self.handovers_before(path, 111)
+            # The semaphore's release, then the get: the put of the item it returned (line
+            # 105, the higher priority), not the first put.
+            self.assertEqual([at for at, _ in waits][-1], 105)
+            self.assertNotIn(104, [at for at, _ in waits])
+            self.assert_checks_clean(d)
+
     def test_a_pool_task_waits_for_its_submit_and_result_waits_for_the_task(self):
         with tempfile.TemporaryDirectory() as d:
             path = self.capture_program(d, "pool_prefetch")

@@ -14,11 +14,7 @@
   dispatch c10d operators: there the torch.distributed functions are wrapped instead.
 """
 
-import collections
-import concurrent.futures
-import itertools
 import os
-import queue
 import sys
 import sysconfig
 import threading
@@ -26,6 +22,8 @@ import time
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import handovers
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -228,6 +226,9 @@ class Hooks:
         self._mode = None
         self._patched = []
         self._autograd_threads = set()  # idents of autograd's device threads seen so far
+        # Threads other than the main one inside backward() or autograd.grad(), innermost
+        # last: (ident, timeline); autograd's device threads work for the last.
+        self._backward_by = []
         recorder.thread_of = self.timeline
         self._c10d_dispatched = int(torch.__version__.split(".")[0]) >= 2
         self._skip_file = {}
@@ -268,8 +269,9 @@ class Hooks:
         if frame is None and threading.current_thread() is not _main_thread:
             # Backward runs on autograd's device threads, collectives of some backends on
             # their worker threads: name the main thread's line, which waits for them.
-            frame = _user_frame(sys._current_frames().get(_main_thread.ident))
             node = getattr(torch._C, "_current_autograd_node", lambda: None)()
+            waiting = self._in_backward(0) if node is not None else None
+            frame = _user_frame(sys._current_frames().get(waiting or _main_ident))
             suffix = " (backward)" if node is not None else " (worker thread)"
         if frame is None:
             return self.rec.site("<torch>", 0, "")
@@ -306,8 +308,8 @@ class Hooks:
 
     def timeline(self):
         """The host thread calling, as Recorder.thread_of gives it: None for the program's
-        own thread and for autograd's (the program waits in backward() while they run), else
-        (key, name, start). A thread the program started has its own; so has a backend's
+        own thread, else (key, name, start); autograd's device threads take the timeline of
+        the thread waiting in backward() while they run. A thread the program started has its own; so has a backend's
         (a process group's worker or watchdog: a C++ thread outside autograd with no frame of
         the program's on it)."""
         ident = threading.get_ident()
@@ -320,14 +322,22 @@ class Hooks:
         if not isinstance(thread, threading._DummyThread):
             return ("python", ident), thread.name, None  # started before the capture
         if ident in self._autograd_threads:
-            return None
+            return self._in_backward(1)
         node = getattr(torch._C, "_current_autograd_node", lambda: None)()
         if node is not None:
             self._autograd_threads.add(ident)
-            return None
+            return self._in_backward(1)
         if _user_frame(sys._getframe(1)) is not None:
             return None
         return ("worker", ident), "backend worker", None
+
+    def _in_backward(self, field):
+        """Of the innermost backward() on a thread other than the main one: its ident (0) or
+        timeline (1); None when only the main thread is in one."""
+        try:
+            return self._backward_by[-1][field]
+        except IndexError:
+            return None
 
     def _worker(self):
         """True when the calling thread is a backend's own (timeline)."""
@@ -872,135 +882,38 @@ class Hooks:
         torch.cuda.empty_cache = empty_cache
         self._patched.append((torch.cuda, "empty_cache", orig))
 
+    def _patch(self, owner, name, make):
+        """Replaces owner.name by make(the original), undone at uninstall."""
+        orig = getattr(owner, name)
+        setattr(owner, name, make(orig))
+        self._patched.append((owner, name, orig))
+
     def _follow_threads(self):
-        """Threads the program starts run its operators under the capture too (a dispatch
-        mode is the thread's own), each on a host timeline of its own; what hands work from
-        one thread to another orders them: Thread.start and join, queue.Queue (and LifoQueue)
-        put and get, threading.Event set and wait, a ThreadPoolExecutor's submit and its
-        future's result."""
+        """Threads the program starts, and what hands work from one to another (handovers)."""
+        handovers.Follower(self, self._patch, _Mode, _origin, _quiet, _OWN_DIR,
+                           _SKIP).install()
+
+    def _follow_backward(self):
+        """backward() (or autograd.grad) on a thread other than the main one: autograd's
+        device threads run its nodes while that thread waits, so their work is on its
+        timeline and named by its line."""
         hooks = self
-        keys = itertools.count(1)
-        rec = self.rec
 
-        def internal():
-            # The threading module's own events (a thread's start-up), the capture's threads.
-            f = sys._getframe(2).f_code.co_filename
-            return f == threading.__file__ or f.startswith(_OWN_DIR + os.sep) or \
-                getattr(_quiet, "on", False)
-
-        def patch(owner, name, make):
-            orig = getattr(owner, name)
-            setattr(owner, name, make(orig))
-            self._patched.append((owner, name, orig))
-
-        def start(orig):
-            def wrapped(thread):
-                if not internal() and getattr(thread, "_shardcheck_key", None) is None:
-                    site = hooks.site()
-                    thread._shardcheck_key = ("thread", next(keys))
-                    thread._shardcheck_start = (rec.signal(site), site)
-                    run = thread.run
-
-                    def run_captured():
-                        _origin.site = site
-                        mode = _Mode(hooks)
-                        mode.__enter__()
-                        try:
-                            run()
-                        finally:
-                            mode.__exit__(None, None, None)
-                            thread._shardcheck_end = rec.signal(site)  # named by its start
-
-                    thread.run = run_captured
-                return orig(thread)
-            return wrapped
-
-        def join(orig):
-            def wrapped(thread, timeout=None):
-                orig(thread, timeout)
-                end = getattr(thread, "_shardcheck_end", None)
-                if end is not None and not thread.is_alive() and not internal():
-                    rec.wait_signal(end, hooks.site())
-            return wrapped
-
-        # Queue._put and _get run with the queue's lock held: the signals keep the items' order.
-        def put(orig):
-            def wrapped(q, item):
-                orig(q, item)
-                if not getattr(_quiet, "on", False):
-                    q.__dict__.setdefault("_shardcheck_signals", collections.deque()).append(
-                        rec.signal(hooks.site()))
-            return wrapped
-
-        def get(orig, lifo):
-            def wrapped(q):
-                item = orig(q)
-                signals = q.__dict__.get("_shardcheck_signals")
-                if signals and not getattr(_quiet, "on", False):
-                    rec.wait_signal(signals.pop() if lifo else signals.popleft(), hooks.site())
-                return item
-            return wrapped
-
-        def event_set(orig):
-            def wrapped(ev):
-                if not internal():
-                    ev._shardcheck_signal = rec.signal(hooks.site())
-                return orig(ev)
-            return wrapped
-
-        def event_wait(orig):
-            def wrapped(ev, timeout=None):
-                done = orig(ev, timeout)
-                if done and not internal():
-                    rec.wait_signal(getattr(ev, "_shardcheck_signal", None), hooks.site())
-                return done
-            return wrapped
-
-        patch(threading.Thread, "start", start)
-        patch(threading.Thread, "join", join)
-        patch(queue.Queue, "_put", put)
-        patch(queue.Queue, "_get", lambda orig: get(orig, False))
-        patch(queue.LifoQueue, "_put", put)
-        patch(queue.LifoQueue, "_get", lambda orig: get(orig, True))
-        patch(threading.Event, "set", event_set)
-        patch(threading.Event, "wait", event_wait)
-
-        # concurrent.futures: a task waits for its submit, result() for the task's end.
-        def submit(orig):
-            def wrapped(executor, fn, /, *args, **kwargs):
-                site = hooks.site()
-                sid = rec.signal(site)
-
-                def task(*a, **k):
-                    rec.wait_signal(sid, site)
-                    before, _origin.site = getattr(_origin, "site", None), site
-                    try:
-                        return fn(*a, **k)
-                    finally:
-                        _origin.site = before
-                return orig(executor, task, *args, **kwargs)
-            return wrapped
-
-        def settle(orig):
-            def wrapped(future, *args):
-                future._shardcheck_signal = rec.signal(hooks.site())
-                return orig(future, *args)
-            return wrapped
-
-        def outcome(orig):
-            def wrapped(future, timeout=None):
+        def make(orig):
+            def wrapped(*args, **kwargs):
+                ident = threading.get_ident()
+                if ident == _main_ident:
+                    return orig(*args, **kwargs)
+                entry = (ident, hooks.timeline())
+                hooks._backward_by.append(entry)
                 try:
-                    return orig(future, timeout)
+                    return orig(*args, **kwargs)
                 finally:
-                    if future.done():
-                        rec.wait_signal(getattr(future, "_shardcheck_signal", None), hooks.site())
+                    hooks._backward_by.remove(entry)
             return wrapped
 
-        patch(concurrent.futures.ThreadPoolExecutor, "submit", submit)
-        patch(concurrent.futures.Future, "set_result", settle)
-        patch(concurrent.futures.Future, "set_exception", settle)
-        patch(concurrent.futures.Future, "result", outcome)
-        patch(concurrent.futures.Future, "exception", outcome)
+        self._patch(torch.autograd, "backward", make)
+        self._patch(torch.autograd, "grad", make)
 
     def install(self):
         if self.cuda:
@@ -1009,6 +922,7 @@ class Hooks:
             self._follow_graphs()
             self._follow_empty_cache()
         self._follow_threads()
+        self._follow_backward()
         try:
             import torch.distributed  # noqa: F401
             if self._c10d_dispatched:
