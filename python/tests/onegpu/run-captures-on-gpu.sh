@@ -37,6 +37,7 @@ for fix in "" --fix; do
   EXAMPLE_BACKEND=gloo \
     run "gloo-inplace$s-2" --nproc-per-node 2 --timeout 40 -- "$E/gloo_inplace_race.py" $fix
   run "thread-prefetch$s-2" --nproc-per-node 2 --timeout 40 -- "$E/thread_prefetch.py" $fix
+  run "thread-backward$s-2" --nproc-per-node 2 --timeout 40 -- "$E/thread_backward.py" $fix
 done
 for conf in "" backend:cudaMallocAsync; do
   PYTORCH_CUDA_ALLOC_CONF=$conf python3 python/tests/onegpu/probe_allocator.py >> "$OUT/cases.txt" 2>&1
