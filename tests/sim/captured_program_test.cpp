@@ -277,7 +277,7 @@ TEST_CASE("a prefetch thread's wait orders only the threads that take its batch 
                                "that wait before aten::mm at thread_prefetch.py:47"));
   REQUIRE_THAT(d.fixes.at(0),
                Catch::StartsWith("on host thread 'prefetch', hand the tensor allocated at "
-                                 "thread_prefetch.py:28 over (queue put, Event set) only after"));
+                                 "thread_prefetch.py:28 over (queue put, Event set, lock release) only after"));
   // The same records on one host timeline: the prefetcher's wait, written before the multiply,
   // would order it, and the race would be missed.
   const std::string one =
