@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -502,6 +503,52 @@ class TorchCpuTest(unittest.TestCase):
             # after it made the tensor (the future's result).
             self.assertTrue(any(signals[s] == full and s not in full_signals for s in add_waits))
             self.assert_checks_clean(d)
+
+    def test_autograds_device_thread_works_for_the_thread_waiting_in_backward(self):
+        # On CUDA, backward's nodes run on autograd's device thread (a C++ thread) while the
+        # thread that called backward() waits: a stand-in for it, started from a node's
+        # backward, must take the caller's timeline, and the main thread's outside that.
+        import _thread
+
+        import torch
+        from shardcheck import capture
+        seen = []
+
+        def device_thread(hooks):
+            done = _thread.allocate_lock()
+            done.acquire()
+
+            def run():
+                hooks._autograd_threads.add(threading.get_ident())
+                seen.append(hooks.timeline())
+                done.release()
+            _thread.start_new_thread(run, ())
+            done.acquire()
+
+        class Node(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                device_thread(cap._hooks)
+                return g * 2
+
+        def train():
+            x = torch.ones(4, requires_grad=True)
+            Node.apply(x).sum().backward()
+
+        with tempfile.TemporaryDirectory() as d:
+            with capture(d, device="cpu") as cap:
+                trainer = threading.Thread(target=train, name="trainer")
+                trainer.start()
+                trainer.join()
+                train()  # on the main thread
+        self.assertEqual(len(seen), 2)
+        key, name, _ = seen[0]
+        self.assertEqual((key[0], name), ("thread", "trainer"))
+        self.assertIsNone(seen[1])
 
     def test_a_cpu_storage_the_program_drops_is_freed_where_it_dropped_it(self):
         with tempfile.TemporaryDirectory() as d:
