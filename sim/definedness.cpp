@@ -8,12 +8,12 @@
 
 namespace shardcheck::sim {
 
-Shadow::Ranges World::undefined_rel(int rank, const core::TensorRef& t) {
+Shadow::Ranges World::undefined_rel(int rank, const core::TensorRef& t, uint32_t* origin) {
   Shadow::Ranges out;
   if (!options_.detectors || t.numel == 0) return out;
   const uint64_t a = address(rank, t);
   ranks_[rank]->shadow.undefined(a, a + static_cast<uint64_t>(t.bytes()), ranks_[rank]->buffers[t.buffer],
-                                 out);
+                                 out, origin);
   for (auto& [x, y] : out) {
     x -= a;
     y -= a;
@@ -21,21 +21,32 @@ Shadow::Ranges World::undefined_rel(int rank, const core::TensorRef& t) {
   return out;
 }
 
-void World::set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel) {
+void World::set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel,
+                              uint32_t origin) {
   if (!options_.detectors || rel.empty()) return;
   const uint64_t a = address(rank, t);
-  for (const auto& [x, y] : rel) ranks_[rank]->shadow.set_defined(a + x, a + y, false);
+  for (const auto& [x, y] : rel) ranks_[rank]->shadow.set_defined(a + x, a + y, false, origin);
+}
+
+uint32_t World::carried_origin(int rank, const core::TensorRef& t, uint32_t found, uint32_t op) {
+  if (found != 0) return found;
+  const uint32_t lifetime = ranks_[rank]->buffers[t.buffer];
+  auto [it, fresh] = origin_of_.try_emplace(lifetime, static_cast<uint32_t>(undef_origins_.size() + 1));
+  if (fresh) undef_origins_.push_back({lifetime, op});
+  return it->second;
 }
 
 void World::check_defined(int rank, uint32_t op, const core::TensorRef& t) {
-  const Shadow::Ranges undef = undefined_rel(rank, t);
+  uint32_t origin = 0;
+  const Shadow::Ranges undef = undefined_rel(rank, t, &origin);
   if (undef.empty()) return;
-  const UndefinedRead read{rank, op, t, undef};
+  const UndefinedRead read{rank, op, t, undef, origin};
   notify(Detector::on_undefined_read,
          [&](Detector& d, const WorldView& view) { d.undefined_read(view, read, findings_); });
 }
 
-World::ElementRanges World::check_kernel_inputs(int rank, uint32_t op, const core::KernelCall& k) {
+World::ElementRanges World::check_kernel_inputs(int rank, uint32_t op, const core::KernelCall& k,
+                                                uint32_t& origin) {
   const bool elementwise = core::is_elementwise(k.params);
   // Elementwise kernels propagate undefined elements; all others consume their inputs.
   if (options_.detectors && !elementwise) {
@@ -46,7 +57,10 @@ World::ElementRanges World::check_kernel_inputs(int rank, uint32_t op, const cor
   if (options_.detectors && elementwise) {
     for (const auto& in : k.reads) {
       const int64_t es = core::dtype_bytes(in.dtype);
-      for (const auto& [x, y] : undefined_rel(rank, in)) {
+      uint32_t found = 0;
+      const Shadow::Ranges undef = undefined_rel(rank, in, &found);
+      if (!undef.empty() && origin == 0) origin = carried_origin(rank, in, found, op);
+      for (const auto& [x, y] : undef) {
         elems.emplace_back(static_cast<int64_t>(x) / es, (static_cast<int64_t>(y) + es - 1) / es);
       }
     }
@@ -54,7 +68,8 @@ World::ElementRanges World::check_kernel_inputs(int rank, uint32_t op, const cor
   return elems;
 }
 
-void World::set_kernel_outputs_undefined(int rank, const core::KernelCall& k, const ElementRanges& elems) {
+void World::set_kernel_outputs_undefined(int rank, const core::KernelCall& k, const ElementRanges& elems,
+                                         uint32_t origin) {
   for (const auto& out : k.writes) {
     if (elems.empty()) break;
     const int64_t es = core::dtype_bytes(out.dtype);
@@ -62,7 +77,7 @@ void World::set_kernel_outputs_undefined(int rank, const core::KernelCall& k, co
     for (const auto& [x, y] : elems) {
       rel.emplace_back(static_cast<uint64_t>(x * es), static_cast<uint64_t>(std::min(y, out.numel) * es));
     }
-    set_undefined_rel(rank, out, rel);
+    set_undefined_rel(rank, out, rel, origin);
   }
 }
 

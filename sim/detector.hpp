@@ -35,6 +35,7 @@ class WorldView {
   const OpInfo& op(uint32_t i) const { return w_.op_info_[i]; }
   const Lifetime& lifetime(uint32_t i) const { return w_.lifetimes_[i]; }
   const core::LogicalMap* layout(uint32_t lifetime) const { return w_.lifetime_maps_[lifetime].get(); }
+  const UndefOrigin& undef_origin(uint32_t id) const { return w_.undef_origin(id); }
   const std::string& name(uint32_t id) const { return w_.names_[id]; }
   // How findings name an operation, its Python line as text and as data (World::op_text).
   std::string op_text(uint32_t op) const { return w_.op_text(op); }
@@ -77,6 +78,7 @@ struct UndefinedRead {
   uint32_t op = 0;
   const core::TensorRef& tensor;
   const Shadow::Ranges& undefined;  // relative to the tensor's first byte
+  uint32_t origin = 0;              // where they came from (WorldView::undef_origin); 0: the tensor's own
 };
 
 // An allocation, with the same-stream blocks that only their record_stream events held back

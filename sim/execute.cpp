@@ -92,10 +92,11 @@ void World::touch(int rank, int stream, uint32_t op, const core::TensorRef& t, A
 void World::execute_kernel(int rank, int stream, Op& op) {
   const core::KernelCall& k = op.kernel();
   // The inputs' definedness is looked at before the outputs overwrite them (in-place kernels).
-  const auto elems = check_kernel_inputs(rank, op.id, k);
+  uint32_t origin = 0;
+  const auto elems = check_kernel_inputs(rank, op.id, k, origin);
   for (const auto& in : k.reads) touch(rank, stream, op.id, in, Access::read);
   for (const auto& out : k.writes) touch(rank, stream, op.id, out, Access::write);
-  set_kernel_outputs_undefined(rank, k, elems);
+  set_kernel_outputs_undefined(rank, k, elems, origin);
   if (!options_.values) return;
   WorldMemory mem([&](const core::TensorRef& t) { return host_pointer(rank, t); });
   mem.cancel = core::CancelToken{options_.cancel};
@@ -120,7 +121,13 @@ void World::execute_collective(int rank, int stream) {
   }
   // Definedness of the inputs, before in-place outputs overwrite them.
   std::vector<Shadow::Ranges> undef(n);
-  for (size_t m = 0; m < n; ++m) undef[m] = undefined_rel(g.members[m], ops[m]->coll().input);
+  uint32_t origin = 0;  // the first member's with undefined input bytes: what the outputs carry
+  for (size_t m = 0; m < n; ++m) {
+    uint32_t found = 0;
+    undef[m] = undefined_rel(g.members[m], ops[m]->coll().input, &found);
+    if (!undef[m].empty() && origin == 0)
+      origin = carried_origin(g.members[m], ops[m]->coll().input, found, ops[m]->id);
+  }
   const auto& c = ops[0]->coll();
   const bool data = options_.values && c.kind != core::CollectiveKind::barrier;
   std::vector<std::byte*> in(n), out(n);
@@ -141,7 +148,7 @@ void World::execute_collective(int rank, int stream) {
   // per-member propagation (a pass over every member's ranges) is skipped.
   if (std::any_of(undef.begin(), undef.end(), [](const Shadow::Ranges& u) { return !u.empty(); })) {
     for (size_t m = 0; m < n; ++m) {
-      set_undefined_rel(g.members[m], ops[m]->coll().output, collective_undefined_rel(c, undef, m));
+      set_undefined_rel(g.members[m], ops[m]->coll().output, collective_undefined_rel(c, undef, m), origin);
     }
   }
   // A completed collective orders every member's earlier work before every member's later work.
@@ -185,11 +192,13 @@ void World::execute_p2p(int rank, int stream) {
   begin(to, pair.second.stream, r_op);
   const core::TensorRef& sent = s_op.p2p().buffer;
   const core::TensorRef& received = r_op.p2p().buffer;
-  const Shadow::Ranges undef = undefined_rel(from, sent);
+  uint32_t found = 0;
+  const Shadow::Ranges undef = undefined_rel(from, sent, &found);
+  const uint32_t origin = undef.empty() ? 0 : carried_origin(from, sent, found, s_op.id);
   touch(from, pair.first.stream, s_op.id, sent, Access::read);
   touch(to, pair.second.stream, r_op.id, received, Access::write);
   if (options_.values) std::memmove(host_pointer(to, received), host_pointer(from, sent), sent.bytes());
-  set_undefined_rel(to, received, undef);
+  set_undefined_rel(to, received, undef, origin);
   VectorClock joined = ranks_[from]->streams[pair.first.stream].clock;
   joined.join(ranks_[to]->streams[pair.second.stream].clock);
   ranks_[from]->streams[pair.first.stream].clock = joined;

@@ -24,7 +24,7 @@ void note(std::vector<Shadow::Conflict>& out, const AccessRec& prior, Access kin
 
 bool Shadow::same(const Cell& x, const Cell& y) const {
   if (!(x.write == y.write) || x.lifetime != y.lifetime || x.nreads != y.nreads ||
-      x.write_kind != y.write_kind || x.defined != y.defined)
+      x.write_kind != y.write_kind || x.defined != y.defined || x.origin != y.origin)
     return false;
   for (uint8_t i = 0; i < x.nreads; ++i) {
     if (!(x.reads[i] == y.reads[i])) return false;
@@ -270,6 +270,7 @@ void Shadow::access(uint64_t a, uint64_t b, const AccessRec& cur, Access kind, c
     if (cur.lifetime > c.lifetime && kind != Access::read) {
       c.lifetime = cur.lifetime;
       c.defined = false;
+      c.origin = 0;
       if (started) started->emplace_back(start, end);
     }
     if (!ordered(c.write, cur, clock)) note(conflicts, c.write, c.write_kind);
@@ -303,18 +304,26 @@ void Shadow::access(uint64_t a, uint64_t b, const AccessRec& cur, Access kind, c
     clear_reads(c);
     c.write = cur;
     c.write_kind = kind;
-    if (kind == Access::write) c.defined = true;
+    if (kind == Access::write) {
+      c.defined = true;
+      c.origin = 0;
+    }
   });
 }
 
-void Shadow::set_defined(uint64_t a, uint64_t b, bool defined) {
-  update(a, b, [&](uint64_t, uint64_t, Cell& c) { c.defined = defined; });
+void Shadow::set_defined(uint64_t a, uint64_t b, bool defined, uint32_t origin) {
+  update(a, b, [&](uint64_t, uint64_t, Cell& c) {
+    c.defined = defined;
+    c.origin = defined ? 0 : origin;
+  });
 }
 
-void Shadow::undefined(uint64_t a, uint64_t b, uint32_t lifetime, Ranges& out) const {
+void Shadow::undefined(uint64_t a, uint64_t b, uint32_t lifetime, Ranges& out, uint32_t* origin) const {
   uint64_t cursor = a;
-  auto emit = [&](uint64_t x, uint64_t y) {
+  const size_t before = out.size();
+  auto emit = [&](uint64_t x, uint64_t y, uint32_t from = 0) {
     if (x >= y) return;
+    if (origin && out.size() == before) *origin = from;
     if (!out.empty() && out.back().second == x) {
       out.back().second = y;
     } else {
@@ -325,7 +334,11 @@ void Shadow::undefined(uint64_t a, uint64_t b, uint32_t lifetime, Ranges& out) c
     const Interval& x = at(p);
     const uint64_t s = std::max(x.start, a), e = std::min(x.end, b);
     emit(cursor, s);  // an untouched gap before this interval
-    if (!x.cell.defined || x.cell.lifetime < lifetime) emit(s, e);
+    if (x.cell.lifetime < lifetime) {
+      emit(s, e);  // an older lifetime's bytes: never written in this one
+    } else if (!x.cell.defined) {
+      emit(s, e, x.cell.origin);
+    }
     cursor = e;
   }
   emit(cursor, b);

@@ -47,10 +47,13 @@ class Shadow {
   // `started`, when given, receives the ranges whose new lifetime this access began.
   void access(uint64_t a, uint64_t b, const AccessRec& cur, Access kind, const VectorClock& clock,
               std::vector<Conflict>& conflicts, Ranges* started = nullptr);
-  void set_defined(uint64_t a, uint64_t b, bool defined);
+  // Marks [a, b) defined, or undefined with `origin`: where the never-written bytes came from
+  // (World's table of origins; 0: they are the buffer's own).
+  void set_defined(uint64_t a, uint64_t b, bool defined, uint32_t origin = 0);
   // Appends the sub-ranges of [a, b) that are undefined for `lifetime`: never written in it
-  // (bytes last touched by an older lifetime count as never written).
-  void undefined(uint64_t a, uint64_t b, uint32_t lifetime, Ranges& out) const;
+  // (bytes last touched by an older lifetime count as never written). `origin`, when given,
+  // receives the first such range's origin (0 when they are the buffer's own).
+  void undefined(uint64_t a, uint64_t b, uint32_t lifetime, Ranges& out, uint32_t* origin = nullptr) const;
   // Intervals held: neighbours with equal state are always merged into one.
   size_t intervals() const { return count_; }
 
@@ -63,6 +66,7 @@ class Shadow {
     AccessRec reads[2];
     uint32_t lifetime = 0;
     uint32_t extra = kNoExtra;  // reads past the inline two (only when nreads == 2)
+    uint32_t origin = 0;        // undefined bytes carried from another buffer (set_defined)
     uint8_t nreads = 0;         // inline reads held
     Access write_kind = Access::write;
     bool defined = false;

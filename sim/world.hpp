@@ -84,6 +84,14 @@ struct Lifetime {
   std::vector<int> recorded_streams;
 };
 
+// Where undefined bytes came from, once an elementwise kernel, collective or p2p carried them
+// out of the buffer that never wrote them: that buffer's lifetime, and the first operation that
+// carried them (World::carried_origin).
+struct UndefOrigin {
+  uint32_t lifetime = 0;
+  uint32_t op = 0;
+};
+
 struct TraceEvent {
   int64_t step = 0;
   int32_t rank = 0;
@@ -257,15 +265,21 @@ class World {
 
   // --- definedness (definedness.cpp): the shadow's record of bytes never written, carried by
   // elementwise kernels, collectives and p2p; reads that consume them go to the detectors ---
-  // Undefined bytes relative to a tensor's start.
-  Shadow::Ranges undefined_rel(int rank, const core::TensorRef& t);
-  void set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel);
+  // Undefined bytes relative to a tensor's start; `origin` receives the first range's (0: the
+  // tensor's own never-written bytes).
+  Shadow::Ranges undefined_rel(int rank, const core::TensorRef& t, uint32_t* origin = nullptr);
+  void set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel, uint32_t origin);
   void check_defined(int rank, uint32_t op, const core::TensorRef& t);
+  // The origin that op carries undefined bytes of t under: `found` (undefined_rel's) when they
+  // came from elsewhere, else t's own lifetime with op as its first carrier (one per lifetime).
+  uint32_t carried_origin(int rank, const core::TensorRef& t, uint32_t found, uint32_t op);
+  const UndefOrigin& undef_origin(uint32_t id) const { return undef_origins_[id - 1]; }
   using ElementRanges = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end) in elements
   // Checks the inputs of a kernel that consumes them; for an elementwise kernel, returns
-  // instead the undefined elements that its outputs inherit.
-  ElementRanges check_kernel_inputs(int rank, uint32_t op, const core::KernelCall& k);
-  void set_kernel_outputs_undefined(int rank, const core::KernelCall& k, const ElementRanges& elems);
+  // instead the undefined elements that its outputs inherit, and their origin.
+  ElementRanges check_kernel_inputs(int rank, uint32_t op, const core::KernelCall& k, uint32_t& origin);
+  void set_kernel_outputs_undefined(int rank, const core::KernelCall& k, const ElementRanges& elems,
+                                    uint32_t origin);
   // Member m's undefined output bytes, from every member's undefined input bytes.
   static Shadow::Ranges collective_undefined_rel(const core::CollectiveCall& c,
                                                  const std::vector<Shadow::Ranges>& undef, size_t m);
@@ -373,6 +387,8 @@ class World {
   std::unordered_map<uint64_t, uint32_t> name_cache_;  // cached_name
   std::vector<uint64_t> name_hashes_;
   std::vector<core::Finding> findings_;
+  std::vector<UndefOrigin> undef_origins_;            // origin id k is undef_origins_[k - 1]
+  std::unordered_map<uint32_t, uint32_t> origin_of_;  // lifetime -> its origin id
   std::vector<int64_t> pct_priority_;
   std::vector<int64_t> pct_change_steps_;
   int64_t step_ = 0;

@@ -113,6 +113,14 @@ class ReproducerTest(unittest.TestCase):
                              "over ranks 0, 1 adds up terms computed from the gradient of 'norm.weight', "
                              "'norm.bias'")
 
+    def test_an_accumulator_summed_into_before_it_was_written_is_found_at_its_first_read(self):
+        # The never-written bytes reach the parameters through the all-reduce and the update:
+        # the finding names the torch.empty buffer and the += that first read it.
+        self.found_and_fixed("uninit_accumulator.py",
+                             "computed from never-written bytes of 'tensor allocated at "
+                             "examples/pytorch/uninit_accumulator.py:27', first read by aten::add_ at "
+                             "examples/pytorch/uninit_accumulator.py:31")
+
     def test_a_gradient_summed_twice_is_found_and_the_fix_and_no_values_are_clean(self):
         with tempfile.TemporaryDirectory() as d:
             code, out = self.verdict(self.capture(d, "double", "double_reduction.py"))

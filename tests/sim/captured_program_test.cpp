@@ -343,13 +343,16 @@ TEST_CASE("a side-stream race, a read of torch.empty memory and a p2p deadlock s
   REQUIRE_THAT(uninit.explored.findings[0].explanation,
                Catch::Contains("torch.zeros instead of torch.empty"));
   // A copy carries never-written bytes along without using them (padding copied whole): the
-  // read that uses them is the finding, at its line, not the copy.
+  // read that uses them is the finding, at its line, not the copy; it names where the bytes
+  // came from (the padded buffer) and the copy that first read them, and is keyed by those.
   const auto copied = run_fixture("uninit-copied");
   REQUIRE(copied.explored.findings.size() == 1);
   REQUIRE(copied.explored.findings[0].kind == core::FindingKind::uninitialized_read);
   REQUIRE_THAT(copied.explored.findings[0].summary,
-               Catch::Contains("aten::sum at pad.py:10 reads 512 never-written bytes of 'tensor allocated at "
-                               "pad.py:7' (first at byte 512)"));
+               Catch::Contains("aten::sum at pad.py:10 reads 512 bytes of 'tensor allocated at pad.py:7' (first "
+                               "at byte 512) computed from never-written bytes of 'tensor allocated at pad.py:5', "
+                               "first read by aten::copy_ at pad.py:8"));
+  REQUIRE(copied.explored.findings[0].key == "uninit|pad.py:8|tensor allocated at pad.py:5");
   // Elementwise operators over operands of one size carry them too (a gradient accumulated into
   // a buffer whose padding nobody wrote, then divided in place): the norm that reads them is
   // the finding. An add_ with an operand of another size (a broadcast) is opaque, and uses them.
