@@ -275,9 +275,10 @@ TEST_CASE("a prefetch thread's wait orders only the threads that take its batch 
                Catch::Contains("host thread 'prefetch' waits for 'stream from thread_prefetch.py:25' "
                                "after aten::copy_ at thread_prefetch.py:28, but nothing orders "
                                "that wait before aten::mm at thread_prefetch.py:47"));
-  REQUIRE_THAT(d.fixes.at(0),
-               Catch::StartsWith("on host thread 'prefetch', hand the tensor allocated at "
-                                 "thread_prefetch.py:28 over (queue put, Event set, lock release) only after"));
+  REQUIRE_THAT(
+      d.fixes.at(0),
+      Catch::StartsWith("on host thread 'prefetch', hand the tensor allocated at "
+                        "thread_prefetch.py:28 over (queue put, Event set, lock release) only after"));
   // The same records on one host timeline: the prefetcher's wait, written before the multiply,
   // would order it, and the race would be missed.
   const std::string one =
@@ -348,10 +349,11 @@ TEST_CASE("a side-stream race, a read of torch.empty memory and a p2p deadlock s
   const auto copied = run_fixture("uninit-copied");
   REQUIRE(copied.explored.findings.size() == 1);
   REQUIRE(copied.explored.findings[0].kind == core::FindingKind::uninitialized_read);
-  REQUIRE_THAT(copied.explored.findings[0].summary,
-               Catch::Contains("aten::sum at pad.py:10 reads 512 bytes of 'tensor allocated at pad.py:7' (first "
-                               "at byte 512) computed from never-written bytes of 'tensor allocated at pad.py:5', "
-                               "first read by aten::copy_ at pad.py:8"));
+  REQUIRE_THAT(
+      copied.explored.findings[0].summary,
+      Catch::Contains("aten::sum at pad.py:10 reads 512 bytes of 'tensor allocated at pad.py:7' (first "
+                      "at byte 512) computed from never-written bytes of 'tensor allocated at pad.py:5', "
+                      "first read by aten::copy_ at pad.py:8"));
   REQUIRE(copied.explored.findings[0].key == "uninit|pad.py:8|tensor allocated at pad.py:5");
   // Elementwise operators over operands of one size carry them too (a gradient accumulated into
   // a buffer whose padding nobody wrote, then divided in place): the norm that reads them is

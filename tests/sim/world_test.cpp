@@ -127,9 +127,10 @@ TEST_CASE("undefined bytes propagate through collectives and copies to the consu
       REQUIRE(r.findings.size() == 1);
       REQUIRE(r.findings[0].kind == core::FindingKind::uninitialized_read);
       // Named by where the bytes were never written (rank 1's x) and what first carried them.
-      REQUIRE_THAT(r.findings[0].summary,
-                   Catch::Contains("kernel 'consume' reads 32 bytes of 'copy' (first at byte 96) computed from "
-                                   "never-written bytes of 'x', first read by all_gather 'x'"));
+      REQUIRE_THAT(
+          r.findings[0].summary,
+          Catch::Contains("kernel 'consume' reads 32 bytes of 'copy' (first at byte 96) computed from "
+                          "never-written bytes of 'x', first read by all_gather 'x'"));
     }
   }
 }
