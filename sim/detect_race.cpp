@@ -156,8 +156,8 @@ ThreadGap thread_gap(const WorldView& w, int rank, const AccessRec& a, const Acc
   return {"; " + label(waited) + " waits for " + sa + " after " + d.first.op +
               ", but nothing orders that wait before " + d.second.op + ", which " + label(issuer) +
               " issued (host threads order each other through Thread.start and join, a queue's put and get, "
-              "an Event's set and wait, a Semaphore's release and acquire, the release and acquire of a "
-              "Lock or Condition, ThreadPoolExecutor.submit and Future.result)",
+              "an Event's set and wait, a Semaphore's release and acquire, a Barrier's wait, the release and "
+              "acquire of a Lock or Condition, ThreadPoolExecutor.submit and Future.result)",
           "on " + label(waited) + ", hand the " + (d.reuse ? d.second.buffer : d.first.buffer) +
               " over (queue put, Event set, lock release) only after its wait for " + sa +
               ", so the thread that takes it is ordered after that wait",

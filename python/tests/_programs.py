@@ -110,3 +110,20 @@ def priority_queue_handover():
     go.acquire()  # line 110
     q.get()[1].add_(1)  # line 111: the item put at line 105
     t.join()
+
+
+def barrier_handover():
+    import threading
+    box = [None, None]
+    gate = threading.Barrier(2)
+
+    def make():
+        box[1] = torch.full((4,), 2.0)  # line 121
+        gate.wait()
+
+    t = threading.Thread(target=make)
+    t.start()
+    box[0] = torch.ones(4)
+    gate.wait()  # line 127: through once both arrived
+    box[1].add_(box[0])  # line 128
+    t.join()

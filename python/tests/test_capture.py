@@ -459,9 +459,9 @@ class TorchCpuTest(unittest.TestCase):
                     got.append((at, before))
         self.fail(f"no operator at line {used_line} on the program's thread")
 
-    def test_locks_conditions_and_simple_queues_the_program_makes_hand_work_over(self):
+    def test_locks_conditions_simple_queues_and_barriers_hand_work_over(self):
         for name, made, used in [("lock_handover", 57, 65), ("condition_handover", 76, 83),
-                                 ("simple_queue_handover", 91, 93)]:
+                                 ("simple_queue_handover", 91, 93), ("barrier_handover", 121, 128)]:
             with self.subTest(name), tempfile.TemporaryDirectory() as d:
                 path = self.capture_program(d, name)
                 waits = self.handovers_before(path, used)

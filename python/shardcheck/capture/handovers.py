@@ -8,14 +8,16 @@ thread (Recorder.signal) and a wait for it on the taking one (Recorder.wait_sign
 - Thread.start and join; a ThreadPoolExecutor's submit, its future's result and exception.
 - queue.Queue, LifoQueue, PriorityQueue: put and get; queue.SimpleQueue too, when the program
   names it after the capture began (it is a C type: the capture hands out a subclass).
-- threading.Event set and wait; Semaphore (and BoundedSemaphore) release and acquire.
+- threading.Event set and wait; Semaphore (and BoundedSemaphore) release and acquire; a
+  Barrier's wait (each party after every party's arrival in its round).
 - Locks the program makes (threading.Lock, RLock, and the lock of a Condition it makes):
   release and acquire, Condition.wait included. Locks made inside torch, the standard library
   or the capture (a Queue's, an Event's) are left as they are: what they guard is followed above.
 
-Not followed: Barrier, polling a value or future.done(), locks made before the capture began.
+Not followed: polling a value or future.done(), locks made before the capture began.
 """
 
+import _thread
 import collections
 import concurrent.futures
 import itertools
@@ -206,6 +208,7 @@ class Follower:
         self.patch(threading.BoundedSemaphore, "release", release)
         self.patch(threading.Semaphore, "acquire", acquire)
         self.patch(threading.Semaphore, "__enter__", acquire)
+        self.patch(threading.Barrier, "wait", lambda orig: _barrier_wait(orig, follower))
 
     # -- locks -------------------------------------------------------------------------------
     def locks(self):
@@ -272,6 +275,32 @@ class Follower:
 
 
 _RLOCK = threading.RLock  # the real one, for a Condition's own lock
+
+
+def _barrier_wait(orig, follower):
+    """Barrier.wait: every party leaves a signal as it arrives and, once through, waits for the
+    signals of every party of its round (arrivals counted in order: round = arrival // parties)."""
+    def wrapped(barrier, timeout=None):
+        if follower.internal():
+            return orig(barrier, timeout)
+        state = barrier.__dict__.setdefault("_shardcheck", {"lock": _thread.allocate_lock(),
+                                                            "arrivals": 0, "rounds": {}})
+        sid = follower.signal()
+        with state["lock"]:
+            round_ = state["arrivals"] // barrier.parties
+            state["arrivals"] += 1
+            state["rounds"].setdefault(round_, [0, []])[1].append(sid)
+        index = orig(barrier, timeout)  # a broken barrier raises: nothing was handed over
+        with state["lock"]:
+            entry = state["rounds"][round_]
+            entry[0] += 1
+            signals = list(entry[1])
+            if entry[0] == barrier.parties:
+                del state["rounds"][round_]
+        for s in signals:
+            follower.wait(s)
+        return index
+    return wrapped
 
 
 class _FollowedLock:
