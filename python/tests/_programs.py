@@ -127,3 +127,40 @@ def barrier_handover():
     gate.wait()  # line 127: through once both arrived
     box[1].add_(box[0])  # line 128
     t.join()
+
+
+def every_handover():
+    """Threads handing tensors over through every kind of handover at once, and a backward on
+    a thread: captured without a hang, and clean."""
+    import concurrent.futures
+    import queue
+    import threading
+    model = torch.nn.Linear(8, 1)
+    lock, cond = threading.Lock(), threading.Condition()
+    sq, pq = queue.SimpleQueue(), queue.PriorityQueue()
+    sem, bar = threading.BoundedSemaphore(2), threading.Barrier(3)
+
+    def worker(i):
+        with sem:
+            with lock:
+                t = torch.full((4,), float(i))
+            sq.put(t)
+            pq.put((i, t.clone()))
+        bar.wait()
+
+    def train():
+        model(torch.randn(4, 8)).sum().backward()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    threads.append(threading.Thread(target=train))
+    for t in threads:
+        t.start()
+    bar.wait()
+    got = [sq.get() for _ in range(2)] + [pq.get()[1] for _ in range(2)]
+    with cond:
+        cond.notify_all()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        doubled = list(pool.map(lambda g: g * 2, got))
+    for t in threads:
+        t.join()
+    return sum(d.sum() for d in doubled)

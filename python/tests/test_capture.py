@@ -468,6 +468,14 @@ class TorchCpuTest(unittest.TestCase):
                 self.assertTrue(any(made in before for _, before in waits), waits)
                 self.assert_checks_clean(d)
 
+    def test_every_handover_at_once_captures_and_checks_clean(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = self.capture_program(d, "every_handover")
+            kinds = {r["k"] for r in read(path)[1:]}
+            self.assertTrue({"thread", "host_signal", "host_wait"} <= kinds, kinds)
+            self.assertEqual(read(path)[-1]["k"], "end")
+            self.assert_checks_clean(d)
+
     def test_a_priority_queue_hands_each_item_over_from_its_own_put(self):
         with tempfile.TemporaryDirectory() as d:
             path = self.capture_program(d, "priority_queue_handover")
