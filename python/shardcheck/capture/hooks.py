@@ -309,9 +309,9 @@ class Hooks:
     def timeline(self):
         """The host thread calling, as Recorder.thread_of gives it: None for the program's
         own thread, else (key, name, start); autograd's device threads take the timeline of
-        the thread waiting in backward() while they run. A thread the program started has its own; so has a backend's
-        (a process group's worker or watchdog: a C++ thread outside autograd with no frame of
-        the program's on it)."""
+        the thread waiting in backward() while they run. A thread the program started has its
+        own; so has a backend's (a process group's worker or watchdog: a C++ thread outside
+        autograd with no frame of the program's on it)."""
         ident = threading.get_ident()
         if ident == _main_ident:
             return None
