@@ -45,8 +45,7 @@ class Follower:
     def internal(self):
         """The threading module's own events (a thread's start-up), the capture's threads."""
         f = sys._getframe(2).f_code.co_filename  # the caller of the patched function
-        return f == threading.__file__ or f.startswith(self.own_dir + os.sep) or \
-            getattr(self.quiet, "on", False)
+        return f == threading.__file__ or f.startswith(self.own_dir + os.sep) or self.quieted()
 
     def quieted(self):
         return getattr(self.quiet, "on", False)
