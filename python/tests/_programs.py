@@ -164,3 +164,29 @@ def every_handover():
     for t in threads:
         t.join()
     return sum(d.sum() for d in doubled)
+
+
+def polled_future():
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    box = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(lambda: box.append(torch.full((4,), 2.0)))  # line 174
+        while not future.done():  # line 175: polled until the task has ended
+            time.sleep(0.001)
+        box[0].add_(1)  # line 177
+
+
+def waited_futures():
+    import concurrent.futures
+    box = {}
+
+    def make(i):
+        box[i] = torch.full((4,), float(i))  # line 185
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        concurrent.futures.wait([pool.submit(make, i) for i in range(2)])
+        box[0].add_(box[1])  # line 189
+        late = pool.submit(lambda: box.setdefault(2, torch.ones(4)))  # line 190
+        for _ in concurrent.futures.as_completed([late]):
+            box[2].add_(1)  # line 192

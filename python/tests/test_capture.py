@@ -468,6 +468,17 @@ class TorchCpuTest(unittest.TestCase):
                 self.assertTrue(any(made in before for _, before in waits), waits)
                 self.assert_checks_clean(d)
 
+    def test_a_future_seen_finished_hands_its_task_over(self):
+        # done() polled until True, concurrent.futures.wait() and as_completed(): the program
+        # reads what the task made without result(), and still waits for the task's end.
+        for name, made, used in [("polled_future", 174, 177), ("waited_futures", 185, 189),
+                                 ("waited_futures", 190, 192)]:
+            with self.subTest(f"{name}:{used}"), tempfile.TemporaryDirectory() as d:
+                path = self.capture_program(d, name)
+                waits = self.handovers_before(path, used)
+                self.assertTrue(any(made in before for _, before in waits), waits)
+                self.assert_checks_clean(d)
+
     def test_every_handover_at_once_captures_and_checks_clean(self):
         with tempfile.TemporaryDirectory() as d:
             path = self.capture_program(d, "every_handover")

@@ -232,7 +232,8 @@ class Follower:
 
     # -- pools -------------------------------------------------------------------------------
     def pools(self):
-        """concurrent.futures: a task waits for its submit, result() for the task's end."""
+        """concurrent.futures: a task waits for its submit; result(), a done() that says so,
+        wait() and as_completed() for the task's end."""
         follower, hooks, rec = self, self.hooks, self.rec
 
         def submit(orig):
@@ -262,8 +263,30 @@ class Follower:
                 try:
                     return orig(future, timeout)
                 finally:
-                    if future.done():
-                        follower.wait(getattr(future, "_shardcheck_signal", None))
+                    follower.settled(future)
+            return wrapped
+
+        def polled(orig):
+            def wrapped(future):
+                done = orig(future)
+                if done and not follower.internal():
+                    follower.settled(future)
+                return done
+            return wrapped
+
+        def waited(orig):
+            def wrapped(fs, *args, **kwargs):
+                got = orig(fs, *args, **kwargs)
+                for future in got.done:
+                    follower.settled(future)
+                return got
+            return wrapped
+
+        def completed(orig):
+            def wrapped(fs, *args, **kwargs):
+                for future in orig(fs, *args, **kwargs):
+                    follower.settled(future)
+                    yield future
             return wrapped
 
         self.patch(concurrent.futures.ThreadPoolExecutor, "submit", submit)
@@ -271,6 +294,21 @@ class Follower:
         self.patch(concurrent.futures.Future, "set_exception", settle)
         self.patch(concurrent.futures.Future, "result", outcome)
         self.patch(concurrent.futures.Future, "exception", outcome)
+        self.patch(concurrent.futures.Future, "done", polled)
+        self.patch(concurrent.futures, "wait", waited)
+        self.patch(concurrent.futures, "as_completed", completed)
+
+    def settled(self, future):
+        """The calling thread saw `future` finished (result(), a done() that said so, wait(),
+        as_completed()): it waits for the task's end, once per thread and future."""
+        sid = getattr(future, "_shardcheck_signal", None)
+        if sid is None or not future.done():
+            return
+        seen = future.__dict__.setdefault("_shardcheck_seen", set())
+        me = threading.get_ident()
+        if me not in seen:
+            seen.add(me)
+            self.wait(sid)
 
 
 _RLOCK = threading.RLock  # the real one, for a Condition's own lock
