@@ -190,3 +190,9 @@ def waited_futures():
         late = pool.submit(lambda: box.setdefault(2, torch.ones(4)))  # line 190
         for _ in concurrent.futures.as_completed([late]):
             box[2].add_(1)  # line 192
+
+
+def copy_off_device():
+    src = torch.ones(4)  # line 196
+    dst = torch.empty(4, device="meta")  # memory of a device the capture does not record
+    dst.copy_(src)  # line 198: still a read of src (a gradient copied into pinned host memory)

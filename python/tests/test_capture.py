@@ -479,6 +479,33 @@ class TorchCpuTest(unittest.TestCase):
                 self.assertTrue(any(made in before for _, before in waits), waits)
                 self.assert_checks_clean(d)
 
+    def test_a_copy_into_memory_of_another_device_still_reads_its_source(self):
+        # copy_ returns its destination: with that destination off the captured device (a
+        # gradient copied into pinned host memory on CUDA; a meta tensor here), the read of
+        # the source is still an access, not a view.
+        with tempfile.TemporaryDirectory() as d:
+            path = self.capture_program(d, "copy_off_device")
+            lines = {r["id"]: r["line"] for r in records(path, "site")}
+            made = [r["w"][0][0] for r in records(path, "op") if lines[r["at"]] == 196]
+            copies = [r for r in records(path, "op") if r["name"] == "aten::copy_"]
+            self.assertEqual([(lines[r["at"]], [x[0] for x in r["r"]], r["w"]) for r in copies],
+                             [(198, made, [])])
+
+    def test_only_a_backends_own_frees_wait_for_their_collectives(self):
+        # A free the program makes (del) orders nothing: the collective that used the tensor
+        # may still run. One the process group's watchdog makes waited for it.
+        from shardcheck import capture
+        from shardcheck.capture import hooks as hooks_module
+        with tempfile.TemporaryDirectory() as d:
+            with capture(d, device="cpu") as cap:
+                seen = []
+                cap._hooks.rec.on_free = lambda ptr, site, background: seen.append(background)
+                cap._hooks.on_free(1)
+                with hooks_module.background_frees():
+                    cap._hooks.on_free(2)
+                del cap._hooks.rec.on_free
+        self.assertEqual(seen, [False, True])
+
     def test_every_handover_at_once_captures_and_checks_clean(self):
         with tempfile.TemporaryDirectory() as d:
             path = self.capture_program(d, "every_handover")

@@ -347,7 +347,7 @@ class Hooks:
     def on_free(self, ptr):
         # A process group's watchdog releases the tensors it held for a collective only once
         # that collective has finished.
-        background = getattr(_background, "on", False) or self._worker() is not None
+        background = getattr(_background, "on", False) or self._worker()
         self.rec.on_free(ptr, self.site(), background)
 
     def on_event_create(self, ev):
@@ -404,6 +404,7 @@ class Hooks:
             plan = self._plans[func] = self._plan(func, name)
         args_plan, aliasing, no_access, returns = plan
         reads, writes, written = [], [], []
+        writes_elsewhere = False  # a copy_ into host memory from a device tensor
         nargs = len(args)
         for i, argname, is_write, also_read in args_plan:
             value = args[i] if i < nargs else kwargs.get(argname)
@@ -411,6 +412,7 @@ class Hooks:
                 continue
             for t in _tensors(value):
                 if t.device.type != self.device:
+                    writes_elsewhere |= is_write
                     continue
                 if is_write:
                     written.append(t)  # empty too: an out= argument the operator resizes
@@ -423,7 +425,7 @@ class Hooks:
                         reads.append(span)
                 else:
                     reads.append(span)
-        if no_access or (aliasing and not written):
+        if no_access or (aliasing and not written and not writes_elsewhere):
             reads, writes, written = [], [], []  # a view, or an allocator bookkeeping call
         # Storages the operator is given: a return in one of them is no new storage, even where
         # the schema does not say it aliases (aten::_unsafe_view of reshape's copy).
