@@ -109,6 +109,16 @@ def check(binary, folder, out, name):
     return {"findings": found, "partial": partial}, p.returncode, p.stdout + p.stderr
 
 
+def made_on(folder):
+    """The device and torch a capture was made with (its first rank file's header), or None."""
+    try:
+        with open(os.path.join(folder, "rank-0.jsonl"), encoding="utf-8") as f:
+            head = json.loads(f.readline())
+        return f"{head['device']}, torch {head['torch']}"
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def judge(expect, got):
     """'met', or why not: each expected (kind, sites) must match a finding of that kind whose
     key names every site, and every finding must be expected."""
@@ -142,7 +152,7 @@ def main(argv=None):
     env = dict(os.environ, PYTHONUNBUFFERED="1",
                PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep +
                os.environ.get("PYTHONPATH", ""))
-    rows = []
+    rows, where = [], {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     with open(os.path.join(args.out, "acceptance.log"), "w", encoding="utf-8") as log:
         for c in CASES:
             if not only.search(c["name"]):
@@ -150,6 +160,7 @@ def main(argv=None):
             folder, rc, text, wall = capture(c, args.out, env)
             got, check_rc, said = check(args.bin, folder, args.out, c["name"])
             verdict = judge(c["expect"], got)
+            where.setdefault("on", made_on(folder))
             rows.append({"name": c["name"], "capture_rc": rc, "wall_s": round(wall, 1),
                          "check_rc": check_rc, "verdict": verdict,
                          "findings": got["findings"] if got else None,
@@ -157,21 +168,22 @@ def main(argv=None):
             log.write(f"== {c['name']}: {verdict}\n{text[-3000:]}\n{said[-3000:]}\n")
             log.flush()
             print(f"{c['name']:32} {verdict}", flush=True)
-            write_results(args.out, rows, final=False)  # a run cut short keeps what it saw
-    write_results(args.out, rows)
+            write_results(args.out, rows, where, final=False)  # a run cut short keeps it
+    write_results(args.out, rows, where)
     return 0 if all(r["verdict"] == "met" for r in rows) else 1
 
 
-def write_results(out, rows, final=True):
+def write_results(out, rows, where, final=True):
     met = sum(r["verdict"] == "met" for r in rows)
     verdicts = sum(r["verdict"] != "no verdict" for r in rows)
     summary = f"{met} of {len(rows)} cases met their expectation; {verdicts} of {len(rows)} " \
               f"had a verdict"
+    run = f"started {where['started']} on {where.get('on') or 'a machine no capture named'}"
     with open(os.path.join(out, "acceptance.json"), "w", encoding="utf-8") as f:
-        json.dump({"summary": summary, "cases": rows}, f, indent=1)
+        json.dump({"summary": summary, "run": run, "cases": rows}, f, indent=1)
     with open(os.path.join(out, "acceptance.md"), "w", encoding="utf-8") as f:
-        f.write(f"# Acceptance\n\n{summary}\n\n| case | capture exit | seconds | verdict |\n"
-                "| --- | --- | --- | --- |\n")
+        f.write(f"# Acceptance\n\n{summary} ({run})\n\n"
+                "| case | capture exit | seconds | verdict |\n| --- | --- | --- | --- |\n")
         for r in rows:
             f.write(f"| {r['name']} | {r['capture_rc']} | {r['wall_s']} | {r['verdict']} |\n")
     if not final:
