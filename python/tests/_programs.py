@@ -196,3 +196,22 @@ def copy_off_device():
     src = torch.ones(4)  # line 196
     dst = torch.empty(4, device="meta")  # memory of a device the capture does not record
     dst.copy_(src)  # line 198: still a read of src (a gradient copied into pinned host memory)
+
+
+class _Squares(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        x = torch.full((4,), float(i))
+        for _ in range(3000):  # a worker's records would overflow the writer's 1 MiB buffer
+            x = x * 1.0 + 0.0
+        return x
+
+
+def forked_loader():
+    model = torch.nn.Linear(4, 1)
+    loader = torch.utils.data.DataLoader(_Squares(), batch_size=4, num_workers=2,
+                                         multiprocessing_context="fork")
+    for batch in loader:
+        model(batch).sum().backward()

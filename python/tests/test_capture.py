@@ -506,6 +506,19 @@ class TorchCpuTest(unittest.TestCase):
                 del cap._hooks.rec.on_free
         self.assertEqual(seen, [False, True])
 
+    def test_a_forked_data_loader_worker_writes_nothing_into_the_rank_file(self):
+        # The workers are forked with the capture on: their operators are no rank's, and
+        # neither their records nor their copy of the parent's buffer may reach the file.
+        with tempfile.TemporaryDirectory() as d:
+            path = self.capture_program(d, "forked_loader")
+            rows = read(path)  # every line whole JSON
+            self.assertEqual(rows[-1], {"k": "end", "records": len(rows) - 2})
+            names = {r["name"] for r in rows if r.get("k") == "op"}
+            self.assertNotIn("aten::mul", names)  # the workers' only multiply
+            self.assertIn("aten::addmm", names)  # the program's own forward
+            self.assertEqual([i for i, r in enumerate(rows) if "shardcheck_capture" in r], [0])
+            self.assert_checks_clean(d)
+
     def test_every_handover_at_once_captures_and_checks_clean(self):
         with tempfile.TemporaryDirectory() as d:
             path = self.capture_program(d, "every_handover")

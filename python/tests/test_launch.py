@@ -52,6 +52,21 @@ if dist.get_rank() == 2:
     raise ValueError("rank 2 cannot go on")
 dist.all_reduce(t)
 """,
+    # Each rank forks a child that ends as a program does (its atexit, its buffers flushed):
+    # the child's copy of the rank's unflushed records and end must not reach the file.
+    # (It forks before the process group is made: a child of a gloo rank hangs at its exit.)
+    "forks.py": """
+import os, sys
+import torch, torch.distributed as dist
+t = torch.ones(8) * 2
+pid = os.fork()
+if pid == 0:
+    t + 1
+    sys.exit(0)
+os.waitpid(pid, 0)
+dist.init_process_group("gloo")
+dist.all_reduce(t)
+""",
     # Every rank but 3 waits in a collective that rank 3 is late to: time to signal.
     "slow.py": """
 import time
@@ -111,6 +126,18 @@ class LauncherTest(unittest.TestCase):
         for end in self.rank_ends():
             self.assertIsNotNone(end)
             self.assertNotIn("partial", end)
+        if os.environ.get("SHARDCHECK_BIN"):
+            self.assertIn("clean   cap: no findings", out)
+
+    def test_a_forked_child_that_exits_leaves_every_rank_file_as_its_rank_wrote_it(self):
+        code, out, err = self.run_launch("forks.py", check=bool(os.environ.get("SHARDCHECK_BIN")))
+        self.assertEqual(code, 0, out + err)
+        for r in range(4):
+            with open(os.path.join(self.dir, "cap", "rank-%d.jsonl" % r)) as f:
+                rows = [json.loads(line) for line in f]
+            self.assertEqual(rows[-1], {"k": "end", "records": len(rows) - 2})
+            self.assertEqual(sum("shardcheck_capture" in row for row in rows), 1)
+            self.assertNotIn("aten::add", {row.get("name") for row in rows})  # the child's
         if os.environ.get("SHARDCHECK_BIN"):
             self.assertIn("clean   cap: no findings", out)
 

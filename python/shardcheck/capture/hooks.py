@@ -950,9 +950,33 @@ class Hooks:
         _Router.active = self
 
 
-# A thread, or a stretch of one, whose CUDA work is a backend's own (host copies, its worker):
-# the trace callbacks it causes are not the program's and are not recorded.
-_quiet = threading.local()
+class _Quiet(threading.local):
+    """A thread, or a stretch of one, whose work is not the program's: a backend's own (host
+    copies, its worker), whose trace callbacks and operators are not recorded; and every
+    thread of a process forked from a rank (a DataLoader worker), whose work is no rank's."""
+
+    forked = False  # set in a forked child, for every thread it has
+
+    def __init__(self):
+        self._on = False
+
+    @property
+    def on(self):
+        return self._on or _Quiet.forked
+
+    @on.setter
+    def on(self, value):
+        self._on = value
+
+
+_quiet = _Quiet()
+
+
+def _forked_child():
+    _Quiet.forked = True
+
+
+os.register_at_fork(after_in_child=_forked_child)
 
 
 class quiet:

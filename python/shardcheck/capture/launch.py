@@ -77,8 +77,8 @@ def launch(args, target):
     if args.device:
         cmd += ["--device", args.device]
     cmd += ["--"] + list(target)
-    print("shardcheck.capture: %d ranks of %s %s" % (
-        n, " ".join(target), "uncaptured" if args.no_capture else "into " + args.out),
+    print("shardcheck.capture: %s of %s %s" % (
+        plural(n, "rank"), " ".join(target), "uncaptured" if args.no_capture else "into " + args.out),
         file=sys.stderr, flush=True)
     store = agent_store(port)
     procs = [subprocess.Popen(cmd, env=rank_env(r, n, port, args.timeout, store is not None))
@@ -127,8 +127,8 @@ def launch(args, target):
         if stop["signal"] is not None:
             return 128 + stop["signal"]
         return 0 if whole else 1
-    print("shardcheck.capture: %s: %d rank files%s" % (
-        args.out, n, "" if whole else ", partial (shardcheck run names where each rank ended)"),
+    print("shardcheck.capture: %s: %s%s" % (
+        args.out, plural(n, "rank file"), "" if whole else ", partial (shardcheck run names where each rank ended)"),
         file=sys.stderr, flush=True)
     if not args.check:
         print("shardcheck.capture: check it with: shardcheck run %s" % args.out, file=sys.stderr)
@@ -137,3 +137,7 @@ def launch(args, target):
         return 0 if whole else 1
     from .__main__ import check
     return check(args.out)
+
+
+def plural(n, noun):
+    return "%d %s%s" % (n, noun, "" if n == 1 else "s")

@@ -7,7 +7,9 @@ sites), so its bookkeeping is tested without a GPU. ``hooks.py`` feeds it from a
 
 import collections
 import json
+import os
 import threading
+import weakref
 
 from .writer import Writer
 
@@ -37,6 +39,19 @@ class _Switching:
         return getattr(self._writer, name)
 
 
+_recorders = weakref.WeakSet()  # this process's recorders
+
+
+def _fresh_locks_in_child():
+    """A thread of the parent may have held a recorder's lock when it forked: the child, where
+    that thread does not exist, gets a free one (its writer is closed: docs/capture.md)."""
+    for r in list(_recorders):
+        r._lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_in_child)
+
+
 class Recorder:
     def __init__(self, path, header, default_stream=0, sees_frees=True, addresses=None,
                  storages=None):
@@ -52,6 +67,7 @@ class Recorder:
         self._addresses = sees_frees if addresses is None else addresses
         self._w = Writer(path, header)
         self._lock = threading.RLock()
+        _recorders.add(self)
         self._sites = {}  # (file, line, func) -> id
         self._streams = {}  # handle -> id
         self._stream_names = set()
