@@ -78,7 +78,8 @@ def launch(args, target):
         cmd += ["--device", args.device]
     cmd += ["--"] + list(target)
     print("shardcheck.capture: %s of %s %s" % (
-        plural(n, "rank"), " ".join(target), "uncaptured" if args.no_capture else "into " + args.out),
+        plural(n, "rank"), " ".join(target),
+        "uncaptured" if args.no_capture else "into " + args.out),
         file=sys.stderr, flush=True)
     store = agent_store(port)
     procs = [subprocess.Popen(cmd, env=rank_env(r, n, port, args.timeout, store is not None))
@@ -128,7 +129,8 @@ def launch(args, target):
             return 128 + stop["signal"]
         return 0 if whole else 1
     print("shardcheck.capture: %s: %s%s" % (
-        args.out, plural(n, "rank file"), "" if whole else ", partial (shardcheck run names where each rank ended)"),
+        args.out, plural(n, "rank file"),
+        "" if whole else ", partial (shardcheck run names where each rank ended)"),
         file=sys.stderr, flush=True)
     if not args.check:
         print("shardcheck.capture: check it with: shardcheck run %s" % args.out, file=sys.stderr)
