@@ -67,6 +67,28 @@ os.waitpid(pid, 0)
 dist.init_process_group("gloo")
 dist.all_reduce(t)
 """,
+    # The program starts its own ranks (PyTorch's DDP tutorial does): with --swap, rank 1
+    # reduces its two tensors in the other order, which gloo aborts on.
+    "spawns.py": """
+import os, socket, sys
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def run(rank, world, port):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    a = torch.ones(8)
+    b = torch.ones(16)
+    first, second = (b, a) if "--swap" in sys.argv and rank == 1 else (a, b)
+    dist.all_reduce(first)
+    dist.all_reduce(second)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(run, args=(2, port), nprocs=2)
+""",
     # Every rank but 3 waits in a collective that rank 3 is late to: time to signal.
     "slow.py": """
 import time
@@ -140,6 +162,42 @@ class LauncherTest(unittest.TestCase):
             self.assertNotIn("aten::add", {row.get("name") for row in rows})  # the child's
         if os.environ.get("SHARDCHECK_BIN"):
             self.assertIn("clean   cap: no findings", out)
+
+    def capture_spawning(self, *extra):
+        """The capture without its launcher: the program starts its ranks itself."""
+        check = ["--check"] if os.environ.get("SHARDCHECK_BIN") else []
+        p = subprocess.run([sys.executable, "-m", "shardcheck.capture", "--out", "cap",
+                            "--device", "cpu", "--timeout", "20"] + check +
+                           ["--", "spawns.py"] + list(extra), cwd=self.dir,
+                           env=dict(os.environ, PYTHONPATH=PYROOT), capture_output=True,
+                           text=True, timeout=120)
+        files = sorted(os.listdir(os.path.join(self.dir, "cap")))
+        return p.returncode, p.stdout, p.stderr, files
+
+    def test_ranks_the_program_spawns_are_each_captured_and_its_launcher_leaves_no_file(self):
+        code, out, err, files = self.capture_spawning()
+        self.assertEqual(code, 0, out + err)
+        self.assertEqual(files, ["rank-0.jsonl", "rank-1.jsonl"])
+        for r in range(2):
+            path = os.path.join(self.dir, "cap", "rank-%d.jsonl" % r)
+            with open(path) as f:
+                rows = [json.loads(line) for line in f]
+            self.assertEqual((rows[0]["rank"], rows[0]["world_size"]), (r, 2))
+            self.assertEqual(sum(row.get("k") == "coll" for row in rows), 2)
+            self.assertNotIn("partial", rows[-1])
+        self.assertIn("cap: 2 rank files, started by the program", err)
+        if os.environ.get("SHARDCHECK_BIN"):
+            self.assertIn("clean   cap: no findings", out)
+
+    def test_spawned_ranks_that_fail_are_still_checked_and_never_clean(self):
+        code, out, err, files = self.capture_spawning("--swap")
+        self.assertNotEqual(code, 0)
+        self.assertEqual(files, ["rank-0.jsonl", "rank-1.jsonl"])
+        self.assertIn("the program's ranks failed (ProcessExitedException", err)
+        if os.environ.get("SHARDCHECK_BIN"):
+            self.assertIn("[collective_mismatch]", out)
+            self.assertIn("at spawns.py:10", out)  # the first all_reduce
+            self.assertIn("PARTIAL cap: found collective_mismatch", out)
 
     def test_a_cross_group_deadlock_ends_after_the_timeout_and_is_named_with_its_lines(self):
         start = time.monotonic()

@@ -50,9 +50,10 @@ class Capture:
     or marked partial with why and where (an exception and its line, a signal, a collective
     that hung past the timeout)."""
 
-    def __init__(self, out_dir, device=None, argv=None, timeout=None, values=None):
+    def __init__(self, out_dir, device=None, argv=None, timeout=None, values=None, rank=None):
         """values: write digests of collective inputs and of parameters and gradients at
-        each optimizer step (values.py); on by default, SHARDCHECK_CAPTURE_VALUES=0 turns it off."""
+        each optimizer step (values.py); on by default, SHARDCHECK_CAPTURE_VALUES=0 turns it off.
+        rank: (rank, world size) where the environment does not say (spawned.py)."""
         from . import values as _values
         self.values = _values.enabled() if values is None else values
         self._values = None
@@ -67,6 +68,9 @@ class Capture:
         self._closed = threading.Lock()
         self._threads = []
         self._onegpu = None
+        self.rank = rank
+        self.handed_over = False  # the program started its own ranks (spawned.py)
+        self._starter = None
 
     def __enter__(self):
         import torch
@@ -78,7 +82,7 @@ class Capture:
             raise RuntimeError("shardcheck.capture: TORCH_CUDA_SANITIZER is set (to any value, it "
                                "turns torch's own sanitizer on): unset it to capture")
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        rank, world = rank_and_world()
+        rank, world = self.rank or rank_and_world()
         os.makedirs(self.out_dir, exist_ok=True)
         self.path = rank_file(self.out_dir, rank)
         header = {"rank": rank, "world_size": world, "torch": torch.__version__,
@@ -111,9 +115,31 @@ class Capture:
             self._values = self._hooks.values = Values(self.recorder, self._hooks)
             self._values.install()
         self._start_guards()
+        from .spawned import Starter
+        self._starter = Starter(self)
+        self._starter.install()
         return self
 
+    def hand_over(self):
+        """The program starts its own ranks (spawned.py): this process is only their launcher.
+        Its capture ends here and leaves no file: each rank writes its own, rank 0 where this
+        process's was."""
+        self._stop_guards()
+        if self._values is not None:
+            self._values.uninstall()
+        self._hooks.uninstall()
+        if self._closed.acquire(blocking=False):
+            self.recorder.abandon()
+            try:
+                os.remove(self.path)
+            except OSError:
+                pass
+        self.handed_over = True
+
     def __exit__(self, exc_type, exc, tb):
+        self._starter.uninstall()
+        if self.handed_over:
+            return False
         if exc_type is None and self._hooks.cuda:
             import torch
 

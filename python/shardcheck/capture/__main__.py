@@ -83,10 +83,18 @@ def main(argv=None):
     if args.no_capture:
         return _run_uncaptured(script)
     cap = Capture(args.out, device=args.device, argv=target)
+    failed = None
     with cap:
-        runpy.run_path(script, run_name="__main__")
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except Exception as e:  # noqa: BLE001 (a started rank's failure, reported below)
+            if not cap.handed_over:
+                raise  # this rank's own: its file ends partial with it
+            failed = e
     if os.environ.get("SHARDCHECK_LAUNCHED"):
         return 0  # the launcher reports for every rank
+    if cap.handed_over:
+        return _report_started(cap, args, failed)
     st = cap.recorder.stats
     print("shardcheck.capture: %s: %d records (%d ops, %d allocations, %d frees, %d collectives)"
           % (cap.path, cap.recorder._w.records, st["ops"], st["allocs"], st["frees"],
@@ -101,6 +109,25 @@ def main(argv=None):
               file=sys.stderr)
         return 0
     return check(args.out)
+
+
+def _report_started(cap, args, failed):
+    """The program started its own ranks (spawned.py): their files are the capture, whole
+    however each ended; checked with --check even when the program failed."""
+    from .launch import plural
+    if failed is not None:
+        why = " ".join(str(failed).split())[:300]
+        print("shardcheck.capture: the program's ranks failed (%s: %s)"
+              % (type(failed).__name__, why), file=sys.stderr)
+    print("shardcheck.capture: %s: %s, started by the program (torch.multiprocessing)%s"
+          % (args.out, plural(cap._starter.started, "rank file"),
+             "" if failed is None else ", partial"), file=sys.stderr)
+    if not args.check:
+        print("shardcheck.capture: check it with: shardcheck run %s" % args.out,
+              file=sys.stderr)
+        return 0 if failed is None else 1
+    code = check(args.out)
+    return code if code != 0 or failed is None else 1
 
 
 def _missing_torch():
