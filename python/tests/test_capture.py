@@ -519,6 +519,19 @@ class TorchCpuTest(unittest.TestCase):
             self.assertEqual([i for i, r in enumerate(rows) if "shardcheck_capture" in r], [0])
             self.assert_checks_clean(d)
 
+    def test_sys_exit_0_after_the_run_is_a_finished_rank_and_another_status_is_partial(self):
+        # sys.exit(main()) ends most scripts: a status of 0 (or None) is a rank that finished.
+        from shardcheck import capture
+        for code, end in [(0, None), (None, None), (3, "exited with status 3"),
+                          ("no data", "exited: no data")]:
+            with self.subTest(code=code), tempfile.TemporaryDirectory() as d:
+                with self.assertRaises(SystemExit):
+                    with capture(d, device="cpu"):
+                        torch.ones(4).mul_(2)
+                        sys.exit(code)
+                last = read(os.path.join(d, "rank-0.jsonl"))[-1]
+                self.assertEqual(last.get("partial"), end, last)
+
     def test_every_handover_at_once_captures_and_checks_clean(self):
         with tempfile.TemporaryDirectory() as d:
             path = self.capture_program(d, "every_handover")

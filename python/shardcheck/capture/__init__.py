@@ -140,6 +140,8 @@ class Capture:
         self._starter.uninstall()
         if self.handed_over:
             return False
+        if exc_type is not None and issubclass(exc_type, SystemExit) and exc.code in (None, 0):
+            exc_type = exc = tb = None  # sys.exit(main()) after a run that went well: finished
         if exc_type is None and self._hooks.cuda:
             import torch
 
@@ -154,6 +156,10 @@ class Capture:
         self._hooks.uninstall()
         if exc_type is None:
             self._close(None, None)
+        elif issubclass(exc_type, SystemExit):
+            code = exc.code
+            why = "exited with status %d" % code if isinstance(code, int) else "exited: %s" % code
+            self._close(why, _raise_site(tb))
         else:
             why = "raised %s" % exc_type.__name__
             if str(exc):
