@@ -89,6 +89,16 @@ if __name__ == "__main__":
         port = s.getsockname()[1]
     mp.spawn(run, args=(2, port), nprocs=2)
 """,
+    # Each rank ends with os._exit (skipping the process group's teardown), which runs no
+    # finally and no atexit: 0 on every rank but 3.
+    "os_exit.py": """
+import os
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(8)
+dist.all_reduce(t)
+os._exit(5 if dist.get_rank() == 3 else 0)
+""",
     # Every rank but 3 waits in a collective that rank 3 is late to: time to signal.
     "slow.py": """
 import time
@@ -162,6 +172,15 @@ class LauncherTest(unittest.TestCase):
             self.assertNotIn("aten::add", {row.get("name") for row in rows})  # the child's
         if os.environ.get("SHARDCHECK_BIN"):
             self.assertIn("clean   cap: no findings", out)
+
+    def test_os_exit_ends_each_rank_file_finished_or_partial_by_its_status(self):
+        code, out, err = self.run_launch("os_exit.py", check=bool(os.environ.get("SHARDCHECK_BIN")))
+        self.assertNotEqual(code, 0)
+        ends = self.rank_ends()
+        self.assertEqual([e.get("partial") for e in ends], [None, None, None,
+                                                            "exited with status 5"])
+        if os.environ.get("SHARDCHECK_BIN"):
+            self.assertIn("rank 3: exited with status 5 at os_exit.py:6", out)
 
     def capture_spawning(self, *extra):
         """The capture without its launcher: the program starts its ranks itself."""

@@ -115,6 +115,7 @@ class Capture:
             self._values = self._hooks.values = Values(self.recorder, self._hooks)
             self._values.install()
         self._start_guards()
+        self._os_exit, os._exit = os._exit, self._exit_now
         from .spawned import Starter
         self._starter = Starter(self)
         self._starter.install()
@@ -136,7 +137,25 @@ class Capture:
                 pass
         self.handed_over = True
 
+    def _exit_now(self, status):
+        """os._exit, which skips every `finally` and atexit handler (scripts call it to skip a
+        process group's teardown): the file ends first, finished when the status is 0."""
+        from . import hooks
+        if not (self._closed.locked() or self.handed_over or hooks._Quiet.forked):
+            try:
+                if threading.current_thread() is threading.main_thread():
+                    exc = None if status == 0 else SystemExit(status)
+                    self.__exit__(type(exc) if exc else None, exc, None)
+                else:  # the main thread may be anywhere: only the end record
+                    self._close(None if status == 0 else "exited with status %d" % status,
+                                None)
+            except Exception:  # noqa: BLE001 (the exit goes ahead whatever happened)
+                pass
+        self._os_exit(status)
+
     def __exit__(self, exc_type, exc, tb):
+        if os._exit == self._exit_now:
+            os._exit = self._os_exit
         self._starter.uninstall()
         if self.handed_over:
             return False
@@ -159,7 +178,7 @@ class Capture:
         elif issubclass(exc_type, SystemExit):
             code = exc.code
             why = "exited with status %d" % code if isinstance(code, int) else "exited: %s" % code
-            self._close(why, _raise_site(tb))
+            self._close(why, _raise_site(tb) if tb is not None else _main_site())
         else:
             why = "raised %s" % exc_type.__name__
             if str(exc):
