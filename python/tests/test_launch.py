@@ -99,6 +99,24 @@ t = torch.ones(8)
 dist.all_reduce(t)
 os._exit(5 if dist.get_rank() == 3 else 0)
 """,
+    # Each rank saves a checkpoint when SIGTERM comes (as a job preempted by Slurm does) and
+    # exits 0: the capture must let the program's own handler run to its end.
+    "handles_term.py": """
+import signal, sys, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+
+def save(signo, frame):
+    time.sleep(0.5)  # a checkpoint takes a while
+    with open("ckpt-%d" % dist.get_rank(), "w") as f:
+        f.write("saved")
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, save)
+t = torch.ones(8)
+dist.all_reduce(t)
+time.sleep(60)
+""",
     # Every rank but 3 waits in a collective that rank 3 is late to: time to signal.
     "slow.py": """
 import time
@@ -243,21 +261,33 @@ class LauncherTest(unittest.TestCase):
 
     def test_sigterm_to_the_launcher_ends_every_rank_with_its_file_whole(self):
         p = self.launch("slow.py", check=False)
-        deadline = time.monotonic() + 60
-        cap = os.path.join(self.dir, "cap")
-        # Wait until every rank has recorded its first collective.
-        while time.monotonic() < deadline:
-            files = [os.path.join(cap, "rank-%d.jsonl" % r) for r in range(4)]
-            if all(os.path.exists(f) and '"coll"' in text_of(f) for f in files):
-                break
-            time.sleep(0.1)
-        time.sleep(0.5)
+        self.wait_for_first_collectives()
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=60)
         self.assertEqual(p.returncode, 128 + signal.SIGTERM, err)
         ends = self.rank_ends()
         self.assertTrue(all(e is not None and e["partial"].startswith("stopped by SIGTERM")
                             for e in ends), ends)
+
+    def test_a_programs_own_sigterm_handler_runs_to_its_end_and_the_files_end_with_it(self):
+        p = self.launch("handles_term.py", check=False)
+        self.wait_for_first_collectives()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        for r in range(4):
+            self.assertEqual(text_of(os.path.join(self.dir, "ckpt-%d" % r)), "saved", err)
+        self.assertEqual(self.rank_ends(), [{"k": "end", "records": e["records"]}
+                                            for e in self.rank_ends()])
+
+    def wait_for_first_collectives(self):
+        deadline = time.monotonic() + 60
+        cap = os.path.join(self.dir, "cap")
+        while time.monotonic() < deadline:
+            files = [os.path.join(cap, "rank-%d.jsonl" % r) for r in range(4)]
+            if all(os.path.exists(f) and '"coll"' in text_of(f) for f in files):
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
 
     def test_a_rank_killed_outright_leaves_what_it_recorded_and_the_others_are_ended(self):
         p = self.launch("slow.py", check=False)

@@ -238,6 +238,10 @@ class Capture:
             if not got or got[0] not in _STOP_SIGNALS:
                 continue
             signo = got[0]
+            if signal.getsignal(signo) is not _ignore:
+                # The program's own handler (a checkpoint saved on preemption) runs on its main
+                # thread and ends the program as it chooses; the file ends with it.
+                continue
             flight = self._hooks.in_flight
             why = "stopped by %s" % signal.Signals(signo).name
             if flight is not None:
