@@ -926,6 +926,12 @@ std::string CapturedProgram::partial() const {
     if (k.partial_source >= 0 && static_cast<size_t>(k.partial_source) < sources.size())
       out += " at " + sources[static_cast<size_t>(k.partial_source)];
   }
+  // Every rank finished and none recorded anything: nothing was checked, which is no verdict of
+  // clean (the work ran on a device the capture did not follow, or in processes it did not start).
+  if (out.empty() && records() == 0)
+    out =
+        "nothing was recorded: no operator, allocation or collective on any rank (work on a device "
+        "the capture did not follow, or in processes it did not start)";
   return out;
 }
 

@@ -162,7 +162,7 @@ struct CapturedProgram {
   int64_t records() const;               // interpreter records, summed over the ranks
   int64_t file_records() const;          // the files' records, summed over the ranks
   // "rank 1: raised ValueError: ... at train.py:31; rank 2: ..." for the ranks that did not
-  // finish; "" when every rank did.
+  // finish; "" when every rank did and recorded something (an empty capture checked nothing).
   std::string partial() const;
 };
 

@@ -359,6 +359,26 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a capture where no rank recorded anything checked nothing: it is never clean", "[core][capture]") {
+  // A program whose work ran on another device, or in processes the capture did not start.
+  Folder f;
+  f.write("rank-0.jsonl", file_of(0, 2, "{\"k\": \"stream\", \"id\": 0, \"name\": \"default\"}\n"));
+  f.write("rank-1.jsonl", file_of(1, 2, ""));
+  auto p = load_captured_program(f.dir);
+  REQUIRE(p.ok());
+  REQUIRE(p->ranks[0].partial.empty());
+  REQUIRE_THAT(p->partial(),
+               Catch::StartsWith("nothing was recorded: no operator, allocation or collective"));
+  // One operator on one rank is something checked.
+  Folder g;
+  g.write("rank-0.jsonl", file_of(0, 1,
+                                  kPrologue + "{\"k\": \"op\", \"name\": \"aten::add\", \"stream\": 0, "
+                                              "\"r\": [[0, 0, 64]], \"w\": [], \"at\": 0}\n"));
+  auto q = load_captured_program(g.dir);
+  REQUIRE(q.ok());
+  REQUIRE(q->partial().empty());
+}
+
 TEST_CASE("a FIFO rank file would hang the loader forever: it is refused at once", "[core][capture]") {
   Folder f;
   REQUIRE(::mkfifo((f.dir + "/rank-0.jsonl").c_str(), 0600) == 0);
