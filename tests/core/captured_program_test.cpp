@@ -50,6 +50,13 @@ const std::string kPrologue =
     "{\"k\": \"site\", \"id\": 0, \"file\": \"t.py\", \"line\": 7, \"func\": \"f\"}\n"
     "{\"k\": \"alloc\", \"buf\": 0, \"bytes\": 64, \"stream\": 0, \"at\": 0}\n";
 
+// Loads a one-rank folder whose body follows the prologue.
+Expected<CapturedProgram> loaded(const std::string& body) {
+  Folder f;
+  f.write("rank-0.jsonl", file_of(0, 1, kPrologue + body));
+  return load_captured_program(f.dir);
+}
+
 // Loads a one-rank folder whose body follows the prologue; returns the error ("" if it loads).
 std::string refusal(const std::string& body) {
   Folder f;
@@ -255,11 +262,9 @@ TEST_CASE("an alloc's device address and the header's allocator load, and bad on
   REQUIRE_THAT(load("pluggable", "pluggable"),
                Catch::StartsWith("/rank-0.jsonl:1: allocator 'pluggable' is not one the checker models"));
   // The addresses land on their alloc records.
-  Folder f;
-  f.write("rank-0.jsonl", file_of(0, 1,
-                                  kPrologue + "{\"k\": \"alloc\", \"buf\": 1, \"bytes\": 64, \"stream\": 0, "
-                                              "\"at\": 0, \"addr\": 140737488355328}\n"));
-  auto p = load_captured_program(f.dir);
+  auto p = loaded(
+      "{\"k\": \"alloc\", \"buf\": 1, \"bytes\": 64, \"stream\": 0, \"at\": 0, "
+      "\"addr\": 140737488355328}\n");
   REQUIRE(p);
   const auto& r = p->ranks[0];
   REQUIRE(r.records[0].first == CapturedRank::kNoAddress);
@@ -279,15 +284,13 @@ TEST_CASE(
                Catch::Contains("5: host_wait record without its field 'signal'"));
   REQUIRE_THAT(refusal("{\"k\": \"host_signal\", \"id\": 0}\n"),
                Catch::Contains("5: host_signal record without its field 'at'"));
-  Folder f;
-  f.write("rank-0.jsonl", file_of(0, 1,
-                                  kPrologue + "{\"k\": \"host_signal\", \"id\": 3, \"at\": 0}\n"
-                                              "{\"k\": \"thread\", \"id\": 0}\n"
-                                              "{\"k\": \"thread\", \"id\": 2, \"name\": \"loader\"}\n"
-                                              "{\"k\": \"host_wait\", \"signal\": 3, \"at\": 0}\n"
-                                              "{\"k\": \"thread\", \"id\": 2}\n"
-                                              "{\"k\": \"thread\", \"id\": 0}\n"));
-  auto p = load_captured_program(f.dir);
+  auto p = loaded(
+      "{\"k\": \"host_signal\", \"id\": 3, \"at\": 0}\n"
+      "{\"k\": \"thread\", \"id\": 0}\n"
+      "{\"k\": \"thread\", \"id\": 2, \"name\": \"loader\"}\n"
+      "{\"k\": \"host_wait\", \"signal\": 3, \"at\": 0}\n"
+      "{\"k\": \"thread\", \"id\": 2}\n"
+      "{\"k\": \"thread\", \"id\": 0}\n");
   REQUIRE(p);
   std::vector<std::pair<CapturedKind, int32_t>> got;
   for (const auto& rec : p->ranks[0].records) got.emplace_back(rec.kind, rec.a);
@@ -370,11 +373,9 @@ TEST_CASE("a capture where no rank recorded anything checked nothing: it is neve
   REQUIRE_THAT(p->partial(),
                Catch::StartsWith("nothing was recorded: no operator, allocation or collective"));
   // One operator on one rank is something checked.
-  Folder g;
-  g.write("rank-0.jsonl", file_of(0, 1,
-                                  kPrologue + "{\"k\": \"op\", \"name\": \"aten::add\", \"stream\": 0, "
-                                              "\"r\": [[0, 0, 64]], \"w\": [], \"at\": 0}\n"));
-  auto q = load_captured_program(g.dir);
+  auto q = loaded(
+      "{\"k\": \"op\", \"name\": \"aten::add\", \"stream\": 0, \"r\": [[0, 0, 64]], \"w\": [], "
+      "\"at\": 0}\n");
   REQUIRE(q.ok());
   REQUIRE(q->partial().empty());
 }

@@ -42,14 +42,16 @@ class _Switching:
 _recorders = weakref.WeakSet()  # this process's recorders
 
 
-def _fresh_locks_in_child():
-    """A thread of the parent may have held a recorder's lock when it forked: the child, where
-    that thread does not exist, gets a free one (its writer is closed: docs/capture.md)."""
+def _forked_child():
+    """A process forked from a rank records nothing (docs/capture.md): each recorder's writer is
+    orphaned, and its lock, which a thread of the parent may have held at the fork, is a free
+    one in the child, where that thread does not exist."""
     for r in list(_recorders):
         r._lock = threading.RLock()
+        r._w.orphan()
 
 
-os.register_at_fork(after_in_child=_fresh_locks_in_child)
+os.register_at_fork(after_in_child=_forked_child)
 
 
 class Recorder:

@@ -11,23 +11,8 @@ recorded since; the checker reads a file cut there as partial.
 
 import json
 import os
-import weakref
 
 FORMAT_VERSION = 1
-
-_open = weakref.WeakSet()  # this process's writers
-
-
-def _orphan_in_child():
-    """After a fork (a DataLoader worker), the child holds a copy of every open writer: its
-    buffer, which is the parent's to flush, and its file, where the child's records would land
-    in the middle of the parent's. The child's copy of the file now goes to /dev/null, and the
-    writer is closed."""
-    for w in list(_open):
-        w.orphan()
-
-
-os.register_at_fork(after_in_child=_orphan_in_child)
 
 
 def rank_file(out_dir, rank):
@@ -44,7 +29,6 @@ class Writer:
         head = {"shardcheck_capture": FORMAT_VERSION}
         head.update(header)
         self._f.write(self._dump(head))
-        _open.add(self)
 
     @staticmethod
     def _dump(obj):
@@ -90,8 +74,10 @@ class Writer:
         self._f = None
 
     def orphan(self):
-        """In a forked child: nothing reaches the file, not even the buffer's copy when the
-        child's file object is flushed at exit."""
+        """In a forked child (a DataLoader worker), which holds a copy of the buffer (the
+        parent's to flush) and of the file (where its records would land in the middle of the
+        parent's): the copy of the file goes to /dev/null, and the writer is closed, so nothing
+        reaches the file, not even the buffer when the child's file object is flushed at exit."""
         if self._f is None:
             return
         null = os.open(os.devnull, os.O_WRONLY)
