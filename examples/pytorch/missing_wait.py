@@ -32,5 +32,29 @@ def main():
     finish()
 
 
-if __name__ == "__main__":
+def spawned(rank, world):
+    """With --spawn N the program starts its own N ranks with torch.multiprocessing.spawn (as
+    PyTorch's DDP tutorial does), with --processes N as a multiprocessing.Process each (as its
+    "Writing distributed applications" tutorial does); either is captured without the
+    launcher's --nproc-per-node."""
+    import os
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     main()
+
+
+if __name__ == "__main__":
+    import torch.multiprocessing as mp
+    if "--spawn" in sys.argv:
+        n = int(sys.argv[sys.argv.index("--spawn") + 1])
+        mp.spawn(spawned, args=(n,), nprocs=n)
+    elif "--processes" in sys.argv:
+        n = int(sys.argv[sys.argv.index("--processes") + 1])
+        mp.set_start_method("spawn")  # CUDA in the children
+        procs = [mp.Process(target=spawned, args=(rank, n)) for rank in range(n)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        sys.exit(max(p.exitcode for p in procs))
+    else:
+        main()

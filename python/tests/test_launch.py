@@ -4,7 +4,9 @@ checker names what went wrong with the Python lines and never calls such a progr
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -88,6 +90,49 @@ if __name__ == "__main__":
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     mp.spawn(run, args=(2, port), nprocs=2)
+""",
+    # PyTorch's "Writing distributed applications" tutorial: a multiprocessing.Process per
+    # rank, each calling init_process_group with its rank; argv: port, start method, [--swap].
+    "processes.py": """
+import os, sys
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def run(rank, size):
+    a, b = torch.ones(8), torch.ones(16)
+    first, second = (b, a) if "--swap" in sys.argv and rank == 1 else (a, b)
+    dist.all_reduce(first)
+    dist.all_reduce(second)
+
+def init_process(rank, size, fn, backend="gloo"):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", sys.argv[1]
+    dist.init_process_group(backend, rank=rank, world_size=size)
+    fn(rank, size)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.set_start_method(sys.argv[2])
+    procs = [mp.Process(target=init_process, args=(rank, 2, run)) for rank in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    sys.exit(max(p.exitcode for p in procs))
+""",
+    # A process that is no rank (it never calls init_process_group): the program's own work
+    # is the capture, in rank-0.jsonl.
+    "worker_process.py": """
+import multiprocessing as mp
+import torch
+
+def work(n):
+    torch.ones(n).add_(1)
+
+if __name__ == "__main__":
+    x = torch.ones(4)
+    p = mp.Process(target=work, args=(8,))
+    p.start()
+    p.join()
+    y = x.mul(2)
 """,
     # Each rank ends with os._exit (skipping the process group's teardown), which runs no
     # finally and no atexit: 0 on every rank but 3.
@@ -200,12 +245,12 @@ class LauncherTest(unittest.TestCase):
         if os.environ.get("SHARDCHECK_BIN"):
             self.assertIn("rank 3: exited with status 5 at os_exit.py:6", out)
 
-    def capture_spawning(self, *extra):
+    def capture_spawning(self, *extra, program="spawns.py"):
         """The capture without its launcher: the program starts its ranks itself."""
         check = ["--check"] if os.environ.get("SHARDCHECK_BIN") else []
         p = subprocess.run([sys.executable, "-m", "shardcheck.capture", "--out", "cap",
                             "--device", "cpu", "--timeout", "20"] + check +
-                           ["--", "spawns.py"] + list(extra), cwd=self.dir,
+                           ["--", program] + list(extra), cwd=self.dir,
                            env=dict(os.environ, PYTHONPATH=PYROOT), capture_output=True,
                            text=True, timeout=120)
         files = sorted(os.listdir(os.path.join(self.dir, "cap")))
@@ -235,6 +280,47 @@ class LauncherTest(unittest.TestCase):
             self.assertIn("[collective_mismatch]", out)
             self.assertIn("at spawns.py:10", out)  # the first all_reduce
             self.assertIn("PARTIAL cap: found collective_mismatch", out)
+
+    def capture_processes(self, method, *extra):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        return self.capture_spawning(str(port), method, *extra, program="processes.py")
+
+    def test_processes_the_program_starts_become_ranks_at_init_and_its_launcher_leaves_none(self):
+        for method in ("spawn", "fork"):
+            with self.subTest(method=method):
+                shutil.rmtree(os.path.join(self.dir, "cap"), ignore_errors=True)
+                code, out, err, files = self.capture_processes(method)
+                self.assertEqual(code, 0, out + err)
+                self.assertEqual(files, ["rank-0.jsonl", "rank-1.jsonl"])
+                for r in range(2):
+                    with open(os.path.join(self.dir, "cap", "rank-%d.jsonl" % r)) as f:
+                        rows = [json.loads(line) for line in f]
+                    self.assertEqual((rows[0]["rank"], rows[0]["world_size"]), (r, 2))
+                    self.assertEqual(sum(row.get("k") == "coll" for row in rows), 2)
+                    self.assertEqual(rows[-1]["k"], "end")
+                    self.assertNotIn("partial", rows[-1])
+                self.assertIn("cap: 2 rank files, started by the program", err)
+                if os.environ.get("SHARDCHECK_BIN"):
+                    self.assertIn("clean   cap: no findings", out)
+
+    def test_a_collective_mismatch_between_started_processes_is_found_at_its_line(self):
+        code, out, err, files = self.capture_processes("spawn", "--swap")
+        self.assertNotEqual(code, 0)
+        self.assertEqual(files, ["rank-0.jsonl", "rank-1.jsonl"])
+        if os.environ.get("SHARDCHECK_BIN"):
+            self.assertIn("[collective_mismatch]", out)
+            self.assertIn("at processes.py:7", out)  # the first all_reduce
+
+    def test_a_process_that_is_no_rank_leaves_the_programs_own_file(self):
+        code, out, err, files = self.capture_spawning(program="worker_process.py")
+        self.assertEqual(code, 0, out + err)
+        self.assertEqual(files, ["rank-0.jsonl"])
+        with open(os.path.join(self.dir, "cap", "rank-0.jsonl")) as f:
+            names = [json.loads(line).get("name") for line in f]
+        self.assertIn("aten::mul", names)  # the program's
+        self.assertNotIn("aten::add_", names)  # the worker's
 
     def test_a_cross_group_deadlock_ends_after_the_timeout_and_is_named_with_its_lines(self):
         start = time.monotonic()

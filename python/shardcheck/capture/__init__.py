@@ -21,6 +21,12 @@ _ENV = (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")
 
 
 def rank_and_world():
+    return named_rank() or (0, 1)
+
+
+def named_rank():
+    """(rank, world size) from a launcher's environment or an initialized torch.distributed;
+    None when neither says (a program started as `python3 x.py`)."""
     for r, w in _ENV:
         if r in os.environ and w in os.environ:
             return int(os.environ[r]), int(os.environ[w])
@@ -30,7 +36,7 @@ def rank_and_world():
             return dist.get_rank(), dist.get_world_size()
     except ImportError:
         pass
-    return 0, 1
+    return None
 
 
 # How long a rank may sit inside one collective before the capture calls it hung: NCCL's own
@@ -71,6 +77,8 @@ class Capture:
         self.rank = rank
         self.handed_over = False  # the program started its own ranks (spawned.py)
         self._starter = None
+        self.pid = os.getpid()
+        self.unlaunched = False  # no launcher and no process group named this rank
 
     def __enter__(self):
         import torch
@@ -82,7 +90,10 @@ class Capture:
             raise RuntimeError("shardcheck.capture: TORCH_CUDA_SANITIZER is set (to any value, it "
                                "turns torch's own sanitizer on): unset it to capture")
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        rank, world = self.rank or rank_and_world()
+        self.pid = os.getpid()
+        named = self.rank or named_rank()
+        self.unlaunched = named is None
+        rank, world = named or (0, 1)
         os.makedirs(self.out_dir, exist_ok=True)
         self.path = rank_file(self.out_dir, rank)
         header = {"rank": rank, "world_size": world, "torch": torch.__version__,
@@ -119,16 +130,25 @@ class Capture:
         from .spawned import Starter
         self._starter = Starter(self)
         self._starter.install()
+        _live.append(self)
         return self
+
+    def _uninstall(self):
+        self._starter.uninstall()
+        if self._values is not None:
+            self._values.uninstall()
+        self._hooks.uninstall()
+        if os._exit == self._exit_now:
+            os._exit = self._os_exit
+        if self in _live:
+            _live.remove(self)
 
     def hand_over(self):
         """The program starts its own ranks (spawned.py): this process is only their launcher.
         Its capture ends here and leaves no file: each rank writes its own, rank 0 where this
         process's was."""
         self._stop_guards()
-        if self._values is not None:
-            self._values.uninstall()
-        self._hooks.uninstall()
+        self._uninstall()
         if self._closed.acquire(blocking=False):
             self.recorder.abandon()
             try:
@@ -141,6 +161,8 @@ class Capture:
         """os._exit, which skips every `finally` and atexit handler (scripts call it to skip a
         process group's teardown): the file ends first, finished when the status is 0."""
         from . import hooks
+        if os.getpid() != self.pid:  # a forked child's copy of its parent's capture
+            self._os_exit(status)
         if not (self._closed.locked() or self.handed_over or hooks._Quiet.forked):
             try:
                 if threading.current_thread() is threading.main_thread():
@@ -154,9 +176,6 @@ class Capture:
         self._os_exit(status)
 
     def __exit__(self, exc_type, exc, tb):
-        if os._exit == self._exit_now:
-            os._exit = self._os_exit
-        self._starter.uninstall()
         if self.handed_over:
             return False
         if exc_type is not None and issubclass(exc_type, SystemExit) and exc.code in (None, 0):
@@ -168,11 +187,9 @@ class Capture:
             with quiet():  # inside the guards: a collective that never ends is hung
                 torch.cuda.synchronize()
         self._stop_guards()
-        if self._values is not None:
-            self._values.uninstall()
-            if exc_type is None:
-                self._values.flush()
-        self._hooks.uninstall()
+        if self._values is not None and exc_type is None:
+            self._values.flush()
+        self._uninstall()
         if exc_type is None:
             self._close(None, None)
         elif issubclass(exc_type, SystemExit):
@@ -184,7 +201,17 @@ class Capture:
             if str(exc):
                 why += ": %s" % exc
             self._close(why, _raise_site(tb))
+        self._displaced()
         return False
+
+    def _displaced(self):
+        """A process this one started became rank 0 (spawned.py) and moved this file aside:
+        this process was only the launcher of the program's ranks, and leaves no file."""
+        from .spawned import aside_path
+        aside = aside_path(self.out_dir, self.pid)
+        if os.path.exists(aside):
+            os.remove(aside)
+            self.handed_over = True
 
     # -- ending whole, however the rank ends ----------------------------------------------
     def _close(self, partial, where):
@@ -269,6 +296,18 @@ class Capture:
             os._exit(EXIT_HUNG)
 
 
+_live = []  # the captures running in this process, innermost last
+
+
+def forget_inherited():
+    """In a process forked from a capturing one that becomes a rank of its own (spawned.py):
+    the capture it inherited takes its hooks out (its file is the parent's, and its writer
+    already points nowhere), so the rank's own capture is the only one."""
+    for cap in reversed(list(_live)):
+        if cap.pid != os.getpid():
+            cap._uninstall()
+
+
 def _one_gpu_wanted(torch):
     """Whether this rank gets the one-GPU backend: torch 2.x, and more ranks on this machine
     (torchrun's LOCAL_WORLD_SIZE) than GPUs. SHARDCHECK_ONE_GPU=0 turns it off, =1 on (with
@@ -317,7 +356,7 @@ def capture(out_dir, device=None, values=None):
     return Capture(out_dir, device=device, values=values)
 
 
-__all__ = ["capture", "Capture", "rank_and_world"]
+__all__ = ["capture", "Capture", "named_rank", "rank_and_world"]
 
 
 class _CallableModule(type(sys)):

@@ -84,12 +84,18 @@ def main(argv=None):
         return _run_uncaptured(script)
     cap = Capture(args.out, device=args.device, argv=target)
     failed = None
-    with cap:
-        try:
-            runpy.run_path(script, run_name="__main__")
-        except Exception as e:  # noqa: BLE001 (a started rank's failure, reported below)
-            if not cap.handed_over:
-                raise  # this rank's own: its file ends partial with it
+    try:
+        with cap:
+            try:
+                runpy.run_path(script, run_name="__main__")
+            except Exception as e:  # noqa: BLE001 (a started rank's failure, reported below)
+                if not cap.handed_over:
+                    raise  # this rank's own: its file ends partial with it
+                failed = e
+    except SystemExit as e:  # sys.exit(...) once the program's started ranks have ended
+        if not cap.handed_over:
+            raise
+        if e.code not in (None, 0):
             failed = e
     if os.environ.get("SHARDCHECK_LAUNCHED"):
         return 0  # the launcher reports for every rank
@@ -115,12 +121,16 @@ def _report_started(cap, args, failed):
     """The program started its own ranks (spawned.py): their files are the capture, whole
     however each ended; checked with --check even when the program failed."""
     from .launch import plural
-    if failed is not None:
+    if isinstance(failed, SystemExit):
+        print("shardcheck.capture: the program exited with status %s" % failed.code,
+              file=sys.stderr)
+    elif failed is not None:
         why = " ".join(str(failed).split())[:300]
         print("shardcheck.capture: the program's ranks failed (%s: %s)"
               % (type(failed).__name__, why), file=sys.stderr)
-    print("shardcheck.capture: %s: %s, started by the program (torch.multiprocessing)%s"
-          % (args.out, plural(cap._starter.started, "rank file"),
+    files = [f for f in os.listdir(args.out) if f.startswith("rank-") and f.endswith(".jsonl")]
+    print("shardcheck.capture: %s: %s, started by the program%s"
+          % (args.out, plural(len(files), "rank file"),
              "" if failed is None else ", partial"), file=sys.stderr)
     if not args.check:
         print("shardcheck.capture: check it with: shardcheck run %s" % args.out,

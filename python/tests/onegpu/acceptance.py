@@ -27,7 +27,8 @@ E = "examples/pytorch/"
 
 
 def case(name, program, expect, ranks=2, args=(), env=None, timeout=40):
-    """expect: [(kind, [file:line, ...]), ...] for a bug, [] for a program that must be clean."""
+    """expect: [(kind, [file:line, ...]), ...] for a bug, [] for a program that must be clean.
+    ranks=None: the program starts its own ranks (no --nproc-per-node)."""
     return {"name": name, "program": program, "args": list(args), "ranks": ranks,
             "env": env or {}, "expect": expect, "timeout": timeout}
 
@@ -67,6 +68,10 @@ CASES = [
           [("uninitialized_read", [E + "uninit_accumulator.py:31",
                                    E + "uninit_accumulator.py:27"])]),
     *pair("missing-wait", E + "missing_wait.py", [_race("missing_wait.py", 24, 27)], ranks=4),
+    *pair("spawn-missing-wait", E + "missing_wait.py", [_race("missing_wait.py", 24, 27)],
+          ranks=None, args=["--spawn", "4"]),
+    *pair("process-missing-wait", E + "missing_wait.py", [_race("missing_wait.py", 24, 27)],
+          ranks=None, args=["--processes", "4"]),
     *pair("collective-order-bug", E + "collective_order_bug.py",
           [("collective_swap", [E + "collective_order_bug.py:20",
                                 E + "collective_order_bug.py:21"])], ranks=4),
@@ -81,9 +86,9 @@ CASES = [
 def capture(c, out, env):
     folder = os.path.join(out, "cases", c["name"])
     shutil.rmtree(folder, ignore_errors=True)
-    cmd = [sys.executable, "-m", "shardcheck.capture", "--out", folder,
-           "--nproc-per-node", str(c["ranks"]), "--timeout", str(c["timeout"]), "--",
-           c["program"], *c["args"]]
+    ranks = [] if c["ranks"] is None else ["--nproc-per-node", str(c["ranks"])]
+    cmd = [sys.executable, "-m", "shardcheck.capture", "--out", folder, *ranks,
+           "--timeout", str(c["timeout"]), "--", c["program"], *c["args"]]
     start = time.monotonic()
     try:
         p = subprocess.run(cmd, cwd=ROOT, env={**env, **c["env"]}, capture_output=True,
