@@ -2,6 +2,7 @@
 // each rank's records issued in file order on that rank's Runtime, every operation named by
 // its Python line (Runtime::set_source). The loader is captured_program.cpp.
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -160,6 +161,136 @@ class RankCalls {
   SourceHandles source;  // the records' Python lines, defined once per run when first used
 };
 
+// The order the interpreter issues a rank's records in. A host thread's records that only order
+// streams and timelines (event records and waits, syncs, signals) reach their streams when that
+// thread gets there; a thread the capture shows nothing ordering against the others may get
+// there after the other threads' next records. Such a run of records is issued as late as the
+// capture allows: before its own thread's next record, before a wait for one of its signals,
+// before another use of one of its events, else at the end. Only orderings go later, so a
+// schedule that orders less is checked, never one that orders more: what the file says the
+// worker of gloo's all_reduce issued (its stream's wait for the write-back) before the main
+// thread's in-place update is not taken to order that update.
+class IssueOrder {
+ public:
+  explicit IssueOrder(const CapturedRank& r) : records_(r.records) {}
+
+  struct Issue {
+    uint32_t record = 0;  // index into CapturedRank::records
+    int32_t thread = 0;   // the host thread issuing it
+    int32_t name = 0;     // the thread's name (its first host_thread record's)
+  };
+
+  // Every record but the host_thread ones (the interpreter switches threads where the issues'
+  // threads change).
+  std::vector<Issue> operator()() {
+    const auto n = static_cast<uint32_t>(records_.size());
+    thread_of_.assign(n, 0);
+    int32_t thread = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      const CapturedRecord& rec = records_[i];
+      if (rec.kind == CapturedKind::host_thread) {
+        thread = rec.a;
+        int32_t& name = names_[thread];  // 0: "", a thread not named (yet)
+        if (name == 0) name = rec.name;
+      }
+      thread_of_[i] = thread;
+    }
+    names_.emplace(0, 0);
+    for (uint32_t i = 0; i < n;) {
+      uint32_t end = i;
+      bool orders_only = true;
+      while (end < n &&
+             (records_[end].kind == CapturedKind::host_thread || thread_of_[end] == thread_of_[i])) {
+        if (records_[end].kind != CapturedKind::host_thread)
+          orders_only = orders_only && only_orders(records_[end]);
+        ++end;
+      }
+      flush(thread_of_[i]);
+      if (orders_only && end < n) {
+        for (uint32_t j = i; j < end; ++j) hold(j);
+      } else {
+        for (uint32_t j = i; j < end; ++j) issue(j);
+      }
+      i = end;
+    }
+    while (!held_.empty()) flush(held_.begin()->first);
+    return std::move(order_);
+  }
+
+  void push(uint32_t j) {
+    const int32_t t = thread_of_[j];
+    order_.push_back({j, t, names_.at(t)});
+  }
+
+ private:
+  static bool only_orders(const CapturedRecord& rec) {
+    switch (rec.kind) {
+      case CapturedKind::event_record:
+      case CapturedKind::event_wait:
+      case CapturedKind::event_sync:
+      case CapturedKind::stream_sync:
+      case CapturedKind::device_sync:
+      case CapturedKind::host_signal:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  void hold(uint32_t j) {
+    const CapturedRecord& rec = records_[j];
+    if (rec.kind == CapturedKind::host_thread) return;
+    const int32_t t = thread_of_[j];
+    held_[t].push_back(j);
+    if (rec.kind == CapturedKind::host_signal) signals_[rec.a] = t;
+    if (rec.kind == CapturedKind::event_record) events_[rec.a] = t;
+  }
+
+  void issue(uint32_t j) {
+    const CapturedRecord& rec = records_[j];
+    if (rec.kind == CapturedKind::host_thread) return;
+    if (rec.kind == CapturedKind::host_wait) flush_owner(signals_, rec.a);
+    if (rec.kind == CapturedKind::event_record || rec.kind == CapturedKind::event_wait ||
+        rec.kind == CapturedKind::event_sync)
+      flush_owner(events_, rec.a);
+    push(j);
+  }
+
+  void flush_owner(const std::map<int32_t, int32_t>& owners, int32_t key) {
+    const auto it = owners.find(key);
+    if (it != owners.end()) flush(it->second);
+  }
+
+  void flush(int32_t thread) {
+    const auto it = held_.find(thread);
+    if (it == held_.end()) return;
+    const std::vector<uint32_t> held = std::move(it->second);
+    held_.erase(it);
+    for (uint32_t j : held) {
+      const CapturedRecord& rec = records_[j];
+      if (rec.kind == CapturedKind::host_signal) signals_.erase(rec.a);
+      if (rec.kind == CapturedKind::event_record) events_.erase(rec.a);
+      push(j);
+    }
+  }
+
+  const std::vector<CapturedRecord>& records_;
+  std::vector<int32_t> thread_of_;
+  std::map<int32_t, std::vector<uint32_t>> held_;  // by thread
+  std::map<int32_t, int32_t> signals_;             // a held signal -> its thread
+  std::map<int32_t, int32_t> events_;              // an event a held record records -> its thread
+  std::map<int32_t, int32_t> names_;               // a thread -> its name
+  std::vector<Issue> order_;
+};
+
+// A threaded rank's issue order; empty for a rank of one host thread (issued in file order).
+std::vector<IssueOrder::Issue> issue_order(const CapturedRank& r) {
+  const bool threaded = std::any_of(r.records.begin(), r.records.end(), [](const CapturedRecord& x) {
+    return x.kind == CapturedKind::host_thread;
+  });
+  return threaded ? IssueOrder(r)() : std::vector<IssueOrder::Issue>();
+}
+
 // Buffers from before the capture: allocated, written on the default stream, and ordered before
 // every stream by a device sync, ahead of the first record.
 Task<> define_pre(Runtime& rt, RankCalls& c) {
@@ -184,7 +315,17 @@ Task<> define_pre(Runtime& rt, RankCalls& c) {
 Task<> run_captured_program(Runtime& rt, const CapturedProgram& p) {
   RankCalls c(rt, p);
   co_await define_pre(rt, c);
-  for (const CapturedRecord& rec : c.rank().records) {
+  const std::vector<CapturedRecord>& records = c.rank().records;
+  const std::vector<IssueOrder::Issue> order = issue_order(c.rank());
+  const bool threaded = !order.empty();
+  int32_t thread = 0;
+  const size_t count = threaded ? order.size() : records.size();
+  for (size_t i = 0; i < count; ++i) {
+    const CapturedRecord& rec = records[threaded ? order[i].record : i];
+    if (threaded && order[i].thread != thread) {
+      thread = order[i].thread;
+      rt.set_host_thread(thread, p.strings[static_cast<size_t>(order[i].name)]);
+    }
     rt.set_source(c.source(rec.source));
     const StreamId stream = c.stream(rec.stream);
     switch (rec.kind) {
@@ -227,7 +368,7 @@ Task<> run_captured_program(Runtime& rt, const CapturedProgram& p) {
       case CapturedKind::recv:
         co_await rt.recv(c.p2p(rec, stream));
         break;
-      case CapturedKind::host_thread:
+      case CapturedKind::host_thread:  // not in an issue order
         rt.set_host_thread(rec.a, p.strings[static_cast<size_t>(rec.name)]);
         break;
       case CapturedKind::host_signal:
