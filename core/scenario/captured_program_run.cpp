@@ -164,12 +164,13 @@ class RankCalls {
 // The order the interpreter issues a rank's records in. A host thread's records that only order
 // streams and timelines (event records and waits, syncs, signals) reach their streams when that
 // thread gets there; a thread the capture shows nothing ordering against the others may get
-// there after the other threads' next records. Such a run of records is issued as late as the
-// capture allows: before its own thread's next record, before a wait for one of its signals,
-// before another use of one of its events, else at the end. Only orderings go later, so a
-// schedule that orders less is checked, never one that orders more: what the file says the
-// worker of gloo's all_reduce issued (its stream's wait for the write-back) before the main
-// thread's in-place update is not taken to order that update.
+// there after the other threads' next records. In such a run of records the waits, syncs and
+// signals are issued as late as the capture allows: before their thread's next record, before a
+// wait for one of the signals, before a new record of an event they wait for, else at the end;
+// its event records stay where they are. Waits later and records earlier, the checked schedule
+// orders less than the file's, never more: what the file says the worker of gloo's all_reduce
+// issued (its stream's wait for the write-back) before the main thread's in-place update is
+// not taken to order that update.
 class IssueOrder {
  public:
   explicit IssueOrder(const CapturedRank& r) : records_(r.records) {}
@@ -237,28 +238,35 @@ class IssueOrder {
     }
   }
 
+  // A record of a run that only orders: an event record stays where it is (recorded earlier
+  // than the waits after it, it covers less); the others wait (a later wait orders less).
   void hold(uint32_t j) {
     const CapturedRecord& rec = records_[j];
     if (rec.kind == CapturedKind::host_thread) return;
+    if (rec.kind == CapturedKind::event_record) return issue(j);
     const int32_t t = thread_of_[j];
     held_[t].push_back(j);
-    if (rec.kind == CapturedKind::host_signal) signals_[rec.a] = t;
-    if (rec.kind == CapturedKind::event_record) events_[rec.a] = t;
+    if (rec.kind == CapturedKind::host_signal) signals_.emplace(rec.a, t);
+    if (rec.kind == CapturedKind::event_wait || rec.kind == CapturedKind::event_sync)
+      events_.emplace(rec.a, t);
   }
 
   void issue(uint32_t j) {
     const CapturedRecord& rec = records_[j];
     if (rec.kind == CapturedKind::host_thread) return;
-    if (rec.kind == CapturedKind::host_wait) flush_owner(signals_, rec.a);
-    if (rec.kind == CapturedKind::event_record || rec.kind == CapturedKind::event_wait ||
-        rec.kind == CapturedKind::event_sync)
-      flush_owner(events_, rec.a);
+    // A wait for a signal follows its mark; a record of an event follows the held waits for it
+    // (a wait moved past a newer record would wait for more).
+    if (rec.kind == CapturedKind::host_wait) flush_owners(signals_, rec.a);
+    if (rec.kind == CapturedKind::event_record) flush_owners(events_, rec.a);
     push(j);
   }
 
-  void flush_owner(const std::map<int32_t, int32_t>& owners, int32_t key) {
-    const auto it = owners.find(key);
-    if (it != owners.end()) flush(it->second);
+  void flush_owners(std::multimap<int32_t, int32_t>& owners, int32_t key) {
+    const auto [from, to] = owners.equal_range(key);
+    std::vector<int32_t> threads;
+    for (auto it = from; it != to; ++it) threads.push_back(it->second);
+    owners.erase(from, to);
+    for (int32_t t : threads) flush(t);
   }
 
   void flush(int32_t thread) {
@@ -266,19 +274,14 @@ class IssueOrder {
     if (it == held_.end()) return;
     const std::vector<uint32_t> held = std::move(it->second);
     held_.erase(it);
-    for (uint32_t j : held) {
-      const CapturedRecord& rec = records_[j];
-      if (rec.kind == CapturedKind::host_signal) signals_.erase(rec.a);
-      if (rec.kind == CapturedKind::event_record) events_.erase(rec.a);
-      push(j);
-    }
+    for (uint32_t j : held) push(j);
   }
 
   const std::vector<CapturedRecord>& records_;
   std::vector<int32_t> thread_of_;
   std::map<int32_t, std::vector<uint32_t>> held_;  // by thread
-  std::map<int32_t, int32_t> signals_;             // a held signal -> its thread
-  std::map<int32_t, int32_t> events_;              // an event a held record records -> its thread
+  std::multimap<int32_t, int32_t> signals_;        // a held signal -> its thread
+  std::multimap<int32_t, int32_t> events_;         // an event a held wait or sync uses -> its thread
   std::map<int32_t, int32_t> names_;               // a thread -> its name
   std::vector<Issue> order_;
 };

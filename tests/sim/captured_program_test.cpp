@@ -456,3 +456,75 @@ TEST_CASE("mutated capture folders are refused with a file and line, or run with
   REQUIRE(refused > 50);
   REQUIRE(ran > 20);
 }
+
+namespace {
+// A one-rank capture folder of `records` (one JSON object per line), with its header and end.
+std::string capture_folder(const std::string& name, const std::vector<std::string>& records) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("shardcheck-" + name + "-" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::create_directories(dir);
+  std::ofstream out(dir + "/rank-0.jsonl");
+  out << R"({"shardcheck_capture": 1, "rank": 0, "world_size": 1, "torch": "2.11.0", "device": "cpu"})"
+      << "\n";
+  for (const auto& r : records) out << r << "\n";
+  out << "{\"k\": \"end\", \"records\": " << records.size() << "}\n";
+  return dir;
+}
+
+size_t races_in(const std::string& dir) {
+  const auto out = run_folder(dir);
+  std::filesystem::remove_all(dir);
+  return out.explored.findings.size();
+}
+}  // namespace
+
+TEST_CASE(
+    "a thread nothing orders against the main one may make its stream wait after the main one's next work",
+    "[sim][capture]") {
+  // gloo's shape: the main thread writes a tensor on a side stream; a worker thread makes the
+  // default stream wait for it, and the file has that wait before the main thread's read.
+  const std::vector<std::string> head = {
+      R"({"k": "stream", "id": 0, "name": "default"})",
+      R"({"k": "stream", "id": 1, "name": "side"})",
+      R"({"k": "site", "id": 0, "file": "prog.py", "line": 1, "func": "main"})",
+      R"({"k": "site", "id": 1, "file": "prog.py", "line": 2, "func": "worker"})",
+      R"({"k": "site", "id": 2, "file": "prog.py", "line": 3, "func": "main"})",
+      R"({"k": "alloc", "buf": 0, "bytes": 64, "stream": 0, "at": 0})",
+      R"({"k": "op", "name": "aten::fill_", "stream": 0, "r": [], "w": [[0, 0, 64]], "at": 0})",
+      R"({"k": "event_record", "event": 0, "stream": 0, "at": 0})",
+      R"({"k": "event_wait", "event": 0, "stream": 1, "at": 0})",
+      R"({"k": "op", "name": "aten::mul_", "stream": 1, "r": [[0, 0, 64]], "w": [[0, 0, 64]], "at": 0})",
+      R"({"k": "thread", "id": 1, "name": "worker"})",
+      R"({"k": "event_record", "event": 1, "stream": 1, "at": 1})",
+      R"({"k": "event_wait", "event": 1, "stream": 0, "at": 1})",
+      R"({"k": "host_signal", "id": 0, "at": 1})",
+      R"({"k": "thread", "id": 0})",
+  };
+  const std::string read =
+      R"({"k": "op", "name": "aten::sum", "stream": 0, "r": [[0, 0, 64]], "w": [], "at": 2})";
+  auto with = [&](std::vector<std::string> tail) {
+    std::vector<std::string> all = head;
+    all.insert(all.end(), tail.begin(), tail.end());
+    return all;
+  };
+  REQUIRE(races_in(capture_folder("late-wait", with({read}))) == 1);
+  // Waiting for the worker's signal (its wait's hand-over) orders the read: clean.
+  REQUIRE(races_in(capture_folder("late-wait-fix",
+                                  with({R"({"k": "host_wait", "signal": 0, "at": 2})", read}))) == 0);
+  // An event the worker records stays where the file has it: recorded before the main thread's
+  // write, it does not cover that write, and a stream waiting for it still races.
+  const std::vector<std::string> early_record = {
+      R"({"k": "stream", "id": 0, "name": "default"})",
+      R"({"k": "stream", "id": 1, "name": "side"})",
+      R"({"k": "site", "id": 0, "file": "prog.py", "line": 1, "func": "main"})",
+      R"({"k": "alloc", "buf": 0, "bytes": 64, "stream": 0, "at": 0})",
+      R"({"k": "thread", "id": 1, "name": "worker"})",
+      R"({"k": "event_record", "event": 0, "stream": 0, "at": 0})",
+      R"({"k": "thread", "id": 0})",
+      R"({"k": "op", "name": "aten::fill_", "stream": 0, "r": [], "w": [[0, 0, 64]], "at": 0})",
+      R"({"k": "event_wait", "event": 0, "stream": 1, "at": 0})",
+      R"({"k": "op", "name": "aten::sum", "stream": 1, "r": [[0, 0, 64]], "w": [], "at": 0})",
+  };
+  REQUIRE(races_in(capture_folder("early-record", early_record)) == 1);
+}
