@@ -2,6 +2,8 @@
 when every expected finding names its lines and nothing else was found, and a cut-short run
 still says what it saw and where it ran. (The runner itself captures on a GPU machine.)"""
 
+import contextlib
+import io
 import json
 import os
 import sys
@@ -64,6 +66,31 @@ class ResultsTest(unittest.TestCase):
                           "2026-12-07 12:18 UTC on NVIDIA H100 80GB HBM3, torch 2.11.0+cu130)", md)
             self.assertIn("| y | timeout | 9.0 | no verdict |", md)
             self.assertIsNone(acceptance.made_on(os.path.join(d, "nowhere")))
+
+
+BIN = os.environ.get("SHARDCHECK_BIN") or os.path.join(acceptance.ROOT, "build", "cli",
+                                                       "shardcheck")
+
+
+@unittest.skipUnless(os.access(BIN, os.X_OK), "no shardcheck binary (SHARDCHECK_BIN, make)")
+class RecheckTest(unittest.TestCase):
+    def test_an_earlier_runs_captures_are_judged_again_by_this_checker(self):
+        pinned = os.path.join(acceptance.ROOT, "tests", "capture", "h100")
+        with tempfile.TemporaryDirectory() as d:
+            cases = os.path.join(d, "cases")
+            os.makedirs(cases)
+            # The H100 capture where gloo's worker made the stream wait before the clamp.
+            for name in ("gloo-inplace", "gloo-inplace-fix"):
+                os.symlink(os.path.join(pinned, name + "-2"), os.path.join(cases, name))
+            out = os.path.join(d, "out")
+            with contextlib.redirect_stdout(io.StringIO()):
+                code = acceptance.main([out, "--recheck", cases, "--only", "^gloo", "--bin", BIN])
+            self.assertEqual(code, 0)
+            with open(os.path.join(out, "acceptance.md"), encoding="utf-8") as f:
+                md = f.read()
+            self.assertIn("2 of 2 cases met their expectation", md)
+            self.assertIn("from the captures of %s, made on NVIDIA H100 80GB HBM3" % cases, md)
+            self.assertTrue(os.path.isdir(cases))  # not packed away: the run's own
 
 
 if __name__ == "__main__":

@@ -547,3 +547,56 @@ TEST_CASE("on the GPU: coalesced blocks, graph replays and cudaMallocAsync's fre
   REQUIRE_THAT(async, Catch::Contains("FOUND   grad-reuse-async-2: stream_race\n"));
   require_clean(h100("grad-reuse-async-fix-2"));
 }
+
+// The acceptance run of 2026-12-07 (15:23 UTC, one H100, python/tests/onegpu/acceptance.py):
+// programs with host threads, a data prefetcher, CUDA graph branches, an accumulator never
+// zeroed, and ranks the program started itself (torch.multiprocessing.spawn, and a
+// multiprocessing.Process per rank).
+TEST_CASE("on the GPU: threads, prefetchers, graph branches and spawned ranks are found at their lines",
+          "[cli][capture][h100]") {
+  const std::pair<const char*, const char*> found[] = {
+      // gloo's worker happened to make the default stream wait for the write-back before the
+      // main thread clamped: nothing ordered the two threads, so the clamp still races.
+      {"gloo-inplace-2",
+       "one finding for examples/pytorch/gloo_inplace_race.py:26 and "
+       "examples/pytorch/gloo_inplace_race.py:29"},
+      {"thread-backward-2",
+       "aten::copy_ at examples/pytorch/thread_backward.py:30 on stream 'stream from "
+       "examples/pytorch/thread_backward.py:23' reads the tensor allocated at "
+       "examples/pytorch/thread_backward.py:25 while aten::mm at examples/pytorch/thread_backward.py:25"},
+      {"thread-prefetch-2",
+       "aten::mm at examples/pytorch/thread_prefetch.py:47 on stream 'default' reads the tensor allocated at "
+       "examples/pytorch/thread_prefetch.py:28 while aten::_to_copy at "
+       "examples/pytorch/thread_prefetch.py:28"},
+      {"data-prefetcher-2",
+       "the tensor allocated at examples/pytorch/data_prefetcher.py:33 is freed at "
+       "examples/pytorch/data_prefetcher.py:53 while aten::mm at examples/pytorch/data_prefetcher.py:52"},
+      {"graph-branches-2",
+       "aten::linalg_vector_norm at examples/pytorch/graph_branches.py:46 on stream 'stream from "
+       "examples/pytorch/graph_branches.py:25 of the graph replayed at "
+       "examples/pytorch/graph_branches.py:46'"},
+      {"uninit-accumulator-2",
+       "[uninitialized_read] rank 1: aten::addmm at examples/pytorch/uninit_accumulator.py:30 reads 1024 "
+       "bytes of 'tensor allocated at examples/pytorch/uninit_accumulator.py:23'"},
+      {"spawn-missing-wait-4",
+       "one finding for examples/pytorch/missing_wait.py:24 and examples/pytorch/missing_wait.py:27: 4 "
+       "instances (tensors, streams, accesses) on ranks 0, 1, 2, 3"},
+      {"process-missing-wait-4",
+       "one finding for examples/pytorch/missing_wait.py:24 and examples/pytorch/missing_wait.py:27: 4 "
+       "instances (tensors, streams, accesses) on ranks 0, 1, 2, 3"},
+  };
+  for (const auto& [name, text] : found) {
+    INFO(name);
+    const std::string out = found_in(h100(name));
+    REQUIRE_THAT(out, Catch::Contains(text));
+    size_t findings = 0;  // one per pair of code sites
+    for (size_t at = out.find("\n["); at != std::string::npos; at = out.find("\n[", at + 1)) ++findings;
+    REQUIRE(findings == 1);
+  }
+  for (const char* name :
+       {"gloo-inplace-fix-2", "thread-backward-fix-2", "thread-prefetch-fix-2", "data-prefetcher-fix-2",
+        "graph-branches-fix-2", "uninit-accumulator-fix-2", "spawn-missing-wait-fix-4"}) {
+    INFO(name);
+    require_clean(h100(name));
+  }
+}

@@ -3,12 +3,15 @@
 its lines, the fix clean, every program a verdict. From the repository root:
 
     python3 python/tests/onegpu/acceptance.py OUT [--only REGEX] [--bin build/cli/shardcheck]
+                                              [--recheck CASES]
 
 Captures each case (python3 -m shardcheck.capture, the case's ranks on the one-GPU backend),
 checks it with `shardcheck run --report`, and compares the findings with the case's expectation:
 a finding of each expected kind whose key names each expected file:line, and no other finding.
 Writes OUT/acceptance.md (a row per case) and OUT/acceptance.json; the captures go to
-OUT/cases.tgz. Exits 1 when a case misses its expectation, 2 on bad arguments.
+OUT/cases.tgz. With --recheck CASES it captures nothing and judges an earlier run's folders
+(CASES/<case>, from its cases.tgz) with this checker, on any machine. Exits 1 when a case misses
+its expectation, 2 on bad arguments.
 """
 
 import argparse
@@ -146,6 +149,9 @@ def main(argv=None):
     ap.add_argument("out")
     ap.add_argument("--only", default="", help="a regex: run only the cases whose names match")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "cli", "shardcheck"))
+    ap.add_argument("--recheck", metavar="CASES",
+                    help="capture nothing: judge the folders of an earlier run's cases "
+                         "(cases.tgz extracted: CASES/<case>) with --bin, on any machine")
     args = ap.parse_args(argv)
     try:
         only = re.compile(args.only)
@@ -157,12 +163,19 @@ def main(argv=None):
     env = dict(os.environ, PYTHONUNBUFFERED="1",
                PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep +
                os.environ.get("PYTHONPATH", ""))
-    rows, where = [], {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    rows, where = [], {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                       "recheck": args.recheck}
     with open(os.path.join(args.out, "acceptance.log"), "w", encoding="utf-8") as log:
         for c in CASES:
             if not only.search(c["name"]):
                 continue
-            folder, rc, text, wall = capture(c, args.out, env)
+            if args.recheck:
+                folder = os.path.join(args.recheck, c["name"])
+                if not os.path.isdir(folder):
+                    continue
+                rc, text, wall = "(recheck)", "", 0.0
+            else:
+                folder, rc, text, wall = capture(c, args.out, env)
             got, check_rc, said = check(args.bin, folder, args.out, c["name"])
             verdict = judge(c["expect"], got)
             where.setdefault("on", made_on(folder))
@@ -184,6 +197,9 @@ def write_results(out, rows, where, final=True):
     summary = f"{met} of {len(rows)} cases met their expectation; {verdicts} of {len(rows)} " \
               f"had a verdict"
     run = f"started {where['started']} on {where.get('on') or 'a machine no capture named'}"
+    if where.get("recheck"):
+        run = f"checked {where['started']} from the captures of {where['recheck']}, made on " \
+              f"{where.get('on') or 'a machine no capture named'}"
     with open(os.path.join(out, "acceptance.json"), "w", encoding="utf-8") as f:
         json.dump({"summary": summary, "run": run, "cases": rows}, f, indent=1)
     with open(os.path.join(out, "acceptance.md"), "w", encoding="utf-8") as f:
@@ -194,6 +210,8 @@ def write_results(out, rows, where, final=True):
     if not final:
         return
     print(summary)
+    if where.get("recheck"):
+        return  # the cases are the earlier run's, where they were
     cases = os.path.join(out, "cases")
     if os.path.isdir(cases):
         with tarfile.open(os.path.join(out, "cases.tgz"), "w:gz") as t:
