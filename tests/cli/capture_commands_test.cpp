@@ -551,7 +551,7 @@ TEST_CASE("on the GPU: coalesced blocks, graph replays and cudaMallocAsync's fre
 // The acceptance run of 2026-12-07 (15:23 UTC, one H100, python/tests/onegpu/acceptance.py):
 // programs with host threads, a data prefetcher, CUDA graph branches, an accumulator never
 // zeroed, and ranks the program started itself (torch.multiprocessing.spawn, and a
-// multiprocessing.Process per rank).
+// multiprocessing.Process per rank); the event polls from the run at 15:52 UTC.
 TEST_CASE("on the GPU: threads, prefetchers, graph branches and spawned ranks are found at their lines",
           "[cli][capture][h100]") {
   const std::pair<const char*, const char*> found[] = {
@@ -581,6 +581,9 @@ TEST_CASE("on the GPU: threads, prefetchers, graph branches and spawned ranks ar
       {"spawn-missing-wait-4",
        "one finding for examples/pytorch/missing_wait.py:24 and examples/pytorch/missing_wait.py:27: 4 "
        "instances (tensors, streams, accesses) on ranks 0, 1, 2, 3"},
+      {"event-poll-2",
+       "aten::sum at examples/pytorch/event_poll.py:35 on stream 'default' reads the tensor allocated at "
+       "examples/pytorch/event_poll.py:24 while aten::fill_ at examples/pytorch/event_poll.py:29"},
       {"process-missing-wait-4",
        "one finding for examples/pytorch/missing_wait.py:24 and examples/pytorch/missing_wait.py:27: 4 "
        "instances (tensors, streams, accesses) on ranks 0, 1, 2, 3"},
@@ -593,9 +596,11 @@ TEST_CASE("on the GPU: threads, prefetchers, graph branches and spawned ranks ar
     for (size_t at = out.find("\n["); at != std::string::npos; at = out.find("\n[", at + 1)) ++findings;
     REQUIRE(findings == 1);
   }
-  for (const char* name :
-       {"gloo-inplace-fix-2", "thread-backward-fix-2", "thread-prefetch-fix-2", "data-prefetcher-fix-2",
-        "graph-branches-fix-2", "uninit-accumulator-fix-2", "spawn-missing-wait-fix-4"}) {
+  for (const char* name : {"gloo-inplace-fix-2", "thread-backward-fix-2", "thread-prefetch-fix-2",
+                           "data-prefetcher-fix-2", "graph-branches-fix-2", "uninit-accumulator-fix-2",
+                           "spawn-missing-wait-fix-4", "process-missing-wait-fix-4",
+                           // polled until the loader's event (or stream) said it was done: ordered
+                           "event-poll-fix-2", "event-poll-stream-fix-2"}) {
     INFO(name);
     require_clean(h100(name));
   }

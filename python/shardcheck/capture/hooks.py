@@ -884,6 +884,28 @@ class Hooks:
         torch.cuda.empty_cache = empty_cache
         self._patched.append((torch.cuda, "empty_cache", orig))
 
+    def _follow_queries(self):
+        """Event.query() and Stream.query() called by the program that answer True: the host
+        has seen the work they cover finished, as a synchronize would have shown it (a loop
+        that polls an event before using what it covers is ordered after that work). No trace
+        callback reports a query."""
+        hooks = self
+
+        def make(sync, handle):
+            def wrap(orig):
+                def query(obj):
+                    done = orig(obj)
+                    if done and not getattr(_quiet, "on", False) and \
+                            not sys._getframe(1).f_code.co_filename.startswith(_SKIP) and \
+                            not hooks.rec.capturing():
+                        sync(getattr(obj, handle))
+                    return done
+                return query
+            return wrap
+
+        self._patch(torch.cuda.Event, "query", make(self.on_event_sync, "cuda_event"))
+        self._patch(torch.cuda.Stream, "query", make(self.on_stream_sync, "cuda_stream"))
+
     def _patch(self, owner, name, make):
         """Replaces owner.name by make(the original), undone at uninstall."""
         orig = getattr(owner, name)
@@ -923,6 +945,7 @@ class Hooks:
             self._name_streams()
             self._follow_graphs()
             self._follow_empty_cache()
+            self._follow_queries()
         self._follow_threads()
         self._follow_backward()
         try:

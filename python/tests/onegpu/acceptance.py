@@ -66,6 +66,8 @@ CASES = [
           env=GLOO),
     *pair("thread-prefetch", E + "thread_prefetch.py", [_race("thread_prefetch.py", 28, 47)]),
     *pair("thread-backward", E + "thread_backward.py", [_race("thread_backward.py", 25, 30)]),
+    *pair("event-poll", E + "event_poll.py", [_race("event_poll.py", 29, 35)]),
+    case("event-poll-stream-fix", E + "event_poll.py", [], args=["--fix", "--stream"]),
     *pair("data-prefetcher", E + "data_prefetcher.py", [_race("data_prefetcher.py", 33, 52)]),
     *pair("uninit-accumulator", E + "uninit_accumulator.py",
           [("uninitialized_read", [E + "uninit_accumulator.py:31",
