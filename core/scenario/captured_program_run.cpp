@@ -371,8 +371,7 @@ Task<> run_captured_program(Runtime& rt, const CapturedProgram& p) {
       case CapturedKind::recv:
         co_await rt.recv(c.p2p(rec, stream));
         break;
-      case CapturedKind::host_thread:  // not in an issue order
-        rt.set_host_thread(rec.a, p.strings[static_cast<size_t>(rec.name)]);
+      case CapturedKind::host_thread:  // never issued: threads switch where the issue order's do
         break;
       case CapturedKind::host_signal:
         rt.host_signal(rec.a);

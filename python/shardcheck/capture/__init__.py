@@ -77,7 +77,7 @@ class Capture:
         self.rank = rank
         self.handed_over = False  # the program started its own ranks (spawned.py)
         self._starter = None
-        self.pid = os.getpid()
+        self.pid = None  # the process that entered it
         self.unlaunched = False  # no launcher and no process group named this rank
 
     def __enter__(self):
@@ -134,7 +134,8 @@ class Capture:
         return self
 
     def _uninstall(self):
-        self._starter.uninstall()
+        """Takes out what the capture installed, but for the starter (spawned.py), which lives
+        until __exit__."""
         if self._values is not None:
             self._values.uninstall()
         self._hooks.uninstall()
@@ -176,6 +177,7 @@ class Capture:
         self._os_exit(status)
 
     def __exit__(self, exc_type, exc, tb):
+        self._starter.uninstall()
         if self.handed_over:
             return False
         if exc_type is not None and issubclass(exc_type, SystemExit) and exc.code in (None, 0):
@@ -305,6 +307,7 @@ def forget_inherited():
     already points nowhere), so the rank's own capture is the only one."""
     for cap in reversed(list(_live)):
         if cap.pid != os.getpid():
+            cap._starter.uninstall()
             cap._uninstall()
 
 

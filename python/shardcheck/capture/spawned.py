@@ -22,43 +22,50 @@ from urllib.parse import parse_qs, urlparse
 _SPAWN_MODULE = "torch.multiprocessing.spawn"
 
 
-class SpawnedRank:
-    """The function each started process runs, fn(i, *args), under a capture of its own
-    (pickled to the process: everything here is plain data)."""
+class _Started:
+    """What a started process needs of the capture that started it, to capture itself (plain
+    data, pickled to the process)."""
 
-    def __init__(self, fn, out_dir, device, argv, timeout, values, nprocs):
-        self.fn = fn
-        self.out_dir = out_dir
-        self.device = device
-        self.argv = argv
-        self.timeout = timeout
-        self.values = values
-        self.nprocs = nprocs
-
-    def __call__(self, i, *args):
-        from . import Capture, forget_inherited
-        from . import hooks
-        forget_inherited()  # start_method="fork": the launching process's capture
-        hooks._Quiet.forked = False  # a started rank is no worker
-        # The one-GPU backend takes over where more ranks share a machine than it has GPUs.
-        os.environ.setdefault("LOCAL_WORLD_SIZE", str(self.nprocs))
-        with Capture(self.out_dir, device=self.device, argv=self.argv, timeout=self.timeout,
-                     values=self.values, rank=(i, self.nprocs)):
-            return self.fn(i, *args)
-
-
-class StartedProcess:
-    """A multiprocessing.Process's target, started while a capture of no launched rank ran
-    (pickled to the process with the target). The process becomes a captured rank when it calls
-    init_process_group; until then, and if it never does, it records nothing."""
-
-    def __init__(self, target, cap):
-        self.target = target
+    def __init__(self, cap):
         self.out_dir = cap.out_dir
         self.device = cap.device
         self.argv = cap.argv
         self.timeout = cap.timeout
         self.values = cap.values
+
+    def capture(self, rank, world):
+        """This process's capture as `rank` of `world` (to enter)."""
+        from . import Capture, forget_inherited
+        from . import hooks
+        forget_inherited()  # start method "fork": the launching process's capture
+        hooks._Quiet.forked = False  # a started rank is no worker
+        return Capture(self.out_dir, device=self.device, argv=self.argv, timeout=self.timeout,
+                       values=self.values, rank=(rank, world))
+
+
+class SpawnedRank(_Started):
+    """The function each started process runs, fn(i, *args), under a capture of its own."""
+
+    def __init__(self, fn, cap, nprocs):
+        super().__init__(cap)
+        self.fn = fn
+        self.nprocs = nprocs
+
+    def __call__(self, i, *args):
+        # The one-GPU backend takes over where more ranks share a machine than it has GPUs.
+        os.environ.setdefault("LOCAL_WORLD_SIZE", str(self.nprocs))
+        with self.capture(i, self.nprocs):
+            return self.fn(i, *args)
+
+
+class StartedProcess(_Started):
+    """A multiprocessing.Process's target, started while a capture of no launched rank ran
+    (pickled to the process with the target). The process becomes a captured rank when it calls
+    init_process_group; until then, and if it never does, it records nothing."""
+
+    def __init__(self, target, cap):
+        super().__init__(cap)
+        self.target = target
         st = os.stat(cap.path)
         self.launcher = (cap.path, st.st_dev, st.st_ino, os.getpid())
 
@@ -133,15 +140,9 @@ class _CaptureAtInit:
         return init_process_group
 
     def begin(self, rank, world):
-        from . import Capture, forget_inherited
-        from . import hooks
-        forget_inherited()  # start method "fork": the launching process's capture
-        hooks._Quiet.forked = False  # a rank after all
-        s = self.started
         if rank == 0:
-            s.move_launcher_aside()
-        self.cap = Capture(s.out_dir, device=s.device, argv=s.argv, timeout=s.timeout,
-                           values=s.values, rank=(rank, world))
+            self.started.move_launcher_aside()
+        self.cap = self.started.capture(rank, world)
         self.cap.__enter__()
 
     def end(self, exc_type, exc, tb):
@@ -234,7 +235,5 @@ class Starter:
             cap = starter.cap
             cap.hand_over()  # the folder is the started ranks' from here on
             starter.started = nprocs
-            rank = SpawnedRank(fn, cap.out_dir, cap.device, cap.argv, cap.timeout,
-                               cap.values, nprocs)
-            return orig(rank, args, nprocs, join, daemon, start_method)
+            return orig(SpawnedRank(fn, cap, nprocs), args, nprocs, join, daemon, start_method)
         return start_processes
