@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -549,6 +550,12 @@ class RankLoader {
     for (uint32_t i = 0; i < w.count; ++i) r_.ranges.push_back(range(f, j_.element(w, i), "w"));
     rec.reads = static_cast<uint16_t>(r.count);
     rec.writes = static_cast<uint16_t>(w.count);
+    if (f.has("scale")) {
+      const double scale = fraction(f, "scale");
+      if (!std::isfinite(scale) || scale == 0)
+        f.fail("field 'scale' of op must be a finite number other than 0");
+      r_.scales.emplace_back(static_cast<int32_t>(r_.records.size()), scale);
+    }
     return true;
   }
 

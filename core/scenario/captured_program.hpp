@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/base/status.hpp"
@@ -123,7 +124,10 @@ struct CapturedRank {
   static constexpr uint32_t kNoAddress = UINT32_MAX;
   std::vector<uint64_t> addresses;
   std::vector<CapturedValue> values;  // in file order
-  int64_t file_records = 0;           // the records of its file (what its end record counts)
+  // The op records with a `scale` (the number an operator multiplies its tensor by), as (record
+  // index, scale), by record index. Not issued: the value checks follow gradients' weights with it.
+  std::vector<std::pair<int32_t, double>> scales;
+  int64_t file_records = 0;  // the records of its file (what its end record counts)
   // Buffers that existed before the capture ("pre": true): allocated, written and ordered
   // before the first record.
   struct Pre {

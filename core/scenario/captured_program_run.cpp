@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/scenario/captured_ops.hpp"
 #include "core/scenario/captured_program.hpp"
 
 namespace shardcheck::core {
@@ -73,12 +74,12 @@ class RankCalls {
     // A copy moves bytes, never-written ones included, without using them (as MemorySanitizer
     // propagates through memcpy): its output inherits its input's definedness. Every other
     // operator consumes what it reads.
-    if (is_copy(name) && reads.size() == 1 && writes.size() == 1 && reads[0].numel == writes[0].numel)
+    if (is_copy_op(name) && reads.size() == 1 && writes.size() == 1 && reads[0].numel == writes[0].numel)
       return kernels::copy(stream, reads[0], writes[0], name);
     // An elementwise operator over tensors of one size (a gradient accumulated into a buffer,
     // a buffer divided in place) carries never-written elements to its output, as a copy does:
     // padding nobody wrote stays padding nobody wrote, and is reported where it is consumed.
-    if (is_elementwise(name) && !writes.empty() && same_size(reads, writes))
+    if (is_elementwise_op(name) && !writes.empty() && same_size(reads, writes))
       return kernels::opaque_elementwise(name, stream, std::move(reads), std::move(writes));
     return kernels::opaque(name, stream, std::move(reads), std::move(writes));
   }
@@ -87,36 +88,6 @@ class RankCalls {
     const int64_t n = writes.front().numel;
     auto same = [n](const TensorRef& t) { return t.numel == n; };
     return std::all_of(reads.begin(), reads.end(), same) && std::all_of(writes.begin(), writes.end(), same);
-  }
-
-  // ATen operators whose element i depends on element i of their tensor operands alone (with
-  // scalars beside them), in place or not. Only with every operand of one size do the byte
-  // ranges line up element for element; a broadcast operand has another size.
-  static bool is_elementwise(std::string_view name) {
-    static constexpr std::string_view kOps[] = {
-        "aten::add",           "aten::add_",
-        "aten::sub",           "aten::sub_",
-        "aten::mul",           "aten::mul_",
-        "aten::div",           "aten::div_",
-        "aten::neg",           "aten::neg_",
-        "aten::abs",           "aten::sqrt",
-        "aten::addcmul_",      "aten::addcdiv_",
-        "aten::lerp_",         "aten::maximum",
-        "aten::minimum",       "aten::clamp",
-        "aten::clamp_",        "aten::relu",
-        "aten::relu_",         "aten::gelu",
-        "aten::sigmoid",       "aten::tanh",
-        "aten::exp",           "aten::threshold_backward",
-        "aten::gelu_backward",
-    };
-    return std::find(std::begin(kOps), std::end(kOps), name) != std::end(kOps);
-  }
-
-  // aten::resize_ as the capture writes it: a storage that grew within its block becomes a new,
-  // larger lifetime holding the old bytes (docs/capture-format.md).
-  static bool is_copy(std::string_view name) {
-    return name == "aten::copy_" || name == "aten::clone" || name == "aten::_to_copy" ||
-           name == "aten::contiguous" || name == "aten::resize_";
   }
 
   CollectiveCall collective(const CapturedRecord& rec, StreamId stream) const {

@@ -390,19 +390,23 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "expert gradients summed over their group and divided by the world size are a divisor_mismatch "
-    "naming both lines, and the fix is clean",
+    "expert gradients summed over their group and divided by its size, not the world's, are a "
+    "divisor_mismatch naming both lines, and the fix is clean",
     "[cli][capture][values]") {
+  // The all_to_all brought each expert every rank's tokens of its expert-parallel group, so the sum
+  // over its expert-data-parallel group carries the losses of all 4 ranks (DeepSpeed #6546).
   const std::string out = found_in(fixture("expert-parallel-4"));
   REQUIRE_THAT(
-      out, Catch::Contains("[divisor_mismatch] all_reduce (sum) at examples/pytorch/expert_parallel.py:87 "
-                           "over ranks 0, 2, then divided by 4 at "
-                           "examples/pytorch/expert_parallel.py:88: 4 is the size of group 'world' "
-                           "(ranks 0, 1, 2, 3), not 2, the ranks that summed."));
+      out, Catch::Contains("[divisor_mismatch] all_reduce (sum) at examples/pytorch/expert_parallel.py:91 "
+                           "over ranks 0, 2, divided by 2 at examples/pytorch/expert_parallel.py:92: "
+                           "the sum carries the losses of 4 ranks (0, 1, 2, 3), so their average "
+                           "divides by 4, not 2."));
   REQUIRE_THAT(out, Catch::Contains("The gradients of 'expert.weight', 'expert.bias'"));
+  REQUIRE_THAT(out,
+               Catch::Contains("the other parameters' there ('router.weight', 'router.bias') weigh it 1/4"));
   // One finding for the division's line, over both expert-data-parallel groups.
   REQUIRE_THAT(out, Catch::Contains("FOUND   expert-parallel-4: divisor_mismatch\n"));
-  // The router's gradients, summed over all 4 and divided by 4, and the all_to_all exchanges are clean.
+  // Divided by the world size, as the router's: clean.
   require_clean(fixture("expert-parallel-fix-4"));
 }
 
@@ -493,11 +497,13 @@ TEST_CASE(
 // run-captures-on-gpu.sh, tests/capture/h100/README.md).
 TEST_CASE("on the GPU: the expert divisor, the DTensor norm and DDP's reductions, with values",
           "[cli][capture][h100]") {
-  const std::string ep = found_in(h100("expert-parallel-4"));
+  // Captured from expert_parallel.py before its flag was turned around: without --fix it divided
+  // the experts' sums by the world size (correct), with it by their group's size (the bug).
+  const std::string ep = found_in(h100("expert-parallel-fix-4"));
   REQUIRE_THAT(
       ep, Catch::Contains("[divisor_mismatch] all_reduce (sum) at examples/pytorch/expert_parallel.py:87 "
-                          "over ranks 0, 2, then divided by 4 at examples/pytorch/expert_parallel.py:88"));
-  REQUIRE_THAT(ep, Catch::Contains("FOUND   expert-parallel-4: divisor_mismatch\n"));
+                          "over ranks 0, 2, divided by 2 at examples/pytorch/expert_parallel.py:88"));
+  REQUIRE_THAT(ep, Catch::Contains("FOUND   expert-parallel-fix-4: divisor_mismatch\n"));
   const std::string tp = found_in(h100("dtensor-tp-2"));
   REQUIRE_THAT(tp,
                Catch::Contains("[grad_norm_miscount] all_reduce (sum) at examples/pytorch/dtensor_tp.py:52 "
@@ -508,7 +514,7 @@ TEST_CASE("on the GPU: the expert divisor, the DTensor norm and DDP's reductions
   // not a norm over the bucket's other parameters.
   REQUIRE_THAT(found_in(h100("double-reduction-ddp-4")),
                Catch::Contains("FOUND   double-reduction-ddp-4: double_reduction\n"));
-  for (const char* clean : {"expert-parallel-fix-4", "dtensor-tp-fix-2", "double-reduction-ddp-fix-4",
+  for (const char* clean : {"expert-parallel-4", "dtensor-tp-fix-2", "double-reduction-ddp-fix-4",
                             "ddp-train-values-4", "fsdp2-train-values-4"}) {
     INFO(clean);
     require_clean(h100(clean));

@@ -316,31 +316,100 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("a sum over one group divided by another group's size is a divisor_mismatch",
+namespace {
+
+// Buffer 1 of a rank file: 64 bytes of the rank's own data, a gradient to be.
+const std::string kSecondBuffer =
+    R"({"k": "alloc", "buf": 1, "bytes": 64, "stream": 0, "at": 0})"
+    "\n"
+    R"({"k": "op", "name": "aten::fill_", "stream": 0, "r": [], "w": [[1, 0, 64]], "at": 0})"
+    "\n";
+
+// An all_to_all of buffer `buf` over the world: each rank's half goes to the other.
+std::string all_to_all(int buf) {
+  const std::string range = "[" + std::to_string(buf) + ", 0, 64]";
+  return R"({"k": "coll", "op": "all_to_all", "group": 0, "stream": 0, "in": )" + range + R"(, "out": )" +
+         range +
+         R"(, "dtype": "f32", "count": 16, "reduce": "none", "root": 0, "name": "tokens", "at": 0})"
+         "\n";
+}
+
+// An all_reduce (sum) of buffer `buf` over group `group`, at site 0.
+std::string sum_of(int buf, int group) {
+  std::string s = all_reduce_on(group, 0);
+  const std::string from = "[0, 0, 64]", to = "[" + std::to_string(buf) + ", 0, 64]";
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
+  return s;
+}
+
+// Buffer `buf` divided in place, at site 1, by a number the capture wrote (`scale`: its inverse)
+// or, with `scale` empty, by one it did not know.
+std::string divided(int buf, const std::string& scale) {
+  return R"({"k": "op", "name": "aten::div_", "stream": 0, "r": [[)" + std::to_string(buf) +
+         R"(, 0, 64]], "w": [[)" + std::to_string(buf) + R"(, 0, 64]], "at": 1)" +
+         (scale.empty() ? "" : R"(, "scale": )" + scale) + "}\n";
+}
+
+std::string grad_at(int buf, const char* name, const std::string& d) {
+  return std::string(R"({"k": "value", "of": "grad", "tensor": ")") + name +
+         R"(", "step": 0, "when": "before", "at": 1, "r": [)" + std::to_string(buf) + ", 0, 64], " + d +
+         "}\n";
+}
+
+}  // namespace
+
+TEST_CASE("a sum's gradient weighs each rank's loss it carries by one over their number, as the others do",
           "[core][capture][values]") {
-  // Each rank sums buffer 0 over `group` and divides it: the output's absolute sum is 8, the
-  // gradient's `grad_abs`, so the divisor is 8 / grad_abs.
-  auto body = [](int rank, int group, double grad_abs) {
-    return own_group(rank) + all_reduce_on(group, 0) +
-           coll_value("out", 0, digest_abs("00000000000000c0", 8)) + kDivide +
-           grad_at_buffer0("expert.weight", digest_abs("00000000000000c1", grad_abs));
+  // router.weight (buffer 0): summed over the world and halved, the reference. expert.weight
+  // (buffer 1): its tokens exchanged by an all_to_all or not, summed over `group`, divided by `k`.
+  auto body = [](int rank, bool exchanged, int group, const std::string& k, const std::string& router_k) {
+    return own_group(rank) + kSecondBuffer + (exchanged ? all_to_all(1) : "") + sum_of(0, 0) +
+           divided(0, router_k) + sum_of(1, group) + divided(1, k) +
+           grad_at(0, "router.weight", digest_abs("00000000000000a0", 4)) +
+           grad_at(1, "expert.weight", digest_abs("00000000000000b0", 4));
   };
-  SECTION("summed over one rank, divided by the world size") {
-    const auto found = check(body(0, 1, 4), body(1, 1, 4));
+  auto both = [&](bool exchanged, int group, const std::string& k, const std::string& router_k = "0.5") {
+    return check(body(0, exchanged, group, k, router_k), body(1, exchanged, group, k, router_k));
+  };
+  SECTION("the all_to_all brought both ranks' losses to the sum over one rank: divided by 1, a mismatch") {
+    const auto found = both(true, 1, "1.0");
     REQUIRE(found.size() == 1);
     REQUIRE(found[0].kind == FindingKind::divisor_mismatch);
-    REQUIRE(found[0].summary ==
-            "all_reduce (sum) at t.py:10 over ranks 0, then divided by 2 at t.py:10: 2 is the size of group "
-            "'world' (ranks 0, 1), not 1, the ranks that summed");
+    REQUIRE(
+        found[0].summary ==
+        "all_reduce (sum) at t.py:10 over ranks 0, divided by 1 at t.py:20: the sum carries the losses of 2 "
+        "ranks (0, 1), so their average divides by 2, not 1");
+    REQUIRE_THAT(found[0].explanation,
+                 Catch::Contains("the other parameters' there ('router.weight') weigh it 1/2"));
     const auto* d = std::get_if<ElementDetail>(&found[0].detail);
     REQUIRE(d);
     REQUIRE(d->tensor == "expert.weight");
+    REQUIRE(d->source.line == 20);
   }
-  SECTION("summed over the world and divided by its size: clean") {
-    REQUIRE(check(body(0, 0, 4), body(1, 0, 4)).empty());
+  SECTION("divided by 2: clean") { REQUIRE(both(true, 1, "0.5").empty()); }
+  SECTION("without the all_to_all the sum over one rank carries its loss alone: divided by 1, clean") {
+    REQUIRE(both(false, 1, "1.0").empty());
   }
-  SECTION("a divisor no group has (a scale of the program's own): clean") {
-    REQUIRE(check(body(0, 1, 8.0 / 3), body(1, 1, 8.0 / 3)).empty());
+  SECTION("summed over the world and divided by its size, as the router: clean") {
+    REQUIRE(both(false, 0, "0.5").empty());
+  }
+  SECTION("no gradient averaged (the program scales its loss itself): nothing to compare with, clean") {
+    REQUIRE(both(true, 1, "1.0", "1.0").empty());
+  }
+  SECTION("a division by a number the capture did not know: the digests say by what") {
+    // Each sum's output has the absolute sum 8, each gradient 4: both divided by 2.
+    auto digests = [&](int rank, const std::string& expert_out) {
+      return own_group(rank) + kSecondBuffer + all_to_all(1) + sum_of(0, 0) +
+             coll_value("out", 1, digest_abs("00000000000000c0", 8)) + divided(0, "") + sum_of(1, 1) +
+             coll_value("out", 2, digest_abs("00000000000000c1", std::stod(expert_out))) + divided(1, "") +
+             grad_at(0, "router.weight", digest_abs("00000000000000a0", 4)) +
+             grad_at(1, "expert.weight", digest_abs("00000000000000b0", 4));
+    };
+    REQUIRE(check(digests(0, "8"), digests(1, "8")).empty());
+    const auto found = check(digests(0, "4"), digests(1, "4"));  // the expert's sum not divided at all
+    REQUIRE(found.size() == 1);
+    REQUIRE(found[0].kind == FindingKind::divisor_mismatch);
   }
 }
 
