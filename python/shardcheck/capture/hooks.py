@@ -64,6 +64,49 @@ def _all_gather_copy_in(args, kwargs, out):
 # (tensors read, tensors written); their results are never fresh tensors.
 _ACCESS_BY_NAME = {"fsdp::all_gather_copy_in": _all_gather_copy_in}
 
+# Operators that multiply their one tensor operand by a number: the number is written as the op
+# record's `scale` (docs/capture-format.md), so that the checker knows what a gradient was divided
+# by (value checks, docs/findings.md).
+_SCALING = {"aten::mul": False, "aten::mul_": False, "aten::div": True, "aten::div_": True,
+            "aten::_foreach_mul_": False, "aten::_foreach_div_": True, "aten::_foreach_mul": False,
+            "aten::_foreach_div": True}
+
+
+def _number(x):
+    """A Python number, or a one-element tensor on the CPU (a number torch wrapped), as a float;
+    None for anything else."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return float(x)
+    if isinstance(x, torch.Tensor) and x.dim() == 0 and x.device.type == "cpu" and \
+            not x.is_complex():
+        with quiet():
+            return float(x.item())
+    return None
+
+
+def _scale_of(name, args, kwargs):
+    """The factor an operator of _SCALING multiplies its tensor operand by, or None (a tensor
+    operand, a rounding mode, a list of different numbers)."""
+    if len(args) < 2 or kwargs.get("rounding_mode") is not None:
+        return None
+    first, other = args[0], args[1]
+    if isinstance(first, (list, tuple)):
+        if isinstance(other, (list, tuple)):
+            numbers = {_number(x) for x in other}
+            other = numbers.pop() if len(numbers) == 1 else None
+        if other is None:
+            return None
+    elif not isinstance(first, torch.Tensor) or (isinstance(other, torch.Tensor) and first.dim() == 0):
+        return None
+    x = _number(other)
+    if x is None or x != x or x in (float("inf"), float("-inf")):
+        return None
+    if _SCALING[name]:
+        return 1.0 / x if x != 0 else None
+    return x
+
 _main_thread = threading.main_thread()
 _main_ident = _main_thread.ident
 # A thread the program started, or a pool task it submitted, running no frame of the program's
@@ -458,7 +501,8 @@ class Hooks:
         site = self.site()
         self.rec.touch(fresh, stream, site)
         if name not in _ALLOCATING_EMPTY:
-            self.rec.op(name, stream, reads, writes + fresh, site)
+            scale = _scale_of(name, args, kwargs) if name in _SCALING else None
+            self.rec.op(name, stream, reads, writes + fresh, site, scale)
         if self._tls.depth == 0:
             deferred, self._tls.deferred = self._tls.deferred, []
             for fn, a in deferred:

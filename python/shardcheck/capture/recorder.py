@@ -18,6 +18,13 @@ def _ranges_json(ranges):
     return "[" + ",".join("[%d,%d,%d]" % (b, o, n) for b, o, n in ranges) + "]"
 
 
+def _scale_json(scale):
+    """An op record's optional `scale` field: a finite number other than 0, or nothing."""
+    if scale is None or scale != scale or scale in (0.0, float("inf"), float("-inf")):
+        return ""
+    return ',"scale":%r' % float(scale)
+
+
 class _Switching:
     """The writer, with the recorder's thread switch before every record."""
 
@@ -315,7 +322,9 @@ class Recorder:
             self._free(buf, site)
 
     # -- stream work ---------------------------------------------------------------------
-    def op(self, name, stream_handle, reads, writes, site):
+    def op(self, name, stream_handle, reads, writes, site, scale=None):
+        """scale: the number the operator multiplies its one tensor operand by (docs/capture-
+        format.md), where it is known."""
         with self._lock:
             self.poll_frees(site, 16)
             # Each storage's lifetime first reaches the furthest byte the operator touches, so
@@ -327,12 +336,12 @@ class Recorder:
             if not r and not w:
                 return
             if self._capturing is not None:
-                self._capturing.append(("op", stream_handle, name, r, w))
+                self._capturing.append(("op", stream_handle, name, r, w, scale))
                 return
             # The hottest record: formatted by hand (names are operator names, plain ASCII).
-            self._w.write_line('{"k":"op","name":%s,"stream":%d,"r":%s,"w":%s,"at":%d}' % (
+            self._w.write_line('{"k":"op","name":%s,"stream":%d,"r":%s,"w":%s,"at":%d%s}' % (
                 self._op_name(name), self.stream(stream_handle), _ranges_json(r),
-                _ranges_json(w), site))
+                _ranges_json(w), site, _scale_json(scale)))
             self.stats["ops"] += 1
 
     def _op_name(self, name):
@@ -383,13 +392,13 @@ class Recorder:
 
             for entry in entries:
                 if entry[0] == "op":
-                    _, handle, name, r, w = entry
+                    _, handle, name, r, w, scale = entry
                     r = [x for x in r if x[0] in live]
                     w = [x for x in w if x[0] in live]
                     if r or w:
-                        self._w.write_line('{"k":"op","name":%s,"stream":%d,"r":%s,"w":%s,"at":%d}'
+                        self._w.write_line('{"k":"op","name":%s,"stream":%d,"r":%s,"w":%s,"at":%d%s}'
                                            % (self._op_name(name), stream(handle), _ranges_json(r),
-                                              _ranges_json(w), site))
+                                              _ranges_json(w), site, _scale_json(scale)))
                         self.stats["ops"] += 1
                 else:
                     kind, ev, handle = entry
