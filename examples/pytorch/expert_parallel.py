@@ -2,13 +2,17 @@
 expert-data-parallel group (ranks 0, 2 hold expert 0; ranks 1, 3 expert 1). Each step the router,
 replicated on every rank, scores the tokens and each expert takes its best 4 from every rank
 (expert-choice routing); all_to_all sends them to the rank of their expert in the expert-parallel
-group (0, 1 or 2, 3) and brings the results back. The
-router's gradients are averaged over all 4 ranks; an expert's over the 2 ranks that hold it.
+group (0, 1 or 2, 3) and brings the results back. The router's gradients are averaged over all 4
+ranks. Each expert's gradient is summed over the 2 ranks that hold it, its expert-data-parallel
+group; the backward of the all_to_all has already brought each expert the gradient of every
+rank's tokens of its expert-parallel group, so that sum carries the losses of all 4 ranks.
 
-The bug: the experts' gradients are summed over their
-expert-data-parallel group of 2 and divided by the world size, 4, as the dense ones are: they step
-with half their average, the same on both replicas, so nothing diverges and nothing fails. Run
-with --fix for the repair: divide by the size of the group that summed.
+The bug (DeepSpeed #6546, "expert gradient average: divide edp_world_size -> divide
+dp_world_size"): the experts' sums are divided by the size of the group that summed, 2, instead
+of the data-parallel world's, 4, as the router's are: they step with twice their gradient, the
+same on both replicas, so nothing diverges and nothing fails. Run with --fix for the repair:
+divide by the world size. tests/capture/ (test_values.py) compares both against a single-process
+reference of the same global loss.
 
     python3 -m shardcheck.capture --nproc-per-node 4 --out DIR --check -- \\
         examples/pytorch/expert_parallel.py
@@ -85,7 +89,7 @@ def main():
             p.grad.div_(world)
         for p in model.expert.parameters():  # each expert over the ranks that hold it
             dist.all_reduce(p.grad, group=edp_group)
-            p.grad.div_(edp_size if FIX else world)  # the bug: the world size
+            p.grad.div_(world if FIX else edp_size)  # the bug: the summing group's size
         opt.step()
         opt.zero_grad()
     print("rank %d: loss %.4f, expert weight sum %.6f" % (rank, loss.item(),

@@ -96,11 +96,14 @@ class ReproducerTest(unittest.TestCase):
                              "same on ranks 0, 1 before the optimizer step at "
                              "examples/pytorch/replica_drift.py:57 (step 1)", "--scheduler")
 
-    def test_expert_gradients_divided_by_the_world_size_are_a_divisor_mismatch(self):
+    def test_expert_gradients_divided_by_their_groups_size_are_a_divisor_mismatch(self):
+        # The all_to_all brought each expert every rank's tokens: its sum over its expert-data-
+        # parallel group of 2 carries the losses of all 4 ranks, and is averaged by dividing by 4.
         self.found_and_fixed("expert_parallel.py",
-                             "[divisor_mismatch] all_reduce (sum) at examples/pytorch/expert_parallel.py:87 "
-                             "over ranks 0, 2, then divided by 4 at examples/pytorch/expert_parallel.py:88",
-                             ranks=4)
+                             "[divisor_mismatch] all_reduce (sum) at examples/pytorch/expert_parallel.py:91 "
+                             "over ranks 0, 2, divided by 2 at examples/pytorch/expert_parallel.py:92: the "
+                             "sum carries the losses of 4 ranks (0, 1, 2, 3), so their average divides by "
+                             "4, not 2", ranks=4)
 
     def test_a_tied_embedding_counted_on_both_stages_is_a_norm_miscount(self):
         self.found_and_fixed("tied_norm.py",
