@@ -206,6 +206,15 @@ class GroundTruthTest(unittest.TestCase):
         self.assertBothMatch("rae40_unwrapped_forward", "decoder")
         self.assertEqual(set(self.record("rae40_unwrapped_forward", True)["replica_spread"].values()), {0.0})
 
+    def test_nemorl3716_split_api_qk_norm(self):
+        bug = self.record("nemorl3716_split_api_qk_norm", False)
+        self.assertNotScaled(bug["qk_layernorm"])  # each rank's heads' share
+        self.assertFactor(bug["split"], 1.0)
+        self.assertGreater(bug["replica_spread"]["q_layernorm.weight"], 1e-3)
+        self.assertBothMatch("nemorl3716_split_api_qk_norm", "qk_layernorm", "split")
+        self.assertEqual(set(self.record("nemorl3716_split_api_qk_norm", True)["replica_spread"].values()),
+                         {0.0})
+
     # replica_divergence
 
     def test_nanochat857_lr_progress(self):

@@ -1,10 +1,11 @@
 """A control, not a bug: kubeflow/pytorch-operator #122 ("Double gradient reduction in
 examples?"): the MNIST DDP example wrapped its model in DistributedDataParallel, which averages the
 gradients in the backward, and then also called a hand-written `average_gradients` (all_reduce
-with SUM, then divide by the world size), the one of PyTorch's distributed tutorial. The
-maintainers agreed the second reduction was redundant and removed it. It is redundant, not wrong:
-after DDP every rank holds the same average, so the SUM is world_size times it and the division
-gives it back, exactly (a sum of equal values and a division by a power of two are exact here).
+with SUM, then divide by the world size), the one of PyTorch's distributed tutorial ("Double
+trouble?"); the maintainers answered they would change the example. The second reduction is
+redundant, not wrong: after DDP every rank holds the same average, so the SUM is world_size times
+it and the division gives it back, exactly (a sum of equal values and a division by a power of
+two are exact here).
 
 Here, 2 ranks: a small MNIST-style classifier (16 pixels, 12 hidden, 10 classes) in DDP, each
 rank its own batch; `average_gradients` after every backward. --fix removes it.

@@ -14,7 +14,8 @@ LayerNorms start as LayerNorms do, weights ones and biases zeros.
 
 The bug: the final LayerNorm's gradient is each rank's half of the sequence: neither the
 gradient of the loss nor the same on both ranks, and its copies drift apart from the first step.
---fix marks it `sequence_parallel`, so its gradient is all-reduced with the input LayerNorm's.
+--fix marks it `sequence_parallel`, so Megatron's own reduction covers it with the input
+LayerNorm (the issue proposes no fix; this is the mechanism Megatron uses for the others).
 
 Ground truth (--check-truth OUT): one process runs the whole model on the whole sequence;
 each rank's gradients at the first step are compared with it (split weights with their slice),
