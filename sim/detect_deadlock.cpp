@@ -69,8 +69,12 @@ void add_host_waits(const WorldView& w, int r, WaitGraph& g) {
   if (h.status != Host::Status::parked || w.host_ready(r)) return;
   for (uint32_t rec : h.wait_records) {
     if (!w.record(rec).executed) {
-      g.edge(w.host_participant(r), w.participant(w.record(rec).rank, w.record(rec).stream),
-             "a host sync on stream '" + w.rank(r).streams[w.record(rec).stream].name + "'");
+      const Stream& s = w.rank(w.record(rec).rank).streams[w.record(rec).stream];
+      std::string reason = "a host sync on stream '" + s.name + "'";
+      // In a captured program, what the sync waits for first (a transfer's wait(): its transfer).
+      if (w.sources_seen() && !s.queue.empty() && s.queue.front().kind != OpKind::record)
+        reason += ", behind " + w.op_text(s.queue.front().id);
+      g.edge(w.host_participant(r), w.participant(w.record(rec).rank, w.record(rec).stream), reason);
     }
   }
   if (h.wait_stream >= 0) g.edge(w.host_participant(r), w.participant(r, h.wait_stream), "its last launch");

@@ -30,6 +30,11 @@ std::string access_verb(Access k) {
 
 // An operation as the de-duplication key names it: a send or recv without its peer rank, which
 // differs across ranks for one line of the program ("recv 'g' from 2" on rank 0, "from 3" on 1).
+bool is_p2p(const WorldView& w, uint32_t op) {
+  const OpKind k = w.op(op).kind;
+  return k == OpKind::send || k == OpKind::recv;
+}
+
 std::string key_op(const std::string& op) {
   if (op.rfind("send '", 0) == 0 || op.rfind("recv '", 0) == 0) return op.substr(0, op.rfind('\'') + 1);
   return op;
@@ -281,7 +286,14 @@ void python_race(const WorldView& w, int rank, const AccessRec& a, const AccessR
         "replay keeps that order");
     return;  // no stream outside the graph can order its branches
   }
-  if (a_comm) {
+  if (a_comm && is_p2p(w, a.op)) {
+    d.fixes.push_back("call wait() on the request of " + A.op + " (what dist." +
+                      (w.op(a.op).kind == OpKind::send ? "isend" : "irecv") +
+                      " or the batch_isend_irecv returned) before " + where_b +
+                      ", or use the blocking dist." + (w.op(a.op).kind == OpKind::send ? "send" : "recv") +
+                      ": until its wait the transfer may still " + (A.write ? "write" : "read") +
+                      " the tensor");
+  } else if (a_comm) {
     d.fixes.push_back("call work.wait() on the work handle of " + A.op + " (or pass async_op=False) before " +
                       where_b + ": the current stream then waits for the collective");
   }

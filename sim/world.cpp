@@ -136,8 +136,10 @@ std::string World::op_text(uint32_t op) const {
   const std::string& name = names_[info.name];
   if (info.source == kNone) return name;
   // "kernel 'aten::add_'" -> "aten::add_": a captured operator is named by itself.
-  const std::string what =
+  std::string what =
       name.rfind("kernel '", 0) == 0 && name.size() > 9 ? name.substr(8, name.size() - 9) : name;
+  // "send '' to 1" -> "send to 1": a captured transfer with no name of its own.
+  if ((info.kind == OpKind::send || info.kind == OpKind::recv) && what.find(" '' ") == 4) what.erase(4, 3);
   return what + " at " + names_[info.source];
 }
 

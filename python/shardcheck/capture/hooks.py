@@ -23,7 +23,7 @@ import time
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import handovers
+from . import handovers, p2p
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -233,6 +233,14 @@ def tensor_span(t):
             lo += (size - 1) * stride
     return (ptr, _StorageOf(t), lo * isz,
             (hi - lo + 1) * isz)
+
+
+def dtype_and_count(t):
+    """A tensor's dtype as records name it and its element count (bytes where the format has no
+    name for its dtype)."""
+    if t.dtype in _DTYPES:
+        return _DTYPES[t.dtype], t.numel()
+    return "u8", t.numel() * t.element_size()
 
 
 def _tensors(value):
@@ -659,7 +667,7 @@ class Hooks:
             fn(*a)
         stream = internal if internal is not None else caller
         if internal is not None and pg is not None and not self.rec.has_stream(internal):
-            self.rec.stream(internal, "nccl " + self._group(pg)[2])
+            self.rec.stream(internal, self._internal_name(pg, peer, calls))
         if calls is None:
             self._record_unknown(func, name, args, kwargs, stream, site)
         else:
@@ -667,6 +675,16 @@ class Hooks:
         for fn, a in during[split:]:
             fn(*a)
         return out
+
+    def _internal_name(self, pg, peer, calls):
+        """A process group's internal stream as findings name it: NCCL runs p2p outside a batch
+        on a communicator and stream per pair of ranks ("low:high"), the rest on the group's."""
+        _, ranks, name = self._group(pg)
+        if peer is None or p2p.batching() or not calls or not 0 <= peer < len(ranks):
+            return "nccl " + name
+        me = torch.distributed.get_rank()
+        low, high = sorted((me, ranks[peer]))
+        return "nccl %s p2p %d:%d" % (name, low, high)
 
     def _host_filled(self, func, name, args, site):
         """torch 1.x: a c10d operator that reaches the dispatcher comes from C++ (DDP's checks
@@ -745,7 +763,7 @@ class Hooks:
                     # No name: the two halves' operators are named differently (c10d::send,
                     # c10d::recv_), and names are compared across the pair.
                     self.rec.p2p(op, ranks[peer], gid, stream, span, dtype, count, str(tag), "",
-                                 site)
+                                 site, batch=p2p.batching())
                 continue
             ispan = tensor_span(i_) if i_ is not None else None
             ospan = tensor_span(o) if o is not None else None
@@ -817,6 +835,13 @@ class Hooks:
         wrap("all_to_all_single", "all_to_all", lambda a: (a["input"], a["output"]),
              lambda i, o: i.numel())
         wrap("barrier", "barrier", lambda a: (None, None), lambda i, o: 0)
+
+    def _follow_p2p(self):
+        """Point-to-point requests (p2p.py): on CPU, gloo's, which the capture records itself;
+        everywhere, batch_isend_irecv's batches."""
+        p2p.follow_batches(self._patch)
+        if not self.cuda:
+            p2p.Requests(self, self._patch, _quiet, tensor_span, dtype_and_count).install()
 
     def _hint_reduce_ops(self):
         """The dispatcher passes a ReduceOp as an opaque script object: take the reduction
@@ -998,6 +1023,7 @@ class Hooks:
                 self._hint_reduce_ops()
             else:
                 self._wrap_distributed()
+            self._follow_p2p()
         except ImportError:
             pass
         self._mode = _Mode(self)
@@ -1097,6 +1123,14 @@ def backend_outputs(written, stream):
     site = h.site()
     for index, out in written:
         h.values.bind_coll(h.values.coll_output(out, stream.cuda_stream), index, site, "out")
+
+
+def backend_done(event):
+    """A Work of a process group written in Python told the program it is done
+    (is_completed() answered True): the host has seen its end event pass, as a sync shows it."""
+    h = _Router.active
+    if h is not None and not getattr(_quiet, "on", False):
+        h.on_event_sync(event.cuda_event)
 
 
 def backend_op(name, reads, writes, stream):

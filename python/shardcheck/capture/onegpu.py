@@ -16,7 +16,10 @@ WorkNCCL::wait) and moves the data on the GPU itself:
   as NCCL's watchdog does.
 - Point to point outside a batch runs on a stream of its own per pair of ranks (NCCL's pair
   communicators); a batch (``batch_isend_irecv``, ``_coalescing_manager``) runs on the group's
-  stream and ends with one event.
+  stream and ends with one event. Its transfers progress together (their chunks interleave,
+  as one NCCL group's do): the capture records each of a batch_isend_irecv's on a stream of its
+  own, forked from the group's and joined back (p2p.batch). ``work.is_completed()`` answering
+  True to the program is a sync with its end event.
 - ``barrier`` blocks the host until the barrier and the caller's stream are done.
 
 How the data moves: the lowest rank of a group allocates device memory (cuMemAlloc) with a slot
@@ -47,6 +50,7 @@ import torch
 import torch.distributed as dist
 
 from . import hooks as _hooks
+from . import p2p as _p2p
 
 NAME = "shardcheck"
 
@@ -422,7 +426,12 @@ class _Work(dist._Work if hasattr(dist, "_Work") else dist.Work):
         self.block_current_stream()
 
     def is_completed(self):
-        return self._end is None or self._end.query()
+        if self._end is None:
+            return True
+        done = self._end.query()
+        if done:
+            _hooks.backend_done(self._end)  # the program saw it finished, as a sync shows it
+        return done
 
     def is_success(self):
         return True
@@ -1253,7 +1262,7 @@ def install():
             # NCCL's batch: one coalesced job on the group's stream (c10d takes this path only
             # for a group whose type is ProcessGroup itself).
             device = p2p_op_list[0].tensor.device
-            with c10d._coalescing_manager(group, device, async_ops=True) as cm:
+            with _p2p.batch(), c10d._coalescing_manager(group, device, async_ops=True) as cm:
                 for p in p2p_op_list:
                     send = p.op is dist.isend
                     if hasattr(p, "group_peer"):

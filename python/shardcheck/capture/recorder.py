@@ -113,6 +113,11 @@ class Recorder:
         # A backend's worker (gloo's, for CUDA tensors) records an event where its work is
         # done; the program's thread that waits for it (work.wait()) has waited for the worker.
         self._event_signal = {}  # event handle -> the signal its worker left at its record
+        # Point to point: batches waiting to be joined back (stream handle -> {lane: join event}),
+        # and the requests made so far (each one's end event is its own).
+        self._joins = {}
+        self._requests = 0
+        self._written_name = {}  # stream id -> its name in the file
         self.stream(default_stream, "default")
 
     # -- definitions ---------------------------------------------------------------------
@@ -136,6 +141,7 @@ class Recorder:
                 unique, n = "%s #%d" % (base, n), n + 1
             self._stream_names.add(unique)
             self._streams[handle] = sid
+            self._written_name[sid] = unique
             self._w.write({"k": "stream", "id": sid, "name": unique})
         return sid
 
@@ -338,6 +344,8 @@ class Recorder:
             if self._capturing is not None:
                 self._capturing.append(("op", stream_handle, name, r, w, scale))
                 return
+            if self._joins:
+                self._join_batch(stream_handle, site)
             # The hottest record: formatted by hand (names are operator names, plain ASCII).
             self._w.write_line('{"k":"op","name":%s,"stream":%d,"r":%s,"w":%s,"at":%d%s}' % (
                 self._op_name(name), self.stream(stream_handle), _ranges_json(r),
@@ -436,6 +444,7 @@ class Recorder:
             if self._capturing is not None:
                 self._capturing.append(("event_record", handle, stream_handle))
                 return
+            self._join_batch(stream_handle, site)
             self._w.write({"k": "event_record", "event": self.event(handle),
                            "stream": self.stream(stream_handle), "at": site})
             if worker:
@@ -464,12 +473,15 @@ class Recorder:
     def stream_sync(self, stream_handle, site):
         with self._lock:
             self.poll_frees(site)
+            self._join_batch(stream_handle, site)
             self._w.write({"k": "stream_sync", "stream": self.stream(stream_handle), "at": site})
             self._w.flush()  # a rank that hangs or dies here keeps it
 
     def device_sync(self, site):
         with self._lock:
             self.poll_frees(site)
+            for handle in list(self._joins):
+                self._join_batch(handle, site)
             self._w.write({"k": "device_sync", "at": site})
             self._w.flush()  # a rank that hangs or dies here keeps it
 
@@ -484,6 +496,7 @@ class Recorder:
                 if op != "barrier":
                     self.op("c10d::" + op, stream_handle, [inp], [out], site)
                 return None
+            self._join_batch(stream_handle, site)
             rec = {"k": "coll", "op": op, "group": group_id, "stream": self.stream(stream_handle)}
             if op != "barrier":
                 self.ranges(sorted([inp, out], key=lambda sp: sp[2] + sp[3], reverse=True),
@@ -525,18 +538,77 @@ class Recorder:
             self._w.write(rec)
             self.stats["values"] += 1
 
-    def p2p(self, kind, peer, group_id, stream_handle, span, dtype, count, tag, name, site):
+    # -- point to point (docs/capture-format.md, "Point to point") ---------------------------
+    def p2p(self, kind, peer, group_id, stream_handle, span, dtype, count, tag, name, site,
+            batch=False):
+        """A send or recv on the stream it runs on (NCCL's pair stream, or the one-GPU
+        backend's). batch: one of a batch_isend_irecv, whose transfers progress together (one
+        NCCL group call): it runs on a stream of its own per peer and direction, forked from
+        ``stream_handle`` here and joined back before the next work on it (join_batch)."""
         with self._lock:
             self.poll_frees(site)
             if self._capturing is not None:
                 self.op("c10d::" + kind, stream_handle, [span] if kind == "send" else [],
                         [span] if kind == "recv" else [], site)
                 return
-            self._w.write({"k": kind, "peer": peer, "group": group_id,
-                           "stream": self.stream(stream_handle), "buf": self.ranges([span])[0],
-                           "dtype": dtype, "count": count, "tag": tag, "name": name, "at": site})
-            self.stats["collectives"] += 1
+            if not batch:
+                self._join_batch(stream_handle, site)
+                self._write_p2p(kind, peer, group_id, stream_handle, span, dtype, count, tag, name,
+                                site)
+                return
+            lane = ("batch", stream_handle, group_id, peer, kind)
+            self.stream(lane, "%s, batch %s %d" % (self._written_name[self.stream(stream_handle)],
+                                                   "send to" if kind == "send" else "recv from",
+                                                   peer))
+            self._write_event("event_record", ("fork",) + lane, stream_handle, site)
+            self._write_event("event_wait", ("fork",) + lane, lane, site)
+            self._write_p2p(kind, peer, group_id, lane, span, dtype, count, tag, name, site)
+            self._write_event("event_record", ("join",) + lane, lane, site)
+            self._joins.setdefault(stream_handle, {})[lane] = ("join",) + lane
+
+    def join_batch(self, stream_handle, site):
+        """The end of a batch issued on ``stream_handle``: its stream waits for every transfer."""
+        with self._lock:
+            self._join_batch(stream_handle, site)
+
+    def _join_batch(self, stream_handle, site):
+        for join in self._joins.pop(stream_handle, {}).values():
+            self._write_event("event_wait", join, stream_handle, site)
+
+    def p2p_request(self, kind, peer, group_id, span, dtype, count, tag, name, site, label,
+                    caller=0):
+        """A request that progresses on its own once posted, until its wait (gloo's isend and
+        irecv, and the send and recv that wait for them at once): on a stream of its own per
+        group, peer and direction (``label`` names it), after an event of the caller's stream,
+        with an end event; returns that event's handle, which the request's wait syncs with
+        (event_sync)."""
+        with self._lock:
+            self.poll_frees(site)
+            lane = ("request", group_id, peer, kind)
+            self.stream(lane, label)
+            self._write_event("event_record", ("start",) + lane, caller, site)
+            self._write_event("event_wait", ("start",) + lane, lane, site)
+            self._write_p2p(kind, peer, group_id, lane, span, dtype, count, tag, name, site)
+            end = ("request end", self._requests)
+            self._requests += 1
+            self._write_event("event_record", end, lane, site)
             self._w.flush()  # a rank that hangs or dies here keeps it
+            return end
+
+    def _write_event(self, kind, handle, stream_handle, site):
+        self._w.write({"k": kind, "event": self.event(handle), "stream": self.stream(stream_handle),
+                       "at": site})
+
+    def _write_p2p(self, kind, peer, group_id, stream_handle, span, dtype, count, tag, name, site):
+        buf = self.ranges([span])[0]
+        stream = self.stream(stream_handle)
+        self._w.write({"k": kind, "peer": peer, "group": group_id, "stream": stream, "buf": buf,
+                       "dtype": dtype, "count": count, "tag": tag, "name": name, "at": site})
+        # Freed once the transfer is done (the Work holds the tensor until then): the free
+        # waits for its stream, as a collective's does.
+        self._coll_streams.setdefault(buf[0], set()).add(stream)
+        self.stats["collectives"] += 1
+        self._w.flush()  # a rank that hangs or dies here keeps it
 
     # -- host threads ------------------------------------------------------------------
     def _switch(self):

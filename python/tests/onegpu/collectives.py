@@ -187,7 +187,8 @@ def point_to_point():
         dist.recv(recv2, left)
         dist.send(send, right)
     check("send/recv ring, %d elements" % BIG, recv2, data(left, BIG))
-    # Both ways at once without a batch: NCCL's pair streams let them pass each other.
+    # Both ways at once without a batch: the backend's pair pipes hold a chunk each way, so this
+    # runs here; NCCL documents that a send may block until its receive runs (docs/p2p.md).
     a, b = data(rank, BIG).to(dev), torch.empty(BIG, device=dev)
     peer = rank ^ 1
     if peer < world:
