@@ -748,8 +748,10 @@ class RankLoader {
       const std::string_view when = f.str("when");
       if (when != "before" && when != "after") f.fail("field 'when' of value must be before or after");
       v.after = when == "after";
+    } else if (of == "loss") {
+      v.of = CapturedValue::Of::loss;
     } else {
-      f.fail("unknown value of '" + std::string(of) + "' (expected coll_in, coll_out, param or grad)");
+      f.fail("unknown value of '" + std::string(of) + "' (expected coll_in, coll_out, param, grad or loss)");
     }
     const std::string_view h = f.str("h");
     if (h.size() != 16 ||

@@ -95,10 +95,10 @@ struct CapturedRecord {
 
 // A digest of what a tensor held at a point of the program (a `value` record): the input of a
 // collective as it was about to be read, its output once written, or a parameter or its
-// gradient at an optimizer step.
+// gradient at an optimizer step, or a loss a backward started from.
 // Not issued by the interpreter: the value checks (captured_values.hpp) compare them across ranks.
 struct CapturedValue {
-  enum class Of : uint8_t { coll_in, coll_out, param, grad };
+  enum class Of : uint8_t { coll_in, coll_out, param, grad, loss };
   Of of = Of::coll_in;
   bool after = false;             // param: after the optimizer step (else before it)
   bool uniform = false;           // every 32-bit word (or byte) of it the same, such as zeros

@@ -3,6 +3,7 @@
 #include "core/scenario/captured_values.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <set>
 
@@ -68,15 +69,65 @@ std::string names_text(const CapturedProgram& p, const std::vector<int32_t>& ten
   return out;
 }
 
-// Walks the program once (value_flow.hpp) and keeps the facts of the bytes each gradient and
-// parameter digest names where it was taken, and of each collective's input as it was issued.
+int Observed::losses_in(RankMask terms) const {
+  int n = 0;
+  for (RankMask left = terms; left != 0; ++n) {
+    const int r = std::countr_zero(left);
+    left &= ~(static_cast<size_t>(r) < together.size() ? together[static_cast<size_t>(r)] : rank_bit(r));
+    left &= ~rank_bit(r);
+  }
+  return n;
+}
+
+namespace {
+
+// Ranks compute one loss together (tensor parallelism: each holds a part of one model and the
+// forward's collectives combine the parts) where their k-th losses are the same bytes and each
+// carries the other's data. Ranks of data parallelism fed the same data have equal losses too,
+// but each computed its own from its own data alone; experts routed by all_to_all carry each
+// other's data, but their losses differ.
+std::vector<RankMask> together(
+    const std::vector<std::vector<std::pair<const CapturedValue*, RankMask>>>& losses) {
+  const size_t ranks = losses.size();
+  std::vector<int> parent(ranks);
+  for (size_t r = 0; r < ranks; ++r) parent[r] = static_cast<int>(r);
+  auto find = [&](int x) {
+    while (parent[static_cast<size_t>(x)] != x) x = parent[static_cast<size_t>(x)];
+    return x;
+  };
+  for (size_t a = 0; a < ranks; ++a) {
+    for (size_t b = a + 1; b < ranks; ++b) {
+      const auto &la = losses[a], &lb = losses[b];
+      for (size_t k = 0; k < la.size() && k < lb.size(); ++k) {
+        const bool same = la[k].first->hash == lb[k].first->hash && la[k].first->elements > 0;
+        if (same && (la[k].second & rank_bit(static_cast<int>(b))) &&
+            (lb[k].second & rank_bit(static_cast<int>(a)))) {
+          parent[static_cast<size_t>(find(static_cast<int>(b)))] = find(static_cast<int>(a));
+          break;
+        }
+      }
+    }
+  }
+  std::vector<RankMask> root(ranks, 0), out(ranks, 0);
+  for (size_t r = 0; r < ranks; ++r)
+    root[static_cast<size_t>(find(static_cast<int>(r)))] |= rank_bit(static_cast<int>(r));
+  for (size_t r = 0; r < ranks; ++r) out[r] = root[static_cast<size_t>(find(static_cast<int>(r)))];
+  return out;
+}
+
+}  // namespace
+
+// Walks the program once (value_flow.hpp) and keeps the facts of the bytes each gradient,
+// parameter and loss digest names where it was taken, and of each collective's input as it was
+// issued.
 Observed observe(const CapturedProgram& p) {
   Observed seen;
+  seen.losses.resize(p.ranks.size());
   std::vector<std::multimap<int32_t, const CapturedValue*>> at(p.ranks.size());
   for (size_t r = 0; r < p.ranks.size(); ++r) {
     for (const CapturedValue& v : p.ranks[r].values) {
-      if ((v.of == Of::grad || (v.of == Of::param && !v.after)) && v.range.buf >= 0)
-        at[r].emplace(v.position, &v);
+      const bool named = v.of == Of::grad || v.of == Of::loss || (v.of == Of::param && !v.after);
+      if (named && v.range.buf >= 0) at[r].emplace(v.position, &v);
     }
   }
   ValueFlow flow(p);
@@ -84,6 +135,10 @@ Observed observe(const CapturedProgram& p) {
     auto [lo, hi] = at[static_cast<size_t>(r)].equal_range(static_cast<int32_t>(i));
     for (auto it = lo; it != hi; ++it) {
       const CapturedValue& v = *it->second;
+      if (v.of == Of::loss) {
+        seen.losses[static_cast<size_t>(r)].emplace_back(&v, f.read(v.range).terms);
+        continue;
+      }
       (v.of == Of::grad ? seen.grads : seen.params)[{r, v.tensor, v.step}] = f.read(v.range);
     }
     const CapturedRank& rank = p.ranks[static_cast<size_t>(r)];
@@ -93,6 +148,7 @@ Observed observe(const CapturedProgram& p) {
       seen.steps[{r, static_cast<int32_t>(i)}] = f.steps_before(i);
     }
   });
+  seen.together = together(seen.losses);
   return seen;
 }
 

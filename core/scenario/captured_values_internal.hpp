@@ -26,6 +26,13 @@ struct Observed {
   std::map<TensorStep, ValueFact> params;               // a parameter's bytes before its optimizer step
   std::map<std::pair<int, int32_t>, ValueFact> inputs;  // (rank, record): a collective's input as issued
   std::map<std::pair<int, int32_t>, int32_t> steps;     // (rank, record): the steps begun before it
+  // Each rank's losses (the tensors its backwards started from), in order: what they carried.
+  std::vector<std::vector<std::pair<const CapturedValue*, RankMask>>> losses;
+  // rank -> the ranks that compute one loss with it (tensor parallelism), itself alone otherwise.
+  std::vector<RankMask> together;
+  // The losses the ranks of `terms` compute: each group of ranks that computes one loss together
+  // counts once.
+  int losses_in(RankMask terms) const;
 };
 
 Observed observe(const CapturedProgram& p);

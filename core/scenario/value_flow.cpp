@@ -86,6 +86,16 @@ std::vector<Piece> slice(const std::vector<Piece>& pieces, int64_t lo, int64_t h
   return out;
 }
 
+// The reduction the bytes of `pieces` came out of, where they all did (-1 otherwise).
+int32_t origin_of(const std::vector<Piece>& pieces) {
+  int32_t out = -2;
+  for (const Piece& p : pieces) {
+    const int32_t o = p.fact.reduction >= 0 ? p.fact.reduction : p.fact.origin;
+    out = out == -2 || out == o ? o : -1;
+  }
+  return out < 0 ? -1 : out;
+}
+
 std::vector<Piece> shifted(std::vector<Piece> pieces, int64_t by) {
   for (Piece& p : pieces) {
     p.lo += by;
@@ -206,6 +216,9 @@ void RankFlow::write_pieces(const CapturedRange& r, const std::vector<Piece>& pi
 // An operator: each write is made from the reads it pairs with (all of them, or for a _foreach_
 // operator the i-th tensor of each list and any tensor given once for all).
 void RankFlow::op(const CapturedRecord& rec, size_t index) {
+  // The capture's mark that a collective's inputs were filled where no operator shows (torch 1.x's
+  // C++ callers): it says when bytes were written, not what they hold.
+  if (p_.strings[static_cast<size_t>(rec.name)].ends_with("(filled on the host)")) return;
   std::vector<Operand> in;
   in.reserve(rec.reads);
   for (uint32_t i = 0; i < rec.reads; ++i) {
@@ -271,6 +284,9 @@ ValueFact RankFlow::made(std::string_view name, size_t index, const CapturedRang
     f.same &= x.fact.same;
   }
   f.same |= rank_bit(rank_);
+  for (const Operand& x : in) {
+    if (f.origin < 0) f.origin = x.fact.reduction >= 0 ? x.fact.reduction : x.fact.origin;
+  }
   const bool copy = is_copy_op(name) && in.size() == 1;
   const Lined l = copy ? Lined{{&in.front().fact}, false, true} : lined_up(in, out.bytes);
   if (!copy && !(l.ok && (is_elementwise_op(name) || is_foreach_op(name)))) return f;
@@ -298,6 +314,9 @@ ValueFact RankFlow::made(std::string_view name, size_t index, const CapturedRang
   }
   if (mark < 0) return f;
   const ValueFact& from = *l.facts.front();
+  f.doubled_at = from.doubled_at;
+  f.doubled_from = from.doubled_from;
+  f.copies = from.copies;
   f.reduction = mark;
   f.via = static_cast<int32_t>(index);
   f.step = from.step;
@@ -312,6 +331,7 @@ struct ValueFlow::Pending {
   std::vector<int> members;                // global ranks, ascending
   std::vector<int64_t> at;                 // member -> record index (-1: not arrived)
   std::vector<std::vector<Piece>> inputs;  // member -> its input's pieces
+  std::vector<uint64_t> digests;           // member -> its input's digest (0: none, or one repeated value)
   int arrived = 0;
 };
 
@@ -320,6 +340,13 @@ ValueFlow::ValueFlow(const CapturedProgram& p) : p_(p) {
     flows_.push_back(std::make_unique<RankFlow>(p, static_cast<int>(r)));
   next_.assign(p.ranks.size(), 0);
   issued_.resize(p.ranks.size());
+  input_digests_.resize(p.ranks.size());
+  for (size_t r = 0; r < p.ranks.size(); ++r) {
+    for (const CapturedValue& v : p.ranks[r].values) {
+      if (v.of == CapturedValue::Of::coll_in && v.elements > 0)
+        input_digests_[r][v.record] = v.uniform ? 0 : v.hash;
+    }
+  }
 }
 
 ValueFlow::~ValueFlow() = default;
@@ -400,9 +427,13 @@ bool ValueFlow::arrive(int r, size_t index) {
     pend->members = p_.groups[static_cast<size_t>(g)].ranks;
     pend->at.assign(pend->members.size(), -1);
     pend->inputs.resize(pend->members.size());
+    pend->digests.assign(pend->members.size(), 0);
   }
   const auto m = std::lower_bound(pend->members.begin(), pend->members.end(), r) - pend->members.begin();
   pend->at[static_cast<size_t>(m)] = static_cast<int64_t>(index);
+  if (auto d = input_digests_[static_cast<size_t>(r)].find(static_cast<int32_t>(index));
+      d != input_digests_[static_cast<size_t>(r)].end())
+    pend->digests[static_cast<size_t>(m)] = d->second;
   if (rec.coll != CollectiveKind::barrier)
     pend->inputs[static_cast<size_t>(m)] = flows_[static_cast<size_t>(r)]->pieces(rank.ranges[rec.first]);
   if (++pend->arrived < static_cast<int>(pend->members.size())) return false;
@@ -432,13 +463,20 @@ namespace {
 
 // A sum's (or average's) output, as every member holds it: `same` the ranks that hold it, the
 // weights scaled by 1/N for an average, and the mark of the reduction (unknown weights and no
-// mark for a maximum, minimum or product).
+// mark for a maximum, minimum or product). `copies`: the members passed in copies of one value
+// (0: they did not), whose contributions the sum then counts that many times; `from`: the
+// reduction those copies came out of.
 void reduced(std::vector<Piece>& pieces, const CapturedRecord& rec, int32_t index, int32_t step,
-             RankMask same, int members) {
+             RankMask same, int members, int copies, int32_t from) {
   const bool sums = rec.reduce == ReduceOp::sum || rec.reduce == ReduceOp::avg;
   for (Piece& piece : pieces) {
     ValueFact& f = piece.fact;
     f.same = same;
+    f.origin = sums ? index : -1;
+    f.doubled_at = sums && copies > 1 ? index : -1;
+    f.doubled_from = f.doubled_at >= 0 ? from : -1;
+    f.copies = f.doubled_at >= 0 ? copies : 0;
+    if (f.doubled_at >= 0) f.weight = scaled(f.weight, copies);
     if (rec.reduce == ReduceOp::avg) f.weight = scaled(f.weight, 1.0 / members);
     if (!sums) f.weight = Weight::unknown();
     f.reduction = sums ? index : -1;
@@ -453,8 +491,7 @@ void reduced(std::vector<Piece>& pieces, const CapturedRecord& rec, int32_t inde
 void unmarked(std::vector<Piece>& pieces, RankMask same) {
   for (Piece& piece : pieces) {
     piece.fact.same = same;
-    piece.fact.reduction = -1;
-    piece.fact.scaled_at = -1;
+    piece.fact.reduction = piece.fact.scaled_at = piece.fact.origin = piece.fact.doubled_at = -1;
   }
 }
 
@@ -481,7 +518,8 @@ std::vector<Piece> ValueFlow::output(const Pending& pd, size_t m, const Captured
       if (rec.coll == CollectiveKind::reduce && static_cast<size_t>(rec.b) != m) return {};
       out = elementwise(ins, bytes);
       reduced(out, rec, static_cast<int32_t>(index), step,
-              rec.coll == CollectiveKind::reduce ? rank_bit(r) : group, n);
+              rec.coll == CollectiveKind::reduce ? rank_bit(r) : group, n, copies_summed(pd),
+              origin_of(pd.inputs[m]));
       return out;
     case CollectiveKind::reduce_scatter: {
       std::vector<std::vector<Piece>> chunks;
@@ -490,7 +528,8 @@ std::vector<Piece> ValueFlow::output(const Pending& pd, size_t m, const Captured
       std::vector<const std::vector<Piece>*> parts;
       for (const auto& c : chunks) parts.push_back(&c);
       out = elementwise(parts, bytes);
-      reduced(out, rec, static_cast<int32_t>(index), step, rank_bit(r), n);
+      reduced(out, rec, static_cast<int32_t>(index), step, rank_bit(r), n, copies_summed(pd),
+              origin_of(pd.inputs[m]));
       return out;
     }
     case CollectiveKind::all_gather:
@@ -516,6 +555,30 @@ std::vector<Piece> ValueFlow::output(const Pending& pd, size_t m, const Captured
       return {};
   }
   return {};
+}
+
+// How many copies of one value the members of a sum passed in: every member, where they all
+// passed the same bytes (their digests, or a collective's output every one of them holds) and
+// those carry the same ranks' losses; 0 otherwise. Copies of data no loss reached (a count of
+// ranks) are no value reduced twice.
+int ValueFlow::copies_summed(const Pending& pd) const {
+  const size_t n = pd.members.size();
+  if (n < 2 || pd.arrived != static_cast<int>(n)) return 0;
+  RankMask group = 0;
+  for (int x : pd.members) group |= rank_bit(x);
+  const bool digests = std::all_of(pd.digests.begin(), pd.digests.end(),
+                                   [&](uint64_t h) { return h != 0 && h == pd.digests[0]; });
+  RankMask terms = ~RankMask{0};
+  bool held = true, same_terms = true;
+  for (size_t m = 0; m < n; ++m) {
+    if (pd.inputs[m].empty()) return 0;
+    for (const Piece& piece : pd.inputs[m]) {
+      held = held && (piece.fact.same & group) == group;
+      if (terms == ~RankMask{0}) terms = piece.fact.terms;
+      same_terms = same_terms && piece.fact.terms == terms;
+    }
+  }
+  return (digests || held) && same_terms && terms != 0 ? static_cast<int>(n) : 0;
 }
 
 void ValueFlow::complete(std::pair<int32_t, int64_t> key) {

@@ -61,6 +61,15 @@ struct ValueFact {
   double post = 1;
   double at_reduction = std::numeric_limits<double>::quiet_NaN();
   int32_t scaled_at = -1;  // record (on this rank) of the last scaling that changed the weight
+  // The last sum or average over a group that anything these bytes were computed from came out
+  // of (through any operator), for findings to name.
+  int32_t origin = -1;
+  // A sum over ranks that added up copies of one value, each of them carrying the same ranks'
+  // losses (a value reduced twice): its record on this rank, how many copies it added, and the
+  // reduction the copies came out of (`origin` there).
+  int32_t doubled_at = -1;
+  int32_t doubled_from = -1;
+  int copies = 0;
 };
 
 // One rank's facts, by buffer and byte range.
@@ -123,6 +132,7 @@ class ValueFlow {
   void complete(std::pair<int32_t, int64_t> key);
   std::vector<RankFlow::Piece> output(const Pending& pd, size_t m, const CapturedRecord& rec,
                                       int64_t bytes) const;
+  int copies_summed(const Pending& pd) const;
   bool force_one();
 
   const CapturedProgram& p_;
@@ -133,6 +143,8 @@ class ValueFlow {
   std::map<std::tuple<int, int, int32_t>, std::vector<std::vector<RankFlow::Piece>>> sent_;
   std::map<std::tuple<int, int, int32_t>, size_t> received_;
   std::set<std::pair<int, size_t>> waiting_;  // (rank, record) reached and not yet completed
+  // Per rank: record -> the digest of a collective's input (hash; 0 where it was one repeated value).
+  std::vector<std::map<int32_t, uint64_t>> input_digests_;
 };
 
 }  // namespace shardcheck::core

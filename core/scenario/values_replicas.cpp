@@ -126,7 +126,7 @@ Steps stepped_values(const CapturedProgram& p, std::set<int32_t>& stepped) {
   Steps by;
   for (size_t r = 0; r < p.ranks.size(); ++r) {
     for (const CapturedValue& v : p.ranks[r].values) {
-      if (v.of == Of::coll_in || v.of == Of::coll_out) continue;
+      if (v.of != Of::param && v.of != Of::grad) continue;
       Stepped& st = by[{v.tensor, v.step}];
       ByRank& into = v.of == Of::grad ? st.grad : (v.after ? st.after : st.before);
       into.emplace(static_cast<int>(r), &v);

@@ -27,6 +27,78 @@ std::vector<int> common(const std::vector<int>& a, const std::vector<int>& b) {
   return out;
 }
 
+// One gradient as its optimizer step took it: the sum it came from, the ranks whose losses it
+// carries, and the weight each of them has in it.
+struct Weighed {
+  int rank = 0;
+  int32_t tensor = 0, step = 0;
+  int32_t reduction = -1;  // the sum's record on the rank
+  int32_t divided = -1;    // the record of the scaling that set the weight (-1: none seen)
+  int terms = 0;           // ranks whose losses it carries
+  RankMask carried = 0;
+  double weight = 0;
+  const CapturedValue* grad = nullptr;
+  int32_t doubled_at = -1, doubled_from = -1;  // a sum of copies it came out of (ValueFact)
+  int copies = 0;
+};
+
+const CapturedValue* digest_of(const CapturedRank& rank, Of of, int32_t record_or_tensor, int32_t step) {
+  for (const CapturedValue& v : rank.values) {
+    if (v.of != of) continue;
+    if ((of == Of::coll_out && v.record == record_or_tensor) ||
+        (of == Of::grad && v.tensor == record_or_tensor && v.step == step))
+      return &v;
+  }
+  return nullptr;
+}
+
+// The factor between a reduction's output and the gradient, from their digests' absolute sums
+// (which a scaling changes exactly up to rounding), where it is a whole number or its inverse.
+double measured(const CapturedValue& out, const CapturedValue& grad) {
+  if (out.elements != grad.elements || out.uniform || !(grad.abs_sum > 0) || !std::isfinite(out.abs_sum))
+    return std::nan("");
+  const double k = out.abs_sum / grad.abs_sum;
+  for (double x : {k, 1 / k}) {
+    const double whole = std::round(x);
+    if (whole >= 1 && whole < 1e6 && std::fabs(x - whole) <= 1e-4 * whole) return x == k ? whole : 1 / whole;
+  }
+  return std::nan("");
+}
+
+std::optional<Weighed> weighed(const CapturedProgram& p, const Observed& seen, const TensorStep& key,
+                               const ValueFact& f) {
+  const auto& [r, tensor, step] = key;
+  if (f.reduction < 0 || f.terms == 0) return std::nullopt;
+  const CapturedRank& rank = p.ranks[static_cast<size_t>(r)];
+  Weighed w{r,
+            tensor,
+            step,
+            f.reduction,
+            f.scaled_at,
+            seen.losses_in(f.terms),
+            f.terms,
+            f.weight.lo,
+            digest_of(rank, Of::grad, tensor, step),
+            f.doubled_at,
+            f.doubled_from,
+            f.copies};
+  if (!f.weight.single()) {  // scaled by a number the capture did not know: the digests say by what
+    const CapturedValue* out = digest_of(rank, Of::coll_out, f.reduction, 0);
+    if (out == nullptr || w.grad == nullptr || std::isnan(f.at_reduction)) return std::nullopt;
+    const double k = measured(*out, *w.grad);
+    if (std::isnan(k)) return std::nullopt;
+    w.weight = f.at_reduction / k;
+    w.divided = f.via;
+  }
+  if (w.divided < 0) {  // scaled before the sum
+    auto in = seen.inputs.find({r, f.reduction});
+    if (in != seen.inputs.end()) w.divided = in->second.scaled_at;
+  }
+  return w;
+}
+
+bool averaged(const Weighed& w) { return std::fabs(w.weight * w.terms - 1) <= 1e-6; }
+
 // -- double_reduction --------------------------------------------------------------------------
 
 // A sum on one rank whose input a reduction earlier in the same optimizer step made, over a
@@ -146,9 +218,96 @@ Finding double_finding(const CapturedProgram& p, const Again& a) {
 
 }  // namespace
 
+namespace {
+
+// Every gradient an optimizer step took that a sum made, by (rank, step), with its weights.
+std::map<std::pair<int, int32_t>, std::vector<Weighed>> weigh_all(const CapturedProgram& p,
+                                                                  const Observed& seen) {
+  std::map<std::pair<int, int32_t>, std::vector<Weighed>> by_step;
+  for (const auto& [key, f] : seen.grads) {
+    if (std::optional<Weighed> w = weighed(p, seen, key, f))
+      by_step[{std::get<0>(key), std::get<2>(key)}].push_back(*w);
+  }
+  return by_step;
+}
+
+// A gradient that came out of a sum of copies and still counts each rank's loss once per copy.
+bool counted_twice(const Weighed& w) {
+  return w.doubled_at >= 0 && std::fabs(w.weight * w.terms - w.copies) <= 1e-6 * w.copies;
+}
+
+Finding copies_finding(const CapturedProgram& p, const std::vector<const Weighed*>& site) {
+  const Weighed& s = *site.front();
+  const CapturedRank& rank = p.ranks[static_cast<size_t>(s.rank)];
+  const CapturedRecord& rec = rank.records[static_cast<size_t>(s.doubled_at)];
+  const std::string op(to_string(rec.coll)), at = source_of(p, rec.source), times = std::to_string(s.copies);
+  std::string made = "a reduction the capture did not see";
+  if (s.doubled_from >= 0) {
+    const CapturedRecord& first = rank.records[static_cast<size_t>(s.doubled_from)];
+    made = std::string(to_string(first.coll)) + " at " + source_of(p, first.source);
+  }
+  std::set<int32_t> names;
+  for (const Weighed* x : site) names.insert(x->tensor);
+  Finding f;
+  f.kind = FindingKind::double_reduction;
+  f.summary = op + " (sum) at " + at + " over ranks " + ranks_text(group_of(p, s.rank, rec).ranks) +
+              " adds up copies of what " + made +
+              " already made whole on each of them: the result counts every "
+              "rank's loss " +
+              times + " times";
+  f.explanation = f.summary +
+                  ".\nEvery member passed in the same bytes, carrying the losses of the same ranks (" +
+                  ranks_text(ranks_of(s.carried)) + "): each already the whole sum, as the " + made +
+                  " made it. Adding " + times + " copies of it counts each of those losses " + times +
+                  " times, and nothing divided it back: the gradients of " +
+                  names_text(p, {names.begin(), names.end()}, 4) + " step with " + times +
+                  " times their value (a gradient reduced twice, pytorch #160285; or a replicated "
+                  "parameter's gradient, already whole on every tensor-parallel rank, summed over them "
+                  "again).\nFix: reduce "
+                  "it once: leave the reduction to DDP or FSDP, or take these parameters out of theirs, or "
+                  "divide the second "
+                  "sum by " +
+                  times + ".";
+  f.key = "double_reduction at " + at;
+  ElementDetail detail;
+  detail.tensor = p.strings[static_cast<size_t>(s.tensor)];
+  detail.step = s.step;
+  detail.rank = detail.other_rank = s.rank;
+  detail.note = "summed " + times + " copies of a reduced value";
+  detail.expected = s.grad ? s.grad->sum / s.copies : 1;
+  detail.actual = s.grad ? s.grad->sum : s.copies;
+  detail.source = line_of(p, rec.source);
+  f.detail = detail;
+  for (const Weighed* x : site)
+    join_spread(f.spread, spread_of(p.strings[static_cast<size_t>(x->tensor)], x->rank, {}));
+  return f;
+}
+
+}  // namespace
+
+// A gradient whose weights show that a sum added up copies of one value and nothing divided it
+// back is a double reduction at that sum. Where no gradient's weights say (a norm, a capture
+// without the numbers it was scaled by), a sum of a reduction's output carried only through
+// copies, scalings and elementwise operators, the same bytes on every member, is one.
 void double_findings(const CapturedProgram& p, const Observed& seen, std::vector<Finding>& out) {
+  std::set<std::pair<int, int32_t>> decided;  // (rank, sum of copies): what its gradients say
+  std::map<std::pair<int32_t, int32_t>, std::vector<const Weighed*>> sites;
+  const auto by_step = weigh_all(p, seen);
+  for (const auto& [rs, all] : by_step) {
+    for (const Weighed& w : all) {
+      if (w.doubled_at < 0) continue;
+      decided.insert({w.rank, w.doubled_at});
+      if (!counted_twice(w)) continue;
+      const CapturedRank& rank = p.ranks[static_cast<size_t>(w.rank)];
+      const int32_t from =
+          w.doubled_from >= 0 ? rank.records[static_cast<size_t>(w.doubled_from)].source : -1;
+      sites[{rank.records[static_cast<size_t>(w.doubled_at)].source, from}].push_back(&w);
+    }
+  }
+  for (const auto& [key, site] : sites) add_finding(out, copies_finding(p, site));
   for (const auto& [key, members] : instances(p)) {
     for (const auto& [r, i] : members) {
+      if (decided.count({r, i})) break;
       const std::optional<Again> a = again(p, seen, r, i);
       if (!a || !same_inputs(p, members, a->both)) continue;
       Finding f = double_finding(p, *a);
@@ -164,67 +323,6 @@ void double_findings(const CapturedProgram& p, const Observed& seen, std::vector
 // -- divisor_mismatch --------------------------------------------------------------------------
 
 namespace {
-
-// One gradient as its optimizer step took it: the sum it came from, the ranks whose losses it
-// carries, and the weight each of them has in it.
-struct Weighed {
-  int rank = 0;
-  int32_t tensor = 0, step = 0;
-  int32_t reduction = -1;  // the sum's record on the rank
-  int32_t divided = -1;    // the record of the scaling that set the weight (-1: none seen)
-  int terms = 0;           // ranks whose losses it carries
-  RankMask carried = 0;
-  double weight = 0;
-  const CapturedValue* grad = nullptr;
-};
-
-const CapturedValue* digest_of(const CapturedRank& rank, Of of, int32_t record_or_tensor, int32_t step) {
-  for (const CapturedValue& v : rank.values) {
-    if (v.of != of) continue;
-    if ((of == Of::coll_out && v.record == record_or_tensor) ||
-        (of == Of::grad && v.tensor == record_or_tensor && v.step == step))
-      return &v;
-  }
-  return nullptr;
-}
-
-// The factor between a reduction's output and the gradient, from their digests' absolute sums
-// (which a scaling changes exactly up to rounding), where it is a whole number or its inverse.
-double measured(const CapturedValue& out, const CapturedValue& grad) {
-  if (out.elements != grad.elements || out.uniform || !(grad.abs_sum > 0) || !std::isfinite(out.abs_sum))
-    return std::nan("");
-  const double k = out.abs_sum / grad.abs_sum;
-  for (double x : {k, 1 / k}) {
-    const double whole = std::round(x);
-    if (whole >= 1 && whole < 1e6 && std::fabs(x - whole) <= 1e-4 * whole) return x == k ? whole : 1 / whole;
-  }
-  return std::nan("");
-}
-
-std::optional<Weighed> weighed(const CapturedProgram& p, const Observed& seen, const TensorStep& key,
-                               const ValueFact& f) {
-  const auto& [r, tensor, step] = key;
-  if (f.reduction < 0 || f.terms == 0) return std::nullopt;
-  const CapturedRank& rank = p.ranks[static_cast<size_t>(r)];
-  Weighed w{r,           tensor,      step,
-            f.reduction, f.scaled_at, std::popcount(f.terms),
-            f.terms,     f.weight.lo, digest_of(rank, Of::grad, tensor, step)};
-  if (!f.weight.single()) {  // scaled by a number the capture did not know: the digests say by what
-    const CapturedValue* out = digest_of(rank, Of::coll_out, f.reduction, 0);
-    if (out == nullptr || w.grad == nullptr || std::isnan(f.at_reduction)) return std::nullopt;
-    const double k = measured(*out, *w.grad);
-    if (std::isnan(k)) return std::nullopt;
-    w.weight = f.at_reduction / k;
-    w.divided = f.via;
-  }
-  if (w.divided < 0) {  // scaled before the sum
-    auto in = seen.inputs.find({r, f.reduction});
-    if (in != seen.inputs.end()) w.divided = in->second.scaled_at;
-  }
-  return w;
-}
-
-bool averaged(const Weighed& w) { return std::fabs(w.weight * w.terms - 1) <= 1e-6; }
 
 // The size of a group of rank `r` that equals `size` (by name), for the text; "" when none.
 std::string group_named(const CapturedProgram& p, int r, double size) {
@@ -303,16 +401,15 @@ Finding divisor_finding(const CapturedProgram& p, const std::vector<const Weighe
 // loss they carry by one over their number. Where some gradient there does, every other that
 // does not is a finding (where none does, the program may scale its loss itself: nothing to say).
 void divisor_findings(const CapturedProgram& p, const Observed& seen, std::vector<Finding>& out) {
-  std::map<std::pair<int, int32_t>, std::vector<Weighed>> by_step;  // (rank, step)
-  for (const auto& [key, f] : seen.grads) {
-    if (std::optional<Weighed> w = weighed(p, seen, key, f))
-      by_step[{std::get<0>(key), std::get<2>(key)}].push_back(*w);
-  }
+  const auto by_step = weigh_all(p, seen);
   std::map<std::pair<int32_t, int32_t>, std::pair<std::vector<const Weighed*>, std::vector<const Weighed*>>>
       sites;
   for (const auto& [rs, all] : by_step) {
     std::vector<const Weighed*> fine, off;
-    for (const Weighed& w : all) (averaged(w) ? fine : off).push_back(&w);
+    for (const Weighed& w : all) {
+      if (!counted_twice(w))
+        (averaged(w) ? fine : off).push_back(&w);  // a sum of copies: the double's to say
+    }
     if (fine.empty()) continue;
     for (const Weighed* w : off) {
       const CapturedRank& rank = p.ranks[static_cast<size_t>(w->rank)];

@@ -188,8 +188,9 @@ class Values:
         except Exception:  # a tensor the digest cannot read: no value, never a failure
             self.skipped += 1
             return
-        rec = {"k": "value", "of": role, "tensor": name, "step": step, "when": when, "at": site,
-               "taken": self.rec.records_so_far()}
+        rec = {"k": "value", "of": role, "at": site, "taken": self.rec.records_so_far()}
+        if name is not None:
+            rec.update(tensor=name, step=step, when=when)
         span = _hooks.tensor_span(_local(t)) if where else None
         if span is not None and _local(t).device.type == self.hooks.device:
             r = self.rec.range_of(span)
@@ -239,10 +240,37 @@ class Values:
             self._keep.append(optimizer)
         return names
 
+    def loss(self, tensors):
+        """The tensors a backward starts from (the losses), before it runs: which ranks compute
+        one loss together is read from them (docs/findings.md, "Values in captures")."""
+        if self._capturing():
+            return
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        site = self.hooks.site()
+        with _hooks.quiet():
+            for t in tensors:
+                if isinstance(t, torch.Tensor) and t.numel() <= 64:
+                    self._tensor("loss", None, None, None, t, site, where=True)
+
+    def _follow_losses(self):
+        """torch.autograd.backward, which Tensor.backward calls: its roots' digests."""
+        import torch.autograd
+        values, orig = self, torch.autograd.backward
+
+        def backward(tensors, *args, **kwargs):
+            values.loss(tensors)
+            return orig(tensors, *args, **kwargs)
+
+        backward.__wrapped__ = orig
+        torch.autograd.backward = backward
+        self._undo.append(lambda: setattr(torch.autograd, "backward", orig))
+
     def install(self):
         """Digests of every parameter and gradient before each optimizer step, and of the
         parameters after it: torch's global step hooks where it has them (2.0 on), else each
-        optimizer class's step."""
+        optimizer class's step; and of the losses each backward starts from."""
+        self._follow_losses()
         values = self
         import torch.optim.optimizer as opt
         pre = getattr(opt, "register_optimizer_step_pre_hook", None)
