@@ -1,8 +1,11 @@
 // grad_norm_miscount (docs/findings.md, "Values in captures"): a norm summed over ranks whose
 // terms count a gradient that several of them hold a copy of, once per copy.
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
+#include <string_view>
+#include <tuple>
 
 #include "core/scenario/captured_values_internal.hpp"
 
@@ -12,17 +15,37 @@ namespace {
 
 // -- grad_norm_miscount ------------------------------------------------------------------------
 
-using Names = std::set<int32_t>;  // parameters, by their name's string index
+// The parameters whose gradients a buffer was computed from, each with the number of times its
+// elements are counted there (a sum of two terms computed from one gradient counts it twice; a
+// term divided by the number of ranks that hold a copy counts it a fraction of once).
+using Names = std::map<int32_t, double>;
 
-// Which parameters' gradients each buffer's bytes were computed from: seeded by the gradients'
-// value records, carried through every operator to what it writes (a write of a whole buffer
-// replaces what it held, a partial one adds to it) and through a collective to its output, but
-// never into a parameter (the optimizer's update), from which all later compute would follow.
+void merge_max(Names& into, const Names& from) {
+  for (const auto& [t, w] : from) into[t] = std::max(into[t], w);
+}
+
+// Operators whose output adds up their operands (stack and cat gather terms a sum then adds).
+bool gathers_terms(std::string_view name) {
+  return name == "aten::add" || name == "aten::add_" || name == "aten::stack" || name == "aten::cat" ||
+         name == "aten::_foreach_add" || name == "aten::_foreach_add_";
+}
+
+double scale_at(const CapturedRank& rank, size_t index) {
+  auto it = std::lower_bound(rank.scales.begin(), rank.scales.end(),
+                             std::pair<int32_t, double>{static_cast<int32_t>(index), -HUGE_VAL});
+  return it != rank.scales.end() && it->first == static_cast<int32_t>(index) ? it->second : std::nan("");
+}
+
+// Which parameters' gradients each buffer's bytes were computed from, and how many times: seeded
+// by the gradients' value records, carried through every operator to what it writes (a write of a
+// whole buffer replaces what it held, a partial one adds to it) and through a collective to its
+// output, but never into a parameter (the optimizer's update), from which all later compute would
+// follow. A small term (a norm's squares) multiplied by a number is counted that many times.
 class GradFlow {
  public:
-  explicit GradFlow(const CapturedRank& rank) : rank_(rank) {
+  GradFlow(const CapturedProgram& p, const CapturedRank& rank) : p_(p), rank_(rank) {
     for (const CapturedValue& v : rank.values) {
-      if (v.of == Of::grad && v.range.buf >= 0) seed_[v.range.buf].insert(v.tensor);
+      if (v.of == Of::grad && v.range.buf >= 0) seed_[v.range.buf][v.tensor] = 1;
       if (v.of == Of::param && v.range.buf >= 0) params_.insert(v.range.buf);
     }
     for (const CapturedRank::Pre& pre : rank.pre) size_[pre.buf] = pre.bytes;
@@ -39,31 +62,49 @@ class GradFlow {
   Names of(int32_t buf) const {
     Names out;
     if (auto it = seed_.find(buf); it != seed_.end()) out = it->second;
-    if (auto it = flow_.find(buf); it != flow_.end()) out.insert(it->second.begin(), it->second.end());
+    if (auto it = flow_.find(buf); it != flow_.end()) merge_max(out, it->second);
     return out;
   }
-  void record(const CapturedRecord& rec) {
+  void record(const CapturedRecord& rec, size_t index) {
     if (rec.kind == CapturedKind::alloc) size_[rec.a] = rec.n;
     if (rec.kind == CapturedKind::free) flow_.erase(rec.a);
     if (rec.kind != CapturedKind::op &&
         (rec.kind != CapturedKind::coll || rec.coll == CollectiveKind::barrier))
       return;
+    const std::string_view name = p_.strings[static_cast<size_t>(rec.name)];
+    const bool adds = rec.kind == CapturedKind::op && gathers_terms(name);
     Names from;
+    std::set<std::tuple<int32_t, int64_t, int64_t>> seen;  // a range read twice (x * x) is one operand
     for (uint32_t i = 0; i < rec.reads; ++i) {
-      const Names n = of(rank_.ranges[rec.first + i].buf);
-      from.insert(n.begin(), n.end());
+      const CapturedRange& r = rank_.ranges[rec.first + i];
+      if (!seen.insert({r.buf, r.offset, r.bytes}).second) continue;
+      const Names n = of(r.buf);
+      if (!adds) merge_max(from, n);
+      for (const auto& [t, w] : n) {
+        if (adds) from[t] += w;
+      }
     }
-    for (uint32_t i = 0; i < rec.writes; ++i) write(rank_.ranges[rec.first + rec.reads + i], from);
+    const double scale = rec.kind == CapturedKind::op ? scale_at(rank_, index) : std::nan("");
+    for (uint32_t i = 0; i < rec.writes; ++i) {
+      const CapturedRange& w = rank_.ranges[rec.first + rec.reads + i];
+      Names out = from;
+      if (!std::isnan(scale) && rec.reads == 1 && w.bytes <= kMaxNormElements * 8) {
+        for (auto& [t, x] : out) x *= std::fabs(scale);
+      }
+      write(w, out);
+    }
   }
 
  private:
+  static constexpr int64_t kMaxNormElements = 64;
   void write(const CapturedRange& r, const Names& from) {
     if (params_.count(r.buf)) return;  // the step updates a parameter: what it computes next is not a norm
     auto size = size_.find(r.buf);
     Names& into = flow_[r.buf];
     if (r.offset == 0 && size != size_.end() && r.bytes >= size->second) into.clear();
-    into.insert(from.begin(), from.end());
+    merge_max(into, from);
   }
+  const CapturedProgram& p_;
   const CapturedRank& rank_;
   std::map<int32_t, Names> seed_, flow_;
   std::set<int32_t> params_;  // the parameters' buffers
@@ -83,9 +124,10 @@ std::map<std::pair<int32_t, int64_t>, NormSum> norm_sums(const CapturedProgram& 
   std::map<std::pair<int32_t, int64_t>, NormSum> out;
   for (size_t r = 0; r < p.ranks.size(); ++r) {
     const CapturedRank& rank = p.ranks[r];
-    GradFlow flow(rank);
+    GradFlow flow(p, rank);
     std::map<int32_t, int64_t> k;
-    for (const CapturedRecord& rec : rank.records) {
+    for (size_t i = 0; i < rank.records.size(); ++i) {
+      const CapturedRecord& rec = rank.records[i];
       if (rec.kind == CapturedKind::coll && rec.coll != CollectiveKind::barrier) {
         const int32_t group = rank.groups[static_cast<size_t>(rec.a)];
         const int64_t kth = k[group]++;
@@ -96,7 +138,7 @@ std::map<std::pair<int32_t, int64_t>, NormSum> norm_sums(const CapturedProgram& 
           sum.counted[static_cast<int>(r)] = flow.computed(rank.ranges[rec.first].buf);
         }
       }
-      flow.record(rec);
+      flow.record(rec, i);
     }
   }
   return out;
@@ -123,29 +165,43 @@ std::vector<int> copies(const CapturedProgram& p, int32_t tensor, const std::vec
   return best.size() >= 2 ? best : std::vector<int>{};
 }
 
+// A parameter a norm counts more than once: the ranks whose terms count it, and how many times.
+struct Counted {
+  int32_t tensor = 0;
+  std::vector<int> ranks;
+  double times = 0;
+};
+
+std::string times_text(double x) {
+  return std::fabs(x - std::round(x)) < 1e-6 ? std::to_string(static_cast<int64_t>(std::round(x)))
+                                             : number(x);
+}
+
 Finding norm_finding(const CapturedProgram& p, int32_t group, const NormSum& sum,
-                     const std::vector<std::pair<int32_t, std::vector<int>>>& twice) {
+                     const std::vector<Counted>& twice) {
   const CapturedGroup& g = p.groups[static_cast<size_t>(group)];
   const std::string at = source_of(p, sum.rec->source);
-  std::string names;
-  for (size_t i = 0; i < twice.size() && i < 3; ++i)
-    names += (i ? ", '" : "'") + p.strings[static_cast<size_t>(twice[i].first)] + "'";
-  if (twice.size() > 3) names += " and " + std::to_string(twice.size() - 3) + " more";
-  const std::vector<int>& first = twice.front().second;
+  std::vector<int32_t> tensors;
+  for (const Counted& c : twice) tensors.push_back(c.tensor);
+  const Counted& first = twice.front();
+  const bool copied = first.ranks.size() > 1;
   Finding f;
   f.kind = FindingKind::grad_norm_miscount;
   f.summary = "all_reduce (sum) at " + at + " over ranks " + ranks_text(g.ranks) +
-              " adds up terms computed from the gradient of " + names + ", which ranks " + ranks_text(first) +
-              " each hold a copy of: it is counted " + std::to_string(first.size()) + " times";
+              " adds up terms computed from the gradient of " + names_text(p, tensors) +
+              (copied ? ", which ranks " + ranks_text(first.ranks) + " each hold a copy of"
+                      : " on rank " + ranks_text(first.ranks)) +
+              ": it is counted " + times_text(first.times) + " times";
   std::string e = f.summary +
                   ".\nA norm over ranks must count each gradient element once; a replicated or tied "
                   "tensor held by several of them (a tied embedding on two pipeline stages, a norm's "
-                  "weight on every tensor-parallel rank) is counted once per copy, so the norm is too "
-                  "large and clipping scales every gradient by the wrong factor (Megatron-LM #7227, "
-                  "NeMo-RL #3788).\n";
+                  "weight on every tensor-parallel rank) is counted once per copy, and a term summed twice "
+                  "on one rank (the same storage twice in the list) twice, so the norm is too large and "
+                  "clipping scales every gradient by the wrong factor (Megatron-LM #7227, NeMo-RL #3788).\n";
   for (size_t i = 0; i < twice.size() && i < 8; ++i) {
-    e += "  " + p.strings[static_cast<size_t>(twice[i].first)] + ": counted on ranks " +
-         ranks_text(twice[i].second) + ", the same gradient on each\n";
+    e += "  " + p.strings[static_cast<size_t>(twice[i].tensor)] + ": counted " + times_text(twice[i].times) +
+         " times, on ranks " + ranks_text(twice[i].ranks) +
+         (twice[i].ranks.size() > 1 ? ", the same gradient on each\n" : "\n");
   }
   f.explanation = e +
                   "Fix: count a tensor replicated over the group on one of its ranks only (Megatron: "
@@ -154,30 +210,40 @@ Finding norm_finding(const CapturedProgram& p, int32_t group, const NormSum& sum
   f.key = "grad_norm_miscount at " + at;
   NormDetail d;
   d.expected = d.reported = std::nan("");  // known by what it counts, not by its value
-  d.rank = first.front();
+  d.rank = first.ranks.front();
   d.source = line_of(p, sum.rec->source);
-  for (const auto& [tensor, ranks] : twice)
-    d.params.push_back({p.strings[static_cast<size_t>(tensor)], static_cast<int>(ranks.size())});
+  for (const Counted& c : twice)
+    d.params.push_back({p.strings[static_cast<size_t>(c.tensor)], static_cast<int>(std::lround(c.times))});
   f.detail = d;
   return f;
 }
 
 }  // namespace
 
+// How many times a norm's sum over ranks counts each parameter's gradient: over the ranks that
+// hold the same gradient (copies), the times each of them counted it; for a gradient each rank
+// holds its own of, the most any one rank counted it. Once is right.
 void norm_findings(const CapturedProgram& p, std::vector<Finding>& out) {
   for (const auto& [key, sum] : norm_sums(p)) {
-    std::map<int32_t, std::vector<int>> counted_on;  // parameter -> the ranks whose term has it
+    std::map<int32_t, std::map<int, double>> counted_on;  // parameter -> rank -> times its term counts it
     for (const auto& [rank, names] : sum.counted) {
-      for (int32_t t : names) counted_on[t].push_back(rank);
+      for (const auto& [t, w] : names) counted_on[t][rank] = w;
     }
-    std::vector<std::pair<int32_t, std::vector<int>>> twice;
-    for (const auto& [tensor, ranks] : counted_on) {
-      if (ranks.size() < 2) continue;
-      std::vector<int> same = copies(p, tensor, ranks, sum.rec->n);
-      if (!same.empty()) twice.emplace_back(tensor, std::move(same));
+    std::vector<Counted> over;
+    for (const auto& [tensor, by_rank] : counted_on) {
+      std::vector<int> ranks;
+      for (const auto& [r, w] : by_rank) ranks.push_back(r);
+      const std::vector<int> same = copies(p, tensor, ranks, sum.rec->n);
+      double total = 0;
+      for (const auto& [r, w] : by_rank) {
+        const bool copy = std::find(same.begin(), same.end(), r) != same.end();
+        total = same.empty() ? std::max(total, w) : total + (copy ? w : 0);
+      }
+      if (total > 1 + 1e-6)
+        over.push_back({tensor, same.empty() ? std::vector<int>{by_rank.begin()->first} : same, total});
     }
-    if (twice.empty()) continue;
-    Finding f = norm_finding(p, key.first, sum, twice);
+    if (over.empty()) continue;
+    Finding f = norm_finding(p, key.first, sum, over);
     for (const auto& [rank, names] : sum.counted) {
       join_spread(f.spread,
                   spread_of(std::to_string(key.first) + ":" + std::to_string(key.second), rank, {}));
