@@ -459,3 +459,25 @@ TEST_CASE("a buffer summed again after an optimizer step is no double reduction"
   REQUIRE(found.size() == 1);
   REQUIRE(found[0].kind == FindingKind::double_reduction);
 }
+
+TEST_CASE("an op's scale and a loss's digest are read, and a scale that is no number other than 0 refused",
+          "[core][capture][values]") {
+  Folder f;
+  auto load = [&](const std::string& body) {
+    std::ofstream(f.dir + "/rank-0.jsonl") << rank_file(0, body);
+    std::ofstream(f.dir + "/rank-1.jsonl") << rank_file(1, body);
+    return load_captured_program(f.dir);
+  };
+  auto ok = load(divided(0, "0.25") + R"({"k": "value", "of": "loss", "at": 0, "r": [0, 0, 4], )" +
+                 digest("00000000000000aa", true, 1) + "}\n");
+  REQUIRE(ok);
+  REQUIRE(ok->ranks[0].scales.size() == 1);
+  REQUIRE(ok->ranks[0].scales[0].second == 0.25);
+  REQUIRE(ok->ranks[0].values.back().of == CapturedValue::Of::loss);
+  for (const char* bad : {"0", "null", "\"x\""}) {
+    INFO(bad);
+    auto p = load(divided(0, bad));
+    REQUIRE(!p);
+    REQUIRE_THAT(p.error().message(), Catch::Contains("rank-0.jsonl:8: "));
+  }
+}
