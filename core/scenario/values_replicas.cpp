@@ -14,7 +14,7 @@ namespace {
 
 // gradient: the gradients differed though a reduction over every replica made them; unreduced:
 // they differed and none did (a missing reduction, its own kind).
-enum class Cause { gradient, update, between, unreduced };
+enum class Cause { gradient, update, between, unreduced, changed };
 
 struct Divergence {
   int32_t tensor = 0;
@@ -25,6 +25,9 @@ struct Divergence {
   ByRank apart;                            // what they held once it differed
   int32_t partial = -1;                    // unreduced: a group it was reduced over, short of the replicas
   std::pair<int, int32_t> others{-1, -1};  // unreduced: (rank, record) reducing other parameters
+  // gradient: (rank, the reduction over every replica, the last operator after it) where the
+  // gradients came out of the reduction the same and something changed them after it
+  std::tuple<int, int32_t, int32_t> changed{-1, -1, -1};
 };
 
 struct Stepped {
@@ -178,6 +181,9 @@ std::string cause_text(Cause c) {
       return "something between that step and the next changed them on some of those ranks only";
     case Cause::unreduced:
       return "the step consumed gradients that no reduction over those ranks made";
+    case Cause::changed:
+      return "their gradients came out of a reduction over those ranks the same and were changed after it on "
+             "each rank differently";
   }
   return "";
 }
@@ -194,6 +200,10 @@ std::string fix_text(Cause c) {
              "state on each rank.";
     case Cause::between:
       return "Fix: change a replicated parameter on every rank or on none, or broadcast it after the change.";
+    case Cause::changed:
+      return "Fix: change reduced gradients the same way on every rank that holds them: compute a clipping "
+             "coefficient from the norm over every rank's parameters (all_reduce the squares over the group "
+             "that holds the model's parts), or scale before the reduction.";
     case Cause::unreduced:
       return "Fix: reduce the gradient of every replicated parameter over all the ranks that hold a copy "
              "before optimizer.step() (all_reduce each p.grad over them and divide by their number, or "
@@ -239,7 +249,15 @@ void classify(const CapturedProgram& p, const Observed& seen, Divergence& d) {
     if (partial < 0) partial = g;  // the first replica's, as the text names it
     all_reduced = all_reduced && covers(p.groups[static_cast<size_t>(g)], d.replicas);
   }
-  if (all_reduced) return;
+  if (all_reduced) {
+    const int r0 = d.replicas.front();
+    const ValueFact& f = seen.grads.at({r0, d.tensor, d.step});
+    if (f.via >= 0) {
+      d.changed = {r0, f.reduction, f.via};
+      d.cause = Cause::changed;
+    }
+    return;
+  }
   d.cause = Cause::unreduced;
   d.partial = partial;
   const int r0 = d.replicas.front();
@@ -311,6 +329,18 @@ Finding divergence_finding(const CapturedProgram& p, const std::vector<const Div
          ": " + kept + (n_kept > 4 ? ", ..." : "") + ").\n";
   }
   if (d.cause == Cause::unreduced) e += unreduced_text(p, d);
+  if (const auto& [r, red, via] = d.changed; r >= 0) {
+    const CapturedRank& rank = p.ranks[static_cast<size_t>(r)];
+    const CapturedRecord& reduction = rank.records[static_cast<size_t>(red)];
+    e += "They came out of the " + std::string(to_string(reduction.coll)) + " at " +
+         source_of(p, reduction.source) +
+         " the same on every one of those ranks, and the last operator that changed them, " +
+         p.strings[static_cast<size_t>(rank.records[static_cast<size_t>(via)].name)] + " at " +
+         source_of(p, rank.records[static_cast<size_t>(via)].source) +
+         ", made them differ (a clipping coefficient from a norm each rank computed over its own parameters "
+         "alone, a "
+         "rank-dependent scale).\n";
+  }
   f.explanation = e + fix_text(d.cause);
   f.key = std::string(to_string(f.kind)) + " at " + at + " " + std::to_string(static_cast<int>(d.cause));
   ElementDetail detail;
