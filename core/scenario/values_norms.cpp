@@ -7,6 +7,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "core/scenario/captured_ops.hpp"
 #include "core/scenario/captured_values_internal.hpp"
 
 namespace shardcheck::core::values {
@@ -49,6 +50,7 @@ class GradFlow {
       if (v.of == Of::param && v.range.buf >= 0) params_.insert(v.range.buf);
     }
     for (const CapturedRank::Pre& pre : rank.pre) size_[pre.buf] = pre.bytes;
+    seed_copied_from();
   }
   // What was computed into `buf` from gradients (not a gradient's own buffer: its reduction is
   // no norm).
@@ -72,7 +74,11 @@ class GradFlow {
         (rec.kind != CapturedKind::coll || rec.coll == CollectiveKind::barrier))
       return;
     const std::string_view name = p_.strings[static_cast<size_t>(rec.name)];
-    const bool adds = rec.kind == CapturedKind::op && gathers_terms(name);
+    // Terms add up once a gradient is a norm's few numbers; a gradient accumulated into a buffer
+    // (main_grad += grad) is the same gradient, once.
+    const bool adds = rec.kind == CapturedKind::op && gathers_terms(name) && rec.writes == 1 &&
+                      rank_.ranges[rec.first + rec.reads].bytes <= kMaxNormElements * 8 &&
+                      !gradient(rank_.ranges[rec.first + rec.reads].buf);
     Names from;
     std::set<std::tuple<int32_t, int64_t, int64_t>> seen;  // a range read twice (x * x) is one operand
     for (uint32_t i = 0; i < rec.reads; ++i) {
@@ -97,6 +103,30 @@ class GradFlow {
 
  private:
   static constexpr int64_t kMaxNormElements = 64;
+  // A gradient's bytes may have been copied into the buffer its step took from another one (a
+  // main_grad or bucket a norm may read first): those buffers hold the same gradients.
+  void seed_copied_from() {
+    std::map<int32_t, std::set<int32_t>> sources;  // buffer -> buffers copied into it
+    for (const CapturedRecord& rec : rank_.records) {
+      if (rec.kind != CapturedKind::op || rec.reads != 1 || rec.writes != 1) continue;
+      if (!is_copy_op(p_.strings[static_cast<size_t>(rec.name)])) continue;
+      sources[rank_.ranges[rec.first + 1].buf].insert(rank_.ranges[rec.first].buf);
+    }
+    std::vector<int32_t> todo;
+    for (const auto& [buf, names] : seed_) todo.push_back(buf);
+    while (!todo.empty()) {
+      const int32_t buf = todo.back();
+      todo.pop_back();
+      const Names names = seed_[buf];
+      for (int32_t from : sources[buf]) {
+        if (params_.count(from)) continue;
+        Names& into = seed_[from];
+        const size_t before = into.size();
+        merge_max(into, names);
+        if (into.size() != before) todo.push_back(from);
+      }
+    }
+  }
   void write(const CapturedRange& r, const Names& from) {
     if (params_.count(r.buf)) return;  // the step updates a parameter: what it computes next is not a norm
     auto size = size_.find(r.buf);

@@ -116,6 +116,33 @@ class ReproducerTest(unittest.TestCase):
                              "over ranks 0, 1 adds up terms computed from the gradient of 'norm.weight', "
                              "'norm.bias'")
 
+    def test_a_norm_over_main_grad_counts_the_layernorm_once_per_rank_and_the_reference_says_so(self):
+        # Ground truth first: the bug's norm exceeds clip_grad_norm_'s on one process, the fix's
+        # equals it; then shardcheck finds the bug at the norm's all_reduce and the fix clean.
+        for flag, bigger in (("", True), ("--fix", False)):
+            norm, ref = self.truth("main_grad_norm.py", flag)
+            if bigger:
+                self.assertGreater(norm, ref * 1.1)
+            else:
+                self.assertAlmostEqual(norm / ref, 1.0, places=5)
+        self.found_and_fixed("main_grad_norm.py",
+                             "[grad_norm_miscount] all_reduce (sum) at examples/pytorch/main_grad_norm.py:71 "
+                             "over ranks 0, 1 adds up terms computed from the gradient of 'weight', 'bias'")
+
+    def truth(self, script, *args):
+        """`script --check-truth` uncaptured at 2 ranks over gloo: (its norm, the reference's)."""
+        procs = []
+        port = str(29700 + os.getpid() % 200)
+        for rank in range(2):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            cmd = [sys.executable, os.path.join("examples", "pytorch", script), "--check-truth"]
+            procs.append(subprocess.Popen(cmd + [a for a in args if a], cwd=REPO, env=env, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        outs = [p.communicate(timeout=120) for p in procs]
+        self.assertEqual([p.returncode for p in procs], [0, 0], outs)
+        words = outs[0][0].split()
+        return float(words[words.index("norm") + 1]), float(words[words.index("reference") + 1])
+
     def test_an_accumulator_summed_into_before_it_was_written_is_found_at_its_first_read(self):
         # The never-written bytes reach the parameters through the all-reduce and the update:
         # the finding names the torch.empty buffer and the += that first read it.

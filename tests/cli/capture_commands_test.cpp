@@ -455,9 +455,16 @@ TEST_CASE(
                Catch::Contains("[grad_norm_miscount] all_reduce (sum) at examples/pytorch/tp_norm.py:87 over "
                                "ranks 0, 1 adds up terms computed from the gradient of 'norm.weight', "
                                "'norm.bias', which ranks 0, 1 each hold a copy of: it is counted 2 times."));
+  // Megatron's main_grad buffers: the norm taken over them before their copy into .grad.
+  REQUIRE_THAT(
+      found_in(fixture("main-grad-norm-2")),
+      Catch::Contains("[grad_norm_miscount] all_reduce (sum) at examples/pytorch/main_grad_norm.py:71 "
+                      "over ranks 0, 1 adds up terms computed from the gradient of 'weight', 'bias', "
+                      "which ranks 0, 1 each hold a copy of: it is counted 2 times."));
   // The data-parallel reductions of the other reproducers are of gradients themselves, no norm.
-  for (const char* name : {"tied-norm-fix-2", "replica-drift-fix-2", "replica-drift-lr-fix-2",
-                           "double-reduction-fix-2", "expert-parallel-fix-4", "tp-norm-fix-2"}) {
+  for (const char* name :
+       {"tied-norm-fix-2", "replica-drift-fix-2", "replica-drift-lr-fix-2", "double-reduction-fix-2",
+        "expert-parallel-fix-4", "tp-norm-fix-2", "main-grad-norm-fix-2"}) {
     INFO(name);
     REQUIRE(run_shardcheck("run " + fixture(name)).exit_code == 0);
   }
