@@ -150,7 +150,8 @@ void walk_reductions(const CapturedRank& rank, Provenance& prov, Before&& before
     const bool reduces = rec.coll == CollectiveKind::all_reduce || rec.coll == CollectiveKind::reduce_scatter;
     const bool averages = reduces && (rec.reduce == ReduceOp::sum || rec.reduce == ReduceOp::avg);
     const Mark m{0, 0, rank.groups[static_cast<size_t>(rec.a)], static_cast<int32_t>(i)};
-    prov.write(rank.ranges[rec.first + 1], averages ? &m : nullptr);
+    for (uint32_t w = 0; w < rec.writes; ++w)  // its output, or a list form's parts
+      prov.write(rank.ranges[rec.first + rec.reads + w], averages ? &m : nullptr);
   }
   before(rank.records.size());
 }
