@@ -1,10 +1,11 @@
 """Collectives in captured programs, on CPU ranks over gloo, each verdict against ground truth
 established without shardcheck (the ranks run as plain processes):
 
-- A collective is recorded before its backend has it (collectives.py, hooks.py): the list forms
-  of all_gather, gather and scatter, and a collective C++ issues through the dispatcher, whose
-  sizes differ across ranks, fail or corrupt the program without the capture, and with it the
-  checker names each rank's size and line, though the capture is partial.
+- A collective is recorded whatever its backend then does (collectives.py, hooks.py): the list
+  forms of all_gather (examples/pytorch/uneven_gather.py), gather and scatter, and a collective
+  C++ issues through the dispatcher, whose sizes differ across ranks, fail or corrupt the program
+  without the capture, and with it the checker names each rank's size and line, though the
+  capture is partial.
 - A swap is decided by where each rank's tensor was made (recorder.py): two tensors allocated at
   one line, all-reduced in a loop whose order differs on one rank of a 2x2 mesh's row
   (examples/pytorch/swap_loop.py), and parameters made before the capture, reduced in another
@@ -35,20 +36,10 @@ except ImportError:
     torch = None
     HAVE_GLOO = False
 
-# Each rank's tensor has 4 elements on rank 0 and 8 on the others (with "--fix", 4 on every
-# rank); each prints its result as one JSON line. Line numbers are asserted: keep them in place.
+# Each rank's tensor has 4 elements on rank 0 and 8 on the others (with "--fix", one size on
+# every rank); each prints its result as one JSON line. Line numbers are asserted: keep them in
+# place. (The all_gather into lists is examples/pytorch/uneven_gather.py.)
 PROGRAMS = {
-    "all_gather.py": """
-import json, sys
-import torch, torch.distributed as dist
-dist.init_process_group("gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-n = 4 if rank == 0 or "--fix" in sys.argv else 8
-t = torch.full((n,), float(rank + 1))
-outs = [torch.zeros(n) for _ in range(world)]
-dist.all_gather(outs, t)  # line 8
-print(json.dumps([o.tolist() for o in outs]), flush=True)
-""",
     "gather.py": """
 import json, sys
 import torch, torch.distributed as dist
@@ -180,19 +171,25 @@ class CollectiveTest(unittest.TestCase):
 
     # -- recorded before the backend has it ----------------------------------------------------
     def test_an_all_gather_into_lists_of_different_sizes_fails_and_is_named_with_each_size(self):
-        fixed = self.fails_without_capture("all_gather.py")
-        self.assertEqual(fixed[1][1], [[1.0] * 4, [2.0] * 4])  # what the call means
-        code, out = self.verdict(self.capture("all_gather.py", 2))
+        script = os.path.join(REPO, "examples", "pytorch", "uneven_gather.py")
+        broken = run_plain(script, 2, cwd=REPO)
+        fixed = run_plain(script, 2, ["--fix"], cwd=REPO)
+        self.assertTrue(any(status != 0 for status, _ in broken), broken)  # gloo aborts a rank
+        # what the call means: every rank's scores, on every rank
+        reference = [[float(i + 100 * r) for i in range(4 if r == 0 else 8)] for r in range(2)]
+        self.assertEqual(fixed, [(0, reference), (0, reference)])
+        path = "examples/pytorch/uneven_gather.py"
+        code, out = self.verdict(self.capture(path, 2, cwd=REPO))
         self.assertEqual(code, 1, out)
         self.assertIn("[collective_mismatch] collective #0 of group 'world' differs", out)
-        self.assertIn("rank 0: all_gather 'torch.distributed.all_gather' at all_gather.py:8", out)
+        self.assertIn("rank 0: all_gather 'torch.distributed.all_gather' at %s:27" % path, out)
         self.assertIn("[all_gather f32 4->8 on world [0,1]]", out)
-        self.assertIn("rank 1: all_gather 'torch.distributed.all_gather' at all_gather.py:8", out)
+        self.assertIn("rank 1: all_gather 'torch.distributed.all_gather' at %s:27" % path, out)
         self.assertIn("[all_gather f32 8->16 on world [0,1]]", out)
         self.assertIn("make every member pass the same element counts (rank 0 passes 4 in, 8 out, "
                       "rank 1 8 in, 16 out)", out)
         self.assertIn("PARTIAL cap: found collective_mismatch", out)
-        code, out = self.verdict(self.capture("all_gather.py", 2, "--fix", name="fix"))
+        code, out = self.verdict(self.capture(path, 2, "--fix", cwd=REPO, name="fix"))
         self.assertEqual(code, 0, out)
 
     def test_a_gather_and_a_scatter_of_different_sizes_fail_and_name_both_sides(self):

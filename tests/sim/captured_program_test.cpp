@@ -651,3 +651,32 @@ TEST_CASE(
     }
   }
 }
+
+TEST_CASE(
+    "format version 2 on CPU: tensors of one line swapped in a loop, and an all_gather into lists of two "
+    "sizes",
+    "[sim][capture]") {
+  // examples/pytorch/swap_loop.py and uneven_gather.py captured at 4 and 2 CPU ranks over gloo
+  // (python/tests/test_collectives.py holds their ground truth without the capture).
+  const auto swap = run_fixture("swap-loop-4");
+  REQUIRE(swap.explored.findings.size() == 1);
+  const core::Finding& s = swap.explored.findings[0];
+  REQUIRE(s.kind == core::FindingKind::collective_swap);
+  REQUIRE_THAT(s.summary,
+               Catch::Contains("(torch.distributed.all_reduce of the 1st tensor allocated at "
+                               "examples/pytorch/swap_loop.py:38 vs torch.distributed.all_reduce of "
+                               "the 2nd tensor allocated at examples/pytorch/swap_loop.py:38)"));
+  const auto& d = std::get<core::CollectiveDetail>(s.detail);
+  REQUIRE(d.ranks.size() == 2);  // the row with the swap; the other row agrees
+  REQUIRE(d.ranks[1].origin == "the 2nd tensor allocated at examples/pytorch/swap_loop.py:38");
+  REQUIRE(run_fixture("swap-loop-fix-4").explored.findings.empty());
+  const auto gather = run_fixture("uneven-gather-2");
+  REQUIRE(gather.explored.findings.size() == 1);
+  REQUIRE(gather.explored.findings[0].kind == core::FindingKind::collective_mismatch);
+  REQUIRE_THAT(gather.explored.findings[0].explanation,
+               Catch::Contains("rank 0 passes 4 in, 8 out, rank 1 8 in, 16 out"));
+  REQUIRE_THAT(gather.explored.findings[0].explanation,
+               Catch::Contains("at examples/pytorch/uneven_gather.py:27"));
+  REQUIRE_FALSE(gather.judged.met);
+  REQUIRE(run_fixture("uneven-gather-fix-2").explored.findings.empty());
+}
