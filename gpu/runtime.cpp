@@ -252,10 +252,11 @@ void GpuRuntime::do_collective(core::CollectiveCall call) {
   if (core::Status e = core::check_collective_shape(call, static_cast<int>(g.members.size())); !e)
     throw InternalError(e.message());
   // Captured programs' collectives and reductions (docs/capture-format.md) run on the simulator only.
-  if (call.kind > core::CollectiveKind::broadcast || call.reduce > core::ReduceOp::avg)
+  if (call.kind > core::CollectiveKind::broadcast || call.reduce > core::ReduceOp::avg ||
+      !call.input_parts.empty() || !call.output_parts.empty())
     throw InternalError(core::op_name(call) +
                         ": the GPU backend runs all_gather, reduce_scatter, all_reduce "
-                        "and broadcast with sum or avg only");
+                        "and broadcast with sum or avg only, none of them in the list forms");
   if (w_.options.record_collectives) {
     r_.collectives.push_back({call.kind, call.input.dtype, call.reduce, call.input.numel, call.output.numel,
                               static_cast<int>(g.members.size()), g.name});

@@ -26,7 +26,10 @@ ordered_json race_json(const core::RaceDetail& d) {
 ordered_json collective_json(const core::CollectiveDetail& d) {
   ordered_json ranks = ordered_json::array();
   for (const auto& r : d.ranks) {
-    ranks.push_back({{"rank", r.rank}, {"stream", r.stream}, {"fingerprint", r.fingerprint}, {"tag", r.tag}});
+    ordered_json rank = {
+        {"rank", r.rank}, {"stream", r.stream}, {"fingerprint", r.fingerprint}, {"tag", r.tag}};
+    if (!r.origin.empty()) rank["origin"] = r.origin;
+    ranks.push_back(std::move(rank));
   }
   ordered_json later = ordered_json::array();
   for (const auto& l : d.later)

@@ -83,7 +83,8 @@ std::string collective_picture(const core::CollectiveDetail& d, std::string_view
   const size_t n = std::min(d.ranks.size(), kMaxRanks);
   std::vector<std::string> tags, fps;
   for (size_t i = 0; i < n; ++i) {
-    tags.push_back(d.ranks[i].tag);
+    // The tag, and where its tensor was made when that is known (what a swap of one call differs in).
+    tags.push_back(d.ranks[i].origin.empty() ? d.ranks[i].tag : d.ranks[i].tag + " of " + d.ranks[i].origin);
     fps.push_back(d.ranks[i].fingerprint);
   }
   const std::vector<bool> tag_diff = differing(tags), fp_diff = differing(fps);
@@ -98,8 +99,8 @@ std::string collective_picture(const core::CollectiveDetail& d, std::string_view
     const double x = kRowLabelW + kColW * static_cast<double>(i);
     svg.text(x + 8, 42, "rank " + std::to_string(r.rank), "box-title");
     svg.text(x + 8, 57, truncate(r.stream, chars), "box-text");
-    svg.rect(x + 2, kTagY, kColW - 4, kTagH, tag_diff[i] ? "cell diff" : "cell", r.tag);
-    svg.text(x + 10, kTagY + 19, truncate(r.tag, chars), "box-text");
+    svg.rect(x + 2, kTagY, kColW - 4, kTagH, tag_diff[i] ? "cell diff" : "cell", tags[i]);
+    svg.text(x + 10, kTagY + 19, truncate(tags[i], chars), "box-text");
     svg.rect(x + 2, kFpY, kColW - 4, kFpH, fp_diff[i] ? "cell diff" : "cell", r.fingerprint);
     svg.lines(x + 10, kFpY + 18, wrap(r.fingerprint, chars, 4), "box-text");
   }

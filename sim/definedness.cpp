@@ -28,6 +28,35 @@ void World::set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::
   for (const auto& [x, y] : rel) ranks_[rank]->shadow.set_defined(a + x, a + y, false, origin);
 }
 
+Shadow::Ranges World::undefined_side(int rank, uint32_t op, std::span<const core::TensorRef> parts,
+                                     uint32_t& origin) {
+  Shadow::Ranges out;
+  uint64_t at = 0;
+  for (const core::TensorRef& t : parts) {
+    uint32_t found = 0;
+    const Shadow::Ranges undef = undefined_rel(rank, t, &found);
+    if (!undef.empty() && origin == 0) origin = carried_origin(rank, t, found, op);
+    for (const auto& [x, y] : undef) out.emplace_back(at + x, at + y);
+    at += static_cast<uint64_t>(t.bytes());
+  }
+  return out;
+}
+
+void World::set_undefined_side(int rank, std::span<const core::TensorRef> parts, const Shadow::Ranges& rel,
+                               uint32_t origin) {
+  if (parts.size() == 1) return set_undefined_rel(rank, parts[0], rel, origin);
+  uint64_t at = 0;
+  for (const core::TensorRef& t : parts) {
+    const uint64_t end = at + static_cast<uint64_t>(t.bytes());
+    Shadow::Ranges mine;
+    for (const auto& [x, y] : rel) {
+      if (x < end && y > at) mine.emplace_back(std::max(x, at) - at, std::min(y, end) - at);
+    }
+    set_undefined_rel(rank, t, mine, origin);
+    at = end;
+  }
+}
+
 uint32_t World::carried_origin(int rank, const core::TensorRef& t, uint32_t found, uint32_t op) {
   if (found != 0) return found;
   const uint32_t lifetime = ranks_[rank]->buffers[t.buffer];

@@ -131,6 +131,17 @@ bool same_fingerprint(const Instance& inst, size_t a, size_t b) {
   return !rooted || x.root == y.root;
 }
 
+// Both members say where their tensors were made, and not the same place: different tensors.
+bool origins_differ(const Instance::Member& x, const Instance::Member& y) {
+  return core::different_tensors(x.origin, y.origin);
+}
+
+// How a swap names a member's tensor: its tag, and where the tensor was made when that is known.
+std::string tensor_text(const Instance::Member& m) {
+  const std::string origin = core::to_string(m.origin);
+  return origin.empty() ? m.tag : m.tag + " of " + origin;
+}
+
 class CollectiveDetector final : public Detector {
  public:
   unsigned hooks() const override { return on_collective | on_p2p | on_end; }
@@ -188,7 +199,8 @@ class CollectiveDetector final : public Detector {
     bool fp_differs = false, tag_differs = false;
     for (size_t m = 0; m < inst.members.size(); ++m) {
       fp_differs |= !same_fingerprint(inst, m, 0);
-      tag_differs |= inst.members[m].tag != inst.members[0].tag;
+      tag_differs |=
+          inst.members[m].tag != inst.members[0].tag || origins_differ(inst.members[m], inst.members[0]);
     }
     if (!fp_differs && !tag_differs) return false;
     std::vector<std::string> fingerprints;
@@ -225,11 +237,12 @@ class CollectiveDetector final : public Detector {
     std::vector<std::string> key_parts;  // sorted: a swap of A and B is one bug, whichever comes first
     for (size_t m = 0; m < inst.members.size(); ++m) {
       const OpInfo& info = w.op(inst.members[m].op);
+      const std::string origin = core::to_string(inst.members[m].origin);
       d.ranks.push_back({info.rank, w.stream(info.rank, info.stream).name, fingerprints[m],
-                         inst.members[m].tag, w.source_line(inst.members[m].op)});
-      per_rank += "\n  rank " + std::to_string(info.rank) + ": " + w.op_text(inst.members[m].op) + "  [" +
-                  fingerprints[m] + "]";
-      key_parts.push_back(inst.members[m].tag + "/" + fingerprints[m]);
+                         inst.members[m].tag, w.source_line(inst.members[m].op), origin});
+      per_rank += "\n  rank " + std::to_string(info.rank) + ": " + w.op_text(inst.members[m].op) +
+                  (origin.empty() ? "" : " on " + origin) + "  [" + fingerprints[m] + "]";
+      key_parts.push_back(inst.members[m].tag + "/" + origin + "/" + fingerprints[m]);
     }
     core::Finding f;
     f.kind = fp_differs ? core::FindingKind::collective_mismatch : core::FindingKind::collective_swap;
@@ -241,8 +254,18 @@ class CollectiveDetector final : public Detector {
       f.summary = which + " differs across ranks (a hang or corrupted data on real hardware)";
       f.explanation = f.summary + ":" + per_rank + "\n" + mismatch_fix(inst, member_ranks, p2p, fingerprints);
     } else {
+      // The first member whose tensor differs from the first member's.
+      size_t other = 1 % inst.members.size();
+      for (size_t m = 1; m < inst.members.size(); ++m) {
+        const Instance::Member& a = inst.members[0];
+        const Instance::Member& b = inst.members[m];
+        if (a.tag != b.tag || origins_differ(a, b)) {
+          other = m;
+          break;
+        }
+      }
       f.summary = which + " matches in shape but not in meaning: the ranks exchange different tensors (" +
-                  inst.members[0].tag + " vs " + inst.members[1 % inst.members.size()].tag + ")";
+                  tensor_text(inst.members[0]) + " vs " + tensor_text(inst.members[other]) + ")";
       f.explanation =
           f.summary + ":" + per_rank +
           "\nThe sizes agree, so nothing hangs: values are silently combined across different tensors. "
@@ -281,6 +304,7 @@ class CollectiveDetector final : public Detector {
         } else if (what.find(m.tag) == std::string::npos) {
           what += " (" + m.tag + ")";
         }
+        if (const std::string origin = core::to_string(m.origin); !origin.empty()) what += " on " + origin;
         auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& e) { return e.first == what; });
         if (it == ops.end()) {
           ops.push_back({what, {info.rank}});

@@ -5,6 +5,7 @@
 // definedness finds reads of never-written bytes (detect_uninit.cpp).
 #include <algorithm>
 #include <cstring>
+#include <span>
 
 #include "core/base/status.hpp"
 #include "core/runtime/collectives_cpu.hpp"
@@ -103,6 +104,15 @@ void World::execute_kernel(int rank, int stream, Op& op) {
   core::execute_cpu(k, mem);
 }
 
+namespace {
+// One side of a collective: its tensor, or the parts of a list form laid end to end.
+std::span<const core::TensorRef> side(const core::TensorRef& whole,
+                                      const std::vector<core::TensorRef>& parts) {
+  return parts.empty() ? std::span<const core::TensorRef>(&whole, 1)
+                       : std::span<const core::TensorRef>(parts);
+}
+}  // namespace
+
 void World::execute_collective(int rank, int stream) {
   const Op& head = ranks_[rank]->streams[stream].queue.front();
   Group& g = groups_[head.group];
@@ -123,35 +133,73 @@ void World::execute_collective(int rank, int stream) {
   std::vector<Shadow::Ranges> undef(n);
   uint32_t origin = 0;  // the first member's with undefined input bytes: what the outputs carry
   for (size_t m = 0; m < n; ++m) {
-    uint32_t found = 0;
-    undef[m] = undefined_rel(g.members[m], ops[m]->coll().input, &found);
-    if (!undef[m].empty() && origin == 0)
-      origin = carried_origin(g.members[m], ops[m]->coll().input, found, ops[m]->id);
+    const core::CollectiveCall& c = ops[m]->coll();
+    undef[m] = undefined_side(g.members[m], ops[m]->id, side(c.input, c.input_parts), origin);
   }
   const auto& c = ops[0]->coll();
-  const bool data = options_.values && c.kind != core::CollectiveKind::barrier;
-  std::vector<std::byte*> in(n), out(n);
   for (size_t m = 0; m < n; ++m) {
-    touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll().input, Access::read);
-    if (!data) continue;
-    in[m] = host_pointer(g.members[m], ops[m]->coll().input);
-    out[m] = host_pointer(g.members[m], ops[m]->coll().output);
+    for (const auto& in : side(ops[m]->coll().input, ops[m]->coll().input_parts))
+      touch(g.members[m], inst.members[m].stream, ops[m]->id, in, Access::read);
   }
   // Outputs are touched before the data moves: a lifetime they begin is poisoned first. A
   // reduce writes only the root's output.
   for (size_t m = 0; m < n; ++m) {
     if (c.kind == core::CollectiveKind::reduce && static_cast<int>(m) != c.root) continue;
-    touch(g.members[m], inst.members[m].stream, ops[m]->id, ops[m]->coll().output, Access::write);
+    for (const auto& out : side(ops[m]->coll().output, ops[m]->coll().output_parts))
+      touch(g.members[m], inst.members[m].stream, ops[m]->id, out, Access::write);
   }
-  if (data) core::execute_collective_cpu(c, in, out);
+  if (options_.values && c.kind != core::CollectiveKind::barrier) move_collective_data(g, ops);
   // Usually every input is fully defined: then no output has undefined bytes, and the
   // per-member propagation (a pass over every member's ranges) is skipped.
   if (std::any_of(undef.begin(), undef.end(), [](const Shadow::Ranges& u) { return !u.empty(); })) {
     for (size_t m = 0; m < n; ++m) {
-      set_undefined_rel(g.members[m], ops[m]->coll().output, collective_undefined_rel(c, undef, m), origin);
+      const core::CollectiveCall& mine = ops[m]->coll();
+      set_undefined_side(g.members[m], side(mine.output, mine.output_parts),
+                         collective_undefined_rel(c, undef, m), origin);
     }
   }
-  // A completed collective orders every member's earlier work before every member's later work.
+  join_members(g, inst, ops, k);
+}
+
+// The members' bytes, in group-rank order, through core's CPU collectives; a list form's parts
+// are staged end to end around it.
+void World::move_collective_data(const Group& g, const std::vector<Op*>& ops) {
+  const size_t n = g.members.size();
+  std::vector<std::byte*> in(n), out(n);
+  std::vector<std::vector<std::byte>> staged_in(n), staged_out(n);
+  for (size_t m = 0; m < n; ++m) {
+    const core::CollectiveCall& c = ops[m]->coll();
+    const int r = g.members[m];
+    if (c.input_parts.empty()) {
+      in[m] = host_pointer(r, c.input);
+    } else {
+      for (const auto& p : c.input_parts) {
+        const std::byte* from = host_pointer(r, p);
+        staged_in[m].insert(staged_in[m].end(), from, from + p.bytes());
+      }
+      in[m] = staged_in[m].data();
+    }
+    if (c.output_parts.empty()) {
+      out[m] = host_pointer(r, c.output);
+    } else {
+      staged_out[m].resize(static_cast<size_t>(c.output.bytes()));
+      out[m] = staged_out[m].data();
+    }
+  }
+  core::execute_collective_cpu(ops[0]->coll(), in, out);
+  for (size_t m = 0; m < n; ++m) {
+    size_t at = 0;
+    for (const auto& p : ops[m]->coll().output_parts) {
+      std::memcpy(host_pointer(g.members[m], p), staged_out[m].data() + at, static_cast<size_t>(p.bytes()));
+      at += static_cast<size_t>(p.bytes());
+    }
+  }
+}
+
+// A completed collective orders every member's earlier work before every member's later work;
+// the group's next instance may then run where every member already has it at its head.
+void World::join_members(Group& g, const Instance& inst, std::vector<Op*>& ops, int64_t k) {
+  const size_t n = g.members.size();
   std::vector<const VectorClock*> clocks(n);
   for (size_t m = 0; m < n; ++m) clocks[m] = &ranks_[g.members[m]]->streams[inst.members[m].stream].clock;
   const VectorClock joined = VectorClock::join_all(clocks);
@@ -164,7 +212,6 @@ void World::execute_collective(int rank, int stream) {
     g.instances.pop_front();
     ++g.first;
   }
-  // The group's next instance may now run where every member already has it at its head.
   if (!g.instances.empty()) {
     const Instance& next = g.instances.front();
     for (size_t m = 0; m < n; ++m) {

@@ -402,8 +402,10 @@ void World::collective(int rank, core::CollectiveCall call) {
     throw InternalError(e.message());
   }
   if (call.kind != core::CollectiveKind::barrier) {  // a barrier's references are empty
-    check_ref(rank, call.input, "collective input");
-    check_ref(rank, call.output, "collective output");
+    if (call.input_parts.empty()) check_ref(rank, call.input, "collective input");
+    if (call.output_parts.empty()) check_ref(rank, call.output, "collective output");
+    for (const auto& p : call.input_parts) check_ref(rank, p, "collective input");
+    for (const auto& p : call.output_parts) check_ref(rank, p, "collective output");
   }
   if (call.stream < 0 || call.stream >= num_streams(rank))
     throw InternalError("collective on an unknown stream");
@@ -415,6 +417,7 @@ void World::collective(int rank, core::CollectiveCall call) {
   m.stream = call.stream;
   m.position = ranks_[rank]->streams[call.stream].issued;
   m.tag = call.tag;
+  m.origin = call.origin;
   m.input = call.input;
   m.kind = call.kind;
   m.dtype = call.input.dtype;

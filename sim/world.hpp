@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -255,6 +256,8 @@ class World {
   void finish(int rank, int stream, Op& op);
   void execute_kernel(int rank, int stream, Op& op);
   void execute_collective(int rank, int stream);
+  void move_collective_data(const Group& g, const std::vector<Op*>& ops);
+  void join_members(Group& g, const Instance& inst, std::vector<Op*>& ops, int64_t k);
   void execute_p2p(int rank, int stream);
   void execute_transfer(int rank, int stream, Op& op);
   void execute_free(int rank, int stream, Op& op);
@@ -270,6 +273,12 @@ class World {
   Shadow::Ranges undefined_rel(int rank, const core::TensorRef& t, uint32_t* origin = nullptr);
   void set_undefined_rel(int rank, const core::TensorRef& t, const Shadow::Ranges& rel, uint32_t origin);
   void check_defined(int rank, uint32_t op, const core::TensorRef& t);
+  // The same for one side of a collective (its tensor, or a list form's parts end to end), bytes
+  // relative to the side's start; `origin` (if still 0) receives what op carries them under.
+  Shadow::Ranges undefined_side(int rank, uint32_t op, std::span<const core::TensorRef> parts,
+                                uint32_t& origin);
+  void set_undefined_side(int rank, std::span<const core::TensorRef> parts, const Shadow::Ranges& rel,
+                          uint32_t origin);
   // The origin that op carries undefined bytes of t under: `found` (undefined_rel's) when they
   // came from elsewhere, else t's own lifetime with op as its first carrier (one per lifetime).
   uint32_t carried_origin(int rank, const core::TensorRef& t, uint32_t found, uint32_t op);

@@ -174,8 +174,9 @@ struct Instance {
     // when a finding needs it (World::fingerprint), and compared field by field.
     std::string fingerprint;
     std::string tag;
+    core::TensorOrigin origin;  // where its input was made, when the program says
     uint32_t op = 0;
-    core::TensorRef input;  // for the layout check of reductions (detect_layout.cpp)
+    core::TensorRef input;  // for the layout check of reductions (detect_layout.cpp; no buffer: a list)
     // What the fingerprint is made of, for naming the part that differs.
     core::CollectiveKind kind = core::CollectiveKind::all_reduce;
     core::DType dtype = core::DType::f32;

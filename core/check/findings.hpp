@@ -100,7 +100,8 @@ struct CollectiveDetail {
     std::string stream;
     std::string fingerprint;
     std::string tag;
-    SourceLine source;  // where this rank issued it, when the program says
+    SourceLine source;        // where this rank issued it, when the program says
+    std::string origin = {};  // where the tensor it carries was made ("" when not known)
   };
   std::vector<PerRank> ranks;
   // The later collectives of the same group in the same run that diverge because this one

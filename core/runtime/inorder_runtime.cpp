@@ -78,6 +78,8 @@ void InOrderRuntime::do_launch(KernelCall call) {
 }
 
 void InOrderRuntime::do_collective(CollectiveCall call) {
+  if (!call.input_parts.empty() || !call.output_parts.empty())
+    throw InternalError(op_name(call) + ": the list forms of collectives run on the simulator only");
   blocked_ = true;
   world_.arrive(group_keys_.at(call.group), rank_, call);
 }

@@ -24,6 +24,32 @@ std::string_view to_string(CollectiveKind k) {
   return "?";
 }
 
+bool different_tensors(const TensorOrigin& a, const TensorOrigin& b) {
+  using Kind = TensorOrigin::Kind;
+  if (a.kind == Kind::none || b.kind == Kind::none) return false;
+  if (a.kind != b.kind || a.where != b.where) return true;
+  return a.nth >= 0 && b.nth >= 0 && a.of == b.of && a.nth != b.nth;
+}
+
+std::string to_string(const TensorOrigin& o) {
+  switch (o.kind) {
+    case TensorOrigin::Kind::none:
+      return "";
+    case TensorOrigin::Kind::parameter:
+      return "parameter '" + o.where + "'";
+    case TensorOrigin::Kind::allocated:
+      break;
+  }
+  if (o.nth < 0) return "the tensor allocated at " + o.where;
+  const int64_t n = o.nth + 1;
+  const char* suffix = (n % 100 >= 11 && n % 100 <= 13) ? "th"
+                       : n % 10 == 1                    ? "st"
+                       : n % 10 == 2                    ? "nd"
+                       : n % 10 == 3                    ? "rd"
+                                                        : "th";
+  return "the " + std::to_string(n) + suffix + " tensor allocated at " + o.where;
+}
+
 std::string op_name(const KernelCall& c) { return "kernel '" + c.name + "'"; }
 std::string op_name(const CollectiveCall& c) { return std::string(to_string(c.kind)) + " '" + c.tag + "'"; }
 std::string op_name(const P2PCall& c, bool send) {
@@ -98,6 +124,20 @@ namespace {
 std::string collective_label(const CollectiveCall& c) {
   return std::string(to_string(c.kind)) + " '" + c.tag + "'";
 }
+
+// A list form's parts: one per member, each of the whole's dtype, together the whole's size.
+Status check_parts(const CollectiveCall& c, const TensorRef& whole, const std::vector<TensorRef>& parts,
+                   int members, const char* side) {
+  const std::string what = collective_label(c) + ": its " + side + " list";
+  if (whole.buffer != -1)
+    return fail(what + " stands for the whole " + side + ", which has no buffer of its own");
+  if (static_cast<int>(parts.size()) != members) return fail(what + " must hold one tensor per member");
+  for (const TensorRef& p : parts) {
+    if (p.dtype != whole.dtype) return fail(what + " holds another dtype");
+    if (p.numel * members != whole.numel) return fail(what + " must split the whole into equal blocks");
+  }
+  return {};
+}
 }  // namespace
 
 Status check_collective_shape(const CollectiveCall& c, int members) {
@@ -105,6 +145,16 @@ Status check_collective_shape(const CollectiveCall& c, int members) {
   // Named only when something is wrong: every collective of every rank is checked.
   const auto what = [&c] { return collective_label(c); };
   if (c.input.dtype != c.output.dtype) return fail(what() + ": input and output dtypes differ");
+  const bool gathers = c.kind == CollectiveKind::all_gather || c.kind == CollectiveKind::all_to_all;
+  const bool scatters = c.kind == CollectiveKind::reduce_scatter || c.kind == CollectiveKind::all_to_all;
+  if (!c.input_parts.empty()) {
+    if (!scatters) return fail(what() + ": only reduce_scatter and all_to_all take a list of inputs");
+    if (Status e = check_parts(c, c.input, c.input_parts, members, "input"); !e) return e;
+  }
+  if (!c.output_parts.empty()) {
+    if (!gathers) return fail(what() + ": only all_gather and all_to_all take a list of outputs");
+    if (Status e = check_parts(c, c.output, c.output_parts, members, "output"); !e) return e;
+  }
   switch (c.kind) {
     case CollectiveKind::all_gather:
       if (out != in * members) return fail(what() + ": output must hold input x group size elements");

@@ -42,6 +42,24 @@ enum class CollectiveKind : uint8_t {
 };
 std::string_view to_string(CollectiveKind k);
 
+// Where the tensor a collective carries was made, so that ranks exchanging different tensors of
+// one shape are told apart (a collective_swap): the n-th tensor the rank allocated at a line of
+// the program, or a parameter that existed before. Unknown (`kind == none`) is never compared.
+struct TensorOrigin {
+  enum class Kind : uint8_t { none, allocated, parameter };
+  Kind kind = Kind::none;
+  std::string where;  // allocated: "file:line"; parameter: its name ("fc.weight")
+  int64_t nth = -1;   // allocated: the tensors the rank allocated there before it (-1: not said)
+  int64_t of = -1;    // allocated: the tensors the rank had allocated there by the collective
+};
+// Whether two known origins name different tensors: other lines or parameters, or other places
+// in the order of one line's tensors where both ranks had allocated as many there (ranks that
+// allocated different numbers at a line number them differently, so only the line is compared).
+bool different_tensors(const TensorOrigin& a, const TensorOrigin& b);
+// "the 2nd tensor allocated at t.py:12", "the tensor allocated at t.py:12", "parameter 'fc.weight'";
+// "" for none.
+std::string to_string(const TensorOrigin& o);
+
 // A collective on a process group. Sizes follow NCCL: all_gather output = input * members,
 // reduce_scatter input = output * members, all_reduce, broadcast, reduce and all_to_all input =
 // output (in place when input and output are the same range; reduce writes only the root's
@@ -57,6 +75,15 @@ struct CollectiveCall {
   ReduceOp reduce = ReduceOp::sum;
   int root = 0;     // broadcast: group rank of the source; reduce: of the destination
   std::string tag;  // logical name ("grad:group0"); equal fingerprints, different tags = swap
+  // Where the tensor it reads was made; equal fingerprints and tags, different known origins =
+  // swap too (captured programs, whose tags name the call, not the tensor).
+  TensorOrigin origin = {};
+  // The list forms (torch.distributed.all_gather into a list of tensors, reduce_scatter from a
+  // list): the side that is a list, one tensor per member in group-rank order, each one
+  // member's block (all_gather: output_parts; reduce_scatter: input_parts; all_to_all: either).
+  // The whole side (`output` or `input`) then carries only the total size and the dtype, with no
+  // buffer (-1). Empty for the tensor forms. Only the simulator runs them (captured programs).
+  std::vector<TensorRef> input_parts = {}, output_parts = {};
 };
 
 // Point-to-point transfer with rendezvous semantics: a send completes only when the matching

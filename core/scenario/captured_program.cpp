@@ -150,6 +150,7 @@ class Lines {
 };
 
 struct Header {
+  int version = 1;  // of the format (docs/capture-format.md)
   int rank = 0;
   int world_size = 0;
   Allocator allocator = Allocator::caching;
@@ -209,6 +210,8 @@ class Fields {
   std::string_view kind_;
 };
 
+Header read_header(Lines& lines, const std::string& file, int file_rank);
+
 class RankLoader {
  public:
   RankLoader(CapturedProgram& p, CapturedRank& r, int rank, Interned& strings, Interned& sources,
@@ -218,7 +221,7 @@ class RankLoader {
   void load(Lines& lines, int64_t* total_records, int64_t* total_ranges) {
     ranges_total_ = total_ranges;
     std::string line;
-    lines.next(line);  // the header, read already
+    version_ = read_header(lines, r_.file, rank_).version;  // checked already, with every header
     bool ended = false;
     while (lines.next(line)) {
       line_ = lines.number();
@@ -677,55 +680,126 @@ class RankLoader {
     rec.stream = stream_ref(f);
     rec.name = name(f);
     rec.source = site_ref(f);
+    r_.coll_origins.push_back(origin(f, rec));
     if (rec.coll == CollectiveKind::barrier) return true;
     rec.dtype = dtype(f);
     rec.n = f.integer("count", 0, CaptureLimits::kMaxLiveBytes);
-    const std::string_view reduce = f.str("reduce");
-    static constexpr std::pair<std::string_view, ReduceOp> kReduce[] = {{"sum", ReduceOp::sum},
-                                                                        {"avg", ReduceOp::avg},
-                                                                        {"product", ReduceOp::product},
-                                                                        {"min", ReduceOp::min},
-                                                                        {"max", ReduceOp::max}};
-    bool known = reduce == "none";
-    for (const auto& [n, r] : kReduce) {
-      if (n == reduce) {
-        rec.reduce = r;
-        known = true;
-      }
-    }
-    if (!known)
-      f.fail("unknown reduce '" + std::string(reduce) + "' (expected sum, avg, product, min, max or none)");
-    const bool reduction = rec.coll == CollectiveKind::all_reduce ||
-                           rec.coll == CollectiveKind::reduce_scatter || rec.coll == CollectiveKind::reduce;
-    if (reduction && reduce == "none") f.fail(std::string(op) + " needs a reduce op, not 'none'");
+    rec.reduce = reduce_op(f, op, rec.coll);
     const bool rooted = rec.coll == CollectiveKind::broadcast || rec.coll == CollectiveKind::reduce;
     rec.b = static_cast<int32_t>(f.integer("root", 0, rooted ? members - 1 : 0));
     if (rec.coll == CollectiveKind::all_to_all && rec.n % members != 0) {
       f.fail("all_to_all of " + std::to_string(rec.n) + " elements on " + std::to_string(members) +
              " ranks: the count must be a multiple of the group size");
     }
-    const int64_t es = dtype_bytes(rec.dtype);
+    collective_ranges(f, op, rec, members);
+    return true;
+  }
+
+  ReduceOp reduce_op(const Fields& f, std::string_view op, CollectiveKind kind) const {
+    const std::string_view reduce = f.str("reduce");
+    static constexpr std::pair<std::string_view, ReduceOp> kReduce[] = {{"sum", ReduceOp::sum},
+                                                                        {"avg", ReduceOp::avg},
+                                                                        {"product", ReduceOp::product},
+                                                                        {"min", ReduceOp::min},
+                                                                        {"max", ReduceOp::max}};
+    for (const auto& [n, r] : kReduce) {
+      if (n == reduce) return r;
+    }
+    if (reduce != "none")
+      f.fail("unknown reduce '" + std::string(reduce) + "' (expected sum, avg, product, min, max or none)");
+    if (kind == CollectiveKind::all_reduce || kind == CollectiveKind::reduce_scatter ||
+        kind == CollectiveKind::reduce)
+      f.fail(std::string(op) + " needs a reduce op, not 'none'");
+    return ReduceOp::sum;
+  }
+
+  // `in` and `out`: a range each, or (format version 2) a list of ranges, one per member in
+  // group-rank order, for the side a list form passes as a list: all_gather's `out`,
+  // reduce_scatter's `in`. Each keeps exactly the bytes the collective touches.
+  void collective_ranges(const Fields& f, std::string_view op, CapturedRecord& rec, int64_t members) {
     const int64_t in_numel = rec.coll == CollectiveKind::reduce_scatter ? rec.n * members : rec.n;
     const int64_t out_numel = rec.coll == CollectiveKind::all_gather ? rec.n * members : rec.n;
-    count_ranges(f, 2);
     rec.first = static_cast<uint32_t>(r_.ranges.size());
     for (const auto& [key, numel] : {std::pair{"in", in_numel}, std::pair{"out", out_numel}}) {
-      const CapturedRange x = range(f, f.need(key, Type::array), key);
-      if (x.offset % es != 0) {
-        f.fail(std::string("'") + key + "' starts at byte " + std::to_string(x.offset) +
-               ", not a multiple of " + std::to_string(es) + " (the size of " +
-               std::string(to_string(rec.dtype)) + ")");
+      const Value& v = f.need(key, Type::array);
+      const bool list = v.count > 0 && j_.element(v, 0).type == Type::array;
+      const bool may =
+          version_ >= 2 && ((rec.coll == CollectiveKind::all_gather && key == std::string_view("out")) ||
+                            (rec.coll == CollectiveKind::reduce_scatter && key == std::string_view("in")));
+      if (list && !may) {
+        f.fail(std::string("'") + key + "' of " + std::string(op) +
+               " must be one range [buf, offset, bytes]" +
+               (version_ < 2 ? " (a list of ranges needs format version 2)" : ""));
       }
-      if (x.bytes < numel * es) {
-        f.fail(std::string(op) + " of count " + std::to_string(rec.n) + " needs " +
-               std::to_string(numel * es) + " bytes of '" + key + "', whose range holds " +
-               std::to_string(x.bytes));
+      if (list && v.count != members) {
+        f.fail(std::string("'") + key + "' lists " + std::to_string(v.count) +
+               (v.count == 1 ? " range" : " ranges") + ", but its group has " + std::to_string(members) +
+               " members (one range each)");
       }
-      r_.ranges.push_back({x.offset, numel * es, x.buf});
+      const uint32_t parts = list ? v.count : 1;
+      count_ranges(f, parts);
+      for (uint32_t i = 0; i < parts; ++i)
+        r_.ranges.push_back(
+            collective_range(f, list ? j_.element(v, i) : v, key, op, rec, numel / parts, list));
+      (key == std::string_view("in") ? rec.reads : rec.writes) = static_cast<uint16_t>(parts);
     }
-    rec.reads = 1;
-    rec.writes = 1;
-    return true;
+  }
+
+  CapturedRange collective_range(const Fields& f, const Value& v, const char* key, std::string_view op,
+                                 const CapturedRecord& rec, int64_t numel, bool part) const {
+    const int64_t es = dtype_bytes(rec.dtype);
+    const CapturedRange x = range(f, v, key);
+    if (x.offset % es != 0) {
+      f.fail(std::string("'") + key + "' starts at byte " + std::to_string(x.offset) +
+             ", not a multiple of " + std::to_string(es) + " (the size of " +
+             std::string(to_string(rec.dtype)) + ")");
+    }
+    if (x.bytes < numel * es) {
+      f.fail(std::string(op) + " of count " + std::to_string(rec.n) + " needs " + std::to_string(numel * es) +
+             " bytes of " + (part ? "each range of '" : "'") + key + "', whose range holds " +
+             std::to_string(x.bytes));
+    }
+    return {x.offset, numel * es, x.buf};
+  }
+
+  // Where the tensor a collective reads was made (format version 2: `from` [site, n, of], the
+  // n-th of the `of` buffers the rank had allocated at that site's line by then, or `param`, a
+  // parameter's name). Version 1 put it in
+  // the name (" of the tensor from FILE:LINE"): taken from there, and the name is the rest.
+  CapturedOrigin origin(const Fields& f, CapturedRecord& rec) {
+    CapturedOrigin o;
+    if (version_ < 2) {
+      static constexpr std::string_view kFrom = " of the tensor from ";
+      const std::string_view n = p_.strings[static_cast<size_t>(rec.name)];
+      if (const size_t at = n.find(kFrom); at != std::string_view::npos) {
+        o.where = intern(strings_, p_.strings, n.substr(at + kFrom.size()));
+        rec.name = intern(strings_, p_.strings, std::string(n.substr(0, at)));
+      }
+      return o;
+    }
+    if (f.has("param")) {
+      o.where = name(f, "param");
+      o.parameter = true;
+      return o;
+    }
+    if (!f.has("from")) return o;
+    const Value& v = f.need("from", Type::array);
+    int64_t x[3] = {-1, -1, -1};
+    for (uint32_t i = 0; i < 3 && v.count == 3; ++i) {
+      if (j_.element(v, i).type == Type::integer) x[i] = j_.element(v, i).i;
+    }
+    if (x[0] < 0 || x[1] < 0 || x[2] <= x[1]) {
+      f.fail(
+          "field 'from' of coll must be [site, n, of]: the n-th (from 0) of the `of` buffers the rank "
+          "had allocated at that site's line by then");
+    }
+    if (x[0] >= static_cast<int64_t>(sites_.size()))
+      f.fail("site " + std::to_string(x[0]) + " is used before its site record defines it");
+    o.where =
+        intern(strings_, p_.strings, p_.sources[static_cast<size_t>(sites_[static_cast<size_t>(x[0])])]);
+    o.nth = x[1];
+    o.of = x[2];
+    return o;
   }
 
   // A digest (docs/capture-format.md, "Values"): kept beside the records, never issued.
@@ -807,6 +881,7 @@ class RankLoader {
   std::vector<uint8_t> live_;
   int64_t live_bytes_ = 0;
   int32_t thread_ = 0;  // the host thread issuing the records read so far
+  int version_ = 1;     // the file's format version
   int64_t* ranges_total_ = nullptr;
 };
 
@@ -819,11 +894,12 @@ Header read_header(Lines& lines, const std::string& file, int file_rank) {
   Fields f(j, 1, "the header");
   if (!f.has("shardcheck_capture")) f.fail("not a capture header: no 'shardcheck_capture' version");
   const int64_t version = f.need("shardcheck_capture", Type::integer).i;
-  if (version != 1) {
+  if (version != 1 && version != 2) {
     f.fail("capture format version " + std::to_string(version) +
-           " is not one this shardcheck reads (it reads version 1)");
+           " is not one this shardcheck reads (it reads versions 1 and 2)");
   }
   Header h;
+  h.version = static_cast<int>(version);
   h.world_size = static_cast<int>(f.integer("world_size", 1, CaptureLimits::kMaxRanks));
   h.rank = static_cast<int>(f.integer("rank", 0, CaptureLimits::kMaxRanks - 1));
   if (h.rank != file_rank) {
@@ -882,34 +958,37 @@ Expected<std::string> read_headers(const std::string& dir, const std::map<int, s
   return first_file;
 }
 
-// A collective's name says which tensor it carries ("c10d::allreduce_ of the tensor from
-// t.py:12", CUDA captures), so that ranks that exchange different tensors at one position of a
-// group are a collective_swap. That holds only for the tensors every member of the group
-// carries at some position: ranks that run different code (pipeline stages) make their tensors
-// at different lines, and those names keep only the operator's part.
-void generalize_one_sided_names(CapturedProgram& p, Interned& strings) {
-  static constexpr std::string_view kFrom = " of the tensor from ";
-  std::map<int32_t, std::map<int, std::set<int32_t>>> used;  // group -> rank -> names
-  for (size_t r = 0; r < p.ranks.size(); ++r) {
-    const CapturedRank& rank = p.ranks[r];
-    for (const CapturedRecord& rec : rank.records) {
-      if (rec.kind == CapturedKind::coll)
-        used[rank.groups[static_cast<size_t>(rec.a)]][static_cast<int>(r)].insert(rec.name);
+// Where a collective's tensor was made tells apart ranks that exchange different tensors at one
+// position of a group (a collective_swap). That holds only for the lines whose tensors every
+// member of the group carries at some position, under the same name: ranks that run different
+// code (pipeline stages) make their tensors at different lines. An origin whose line some member
+// never carries under that name is dropped (not compared).
+void generalize_one_sided_origins(CapturedProgram& p) {
+  using Key = std::pair<int32_t, int32_t>;               // name, where
+  std::map<int32_t, std::map<int, std::set<Key>>> used;  // group -> rank -> what it carries
+  const auto each_coll = [&p](auto&& fn) {
+    for (size_t r = 0; r < p.ranks.size(); ++r) {
+      CapturedRank& rank = p.ranks[r];
+      size_t k = 0;
+      for (const CapturedRecord& rec : rank.records) {
+        if (rec.kind == CapturedKind::coll)
+          fn(static_cast<int>(r), rank.groups[static_cast<size_t>(rec.a)], rec, rank.coll_origins[k++]);
+      }
     }
-  }
-  for (size_t r = 0; r < p.ranks.size(); ++r) {
-    CapturedRank& rank = p.ranks[r];
-    for (CapturedRecord& rec : rank.records) {
-      if (rec.kind != CapturedKind::coll) continue;
-      const std::string name = p.strings[static_cast<size_t>(rec.name)];
-      const size_t from = name.find(kFrom);
-      if (from == std::string::npos) continue;
-      bool shared = true;
-      for (const auto& [other, names] : used[rank.groups[static_cast<size_t>(rec.a)]])
-        shared = shared && names.count(rec.name) > 0;
-      if (!shared) rec.name = intern(strings, p.strings, std::string_view(name).substr(0, from));
+  };
+  each_coll([&](int r, int32_t group, const CapturedRecord& rec, const CapturedOrigin& o) {
+    std::set<Key>& mine = used[group][r];  // every member that issues on the group counts
+    if (o.where != 0) mine.insert({rec.name, o.where});
+  });
+  const auto shared = [&used](int32_t group, const Key& key) {
+    for (const auto& [other, keys] : used[group]) {
+      if (!keys.count(key)) return false;
     }
-  }
+    return true;
+  };
+  each_coll([&](int, int32_t group, const CapturedRecord& rec, CapturedOrigin& o) {
+    if (o.where != 0 && !shared(group, {rec.name, o.where})) o = CapturedOrigin{};
+  });
 }
 
 }  // namespace
@@ -996,7 +1075,7 @@ Expected<CapturedProgram> load_captured_program(const std::string& dir_in) {
     rank.records.shrink_to_fit();
     rank.ranges.shrink_to_fit();
   }
-  generalize_one_sided_names(p, strings);
+  generalize_one_sided_origins(p);
   return p;
 }
 

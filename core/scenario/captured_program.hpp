@@ -72,8 +72,10 @@ struct CapturedRange {
 //   free, record_stream: buf (record_stream: stream)
 //   op: name, stream, ranges [first, first + reads) read, then `writes` written
 //   event_record, event_wait: event, stream; event_sync: event; stream_sync: stream
-//   coll: a = group, b = root, stream, dtype, coll, reduce, name, n = count, ranges: in and out,
-//         each exactly the bytes the collective touches (none for a barrier)
+//   coll: a = group, b = root, stream, dtype, coll, reduce, name, n = count, ranges: `reads` of in
+//         then `writes` of out (one each, or one per member for a list form's list), each exactly
+//         the bytes the collective touches (none for a barrier); where its tensor was made:
+//         CapturedRank::coll_origins
 //   send, recv: a = peer, b = group, stream, dtype, name, n = count, ranges: the buffer
 //   host_thread: a = thread (0: the program's main thread), name (its name, "" if none);
 //   host_signal, host_wait: a = signal
@@ -114,6 +116,17 @@ struct CapturedValue {
   double abs_sum = 0;  // of their absolute values, NaN when not finite
 };
 
+// Where the tensor a coll record reads was made (docs/capture-format.md: `from`, `param`):
+// `where` (an index into CapturedProgram::strings, 0: not known) is "file:line" of its allocation,
+// the n-th (`nth`, -1: not said) of the `of` tensors the rank had made there by the collective,
+// or the name of a parameter.
+struct CapturedOrigin {
+  int32_t where = 0;
+  int64_t nth = -1;
+  int64_t of = -1;
+  bool parameter = false;
+};
+
 struct CapturedRank {
   std::string file;                     // DIR/rank-R.jsonl
   std::vector<std::string> streams;     // names by id, unique within the rank; 0 is the default
@@ -123,7 +136,8 @@ struct CapturedRank {
   // Device addresses of the alloc records that carry one (`addr`), in file order.
   static constexpr uint32_t kNoAddress = UINT32_MAX;
   std::vector<uint64_t> addresses;
-  std::vector<CapturedValue> values;  // in file order
+  std::vector<CapturedValue> values;         // in file order
+  std::vector<CapturedOrigin> coll_origins;  // one per coll record, in file order
   // The op records with a `scale` (the number an operator multiplies its tensor by), as (record
   // index, scale), by record index. Not issued: the value checks follow gradients' weights with it.
   std::vector<std::pair<int32_t, double>> scales;

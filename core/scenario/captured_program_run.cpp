@@ -46,6 +46,9 @@ class RankCalls {
     }
     buffers_.assign(static_cast<size_t>(r_.buffers), -1);
     events_.assign(static_cast<size_t>(r_.events), -1);
+    for (size_t i = 0; i < r_.records.size(); ++i) {
+      if (r_.records[i].kind == CapturedKind::coll) coll_records_.push_back(static_cast<uint32_t>(i));
+    }
   }
 
   const CapturedRank& rank() const { return r_; }
@@ -98,16 +101,43 @@ class RankCalls {
     c.reduce = rec.reduce;
     c.root = rec.b;
     c.tag = p_.strings[static_cast<size_t>(rec.name)];
+    c.origin = origin(rec);
     if (rec.coll == CollectiveKind::barrier) {
       c.input.dtype = c.output.dtype = DType::u8;
       return c;
     }
-    const int64_t es = dtype_bytes(rec.dtype);
-    const CapturedRange& in = r_.ranges[rec.first];
-    const CapturedRange& out = r_.ranges[rec.first + 1];
-    c.input = {buffers_[static_cast<size_t>(in.buf)], in.offset / es, in.bytes / es, rec.dtype};
-    c.output = {buffers_[static_cast<size_t>(out.buf)], out.offset / es, out.bytes / es, rec.dtype};
+    side(rec, rec.first, rec.reads, c.input, c.input_parts);
+    side(rec, rec.first + rec.reads, rec.writes, c.output, c.output_parts);
     return c;
+  }
+  // A collective's input or output: one range, or a list form's ranges (its parts, whose whole
+  // has no buffer of its own).
+  void side(const CapturedRecord& rec, uint32_t first, uint16_t n, TensorRef& whole,
+            std::vector<TensorRef>& parts) const {
+    const int64_t es = dtype_bytes(rec.dtype);
+    for (uint32_t i = 0; i < n; ++i) {
+      const CapturedRange& x = r_.ranges[first + i];
+      parts.push_back({buffers_[static_cast<size_t>(x.buf)], x.offset / es, x.bytes / es, rec.dtype});
+    }
+    if (parts.size() == 1) {
+      whole = parts[0];
+      parts.clear();
+      return;
+    }
+    whole = {-1, 0, 0, rec.dtype};
+    for (const TensorRef& p : parts) whole.numel += p.numel;
+  }
+  TensorOrigin origin(const CapturedRecord& rec) const {
+    const auto index = static_cast<uint32_t>(&rec - r_.records.data());
+    const auto it = std::lower_bound(coll_records_.begin(), coll_records_.end(), index);
+    const CapturedOrigin& o = r_.coll_origins[static_cast<size_t>(it - coll_records_.begin())];
+    TensorOrigin out;
+    if (o.where == 0) return out;
+    out.kind = o.parameter ? TensorOrigin::Kind::parameter : TensorOrigin::Kind::allocated;
+    out.where = p_.strings[static_cast<size_t>(o.where)];
+    out.nth = o.nth;
+    out.of = o.of;
+    return out;
   }
 
   P2PCall p2p(const CapturedRecord& rec, StreamId stream) const {
@@ -127,6 +157,7 @@ class RankCalls {
   std::vector<GroupId> groups_;
   std::vector<BufferId> buffers_;
   std::vector<EventId> events_;
+  std::vector<uint32_t> coll_records_;  // the coll records' indices, ascending (CapturedRank::coll_origins)
 
  public:
   SourceHandles source;  // the records' Python lines, defined once per run when first used

@@ -144,7 +144,7 @@ Observed observe(const CapturedProgram& p) {
     const CapturedRank& rank = p.ranks[static_cast<size_t>(r)];
     if (i < rank.records.size() && rank.records[i].kind == CapturedKind::coll &&
         rank.records[i].coll != CollectiveKind::barrier) {
-      seen.inputs[{r, static_cast<int32_t>(i)}] = f.read(rank.ranges[rank.records[i].first]);
+      seen.inputs[{r, static_cast<int32_t>(i)}] = f.read_input(rank.records[i]);
       seen.steps[{r, static_cast<int32_t>(i)}] = f.steps_before(i);
     }
   });

@@ -206,6 +206,46 @@ void RankFlow::write(const CapturedRange& r, const ValueFact& f) {
   spans.insert(at, keep.begin(), keep.end());
 }
 
+// A collective's input or output: its one range, or a list form's range per member, one after
+// the other.
+int64_t RankFlow::coll_bytes(const CapturedRecord& rec, bool input) const {
+  int64_t n = 0;
+  const uint32_t from = input ? 0 : rec.reads, count = input ? rec.reads : rec.writes;
+  for (uint32_t i = 0; i < count; ++i) n += r_.ranges[rec.first + from + i].bytes;
+  return n;
+}
+
+std::vector<Piece> RankFlow::coll_input(const CapturedRecord& rec) const {
+  std::vector<Piece> out;
+  int64_t at = 0;
+  for (uint32_t i = 0; i < rec.reads; ++i) {
+    const CapturedRange& r = r_.ranges[rec.first + i];
+    for (Piece& p : pieces(r)) out.push_back({p.lo + at, p.hi + at, p.fact});
+    at += r.bytes;
+  }
+  return out;
+}
+
+void RankFlow::coll_output(const CapturedRecord& rec, const std::vector<Piece>& pieces) {
+  int64_t at = 0;
+  for (uint32_t i = 0; i < rec.writes; ++i) {
+    const CapturedRange& r = r_.ranges[rec.first + rec.reads + i];
+    write_pieces(r, slice(pieces, at, at + r.bytes));
+    at += r.bytes;
+  }
+}
+
+ValueFact RankFlow::read_input(const CapturedRecord& rec) const {
+  ValueFact out = rec.reads > 0 ? read(r_.ranges[rec.first]) : fallback(-1);
+  for (uint32_t i = 1; i < rec.reads; ++i) {
+    const ValueFact f = read(r_.ranges[rec.first + i]);
+    const int32_t mark = out.reduction == f.reduction ? out.reduction : -1;
+    out = combined(out, f);
+    out.reduction = mark;
+  }
+  return out;
+}
+
 void RankFlow::write_pieces(const CapturedRange& r, const std::vector<Piece>& pieces) {
   for (const Piece& p : pieces) {
     const int64_t lo = std::min(p.lo, r.bytes), hi = std::min(p.hi, r.bytes);
@@ -435,7 +475,7 @@ bool ValueFlow::arrive(int r, size_t index) {
       d != input_digests_[static_cast<size_t>(r)].end())
     pend->digests[static_cast<size_t>(m)] = d->second;
   if (rec.coll != CollectiveKind::barrier)
-    pend->inputs[static_cast<size_t>(m)] = flows_[static_cast<size_t>(r)]->pieces(rank.ranges[rec.first]);
+    pend->inputs[static_cast<size_t>(m)] = flows_[static_cast<size_t>(r)]->coll_input(rec);
   if (++pend->arrived < static_cast<int>(pend->members.size())) return false;
   complete(key);
   return true;
@@ -591,8 +631,8 @@ void ValueFlow::complete(std::pair<int32_t, int64_t> key) {
     const size_t index = static_cast<size_t>(pd.at[m]);
     const CapturedRecord& rec = rank.records[index];
     if (rec.coll != CollectiveKind::barrier) {
-      const CapturedRange& out = rank.ranges[rec.first + 1];
-      flows_[static_cast<size_t>(r)]->write_pieces(out, output(pd, m, rec, out.bytes));
+      RankFlow& flow = *flows_[static_cast<size_t>(r)];
+      flow.coll_output(rec, output(pd, m, rec, flow.coll_bytes(rec, false)));
     }
     waiting_.erase({r, index});
     next_[static_cast<size_t>(r)] = index + 1;

@@ -86,6 +86,12 @@ class RankFlow {
   std::vector<Piece> pieces(const CapturedRange& r) const;
   void write(const CapturedRange& r, const ValueFact& f);
   void write_pieces(const CapturedRange& r, const std::vector<Piece>& pieces);
+  // A collective's input (its `reads` ranges, a list form's one per member, one after the other)
+  // and output; their bytes.
+  std::vector<Piece> coll_input(const CapturedRecord& rec) const;
+  void coll_output(const CapturedRecord& rec, const std::vector<Piece>& pieces);
+  int64_t coll_bytes(const CapturedRecord& rec, bool input) const;
+  ValueFact read_input(const CapturedRecord& rec) const;
   // The optimizer steps begun before record i (from the parameters' value records).
   int32_t steps_before(size_t i) const;
   bool is_parameter(int32_t buf) const { return params_.count(buf) != 0; }

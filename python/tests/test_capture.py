@@ -60,7 +60,7 @@ class WriterTest(unittest.TestCase):
             w.write({"k": "device_sync", "at": 0})
             w.close()
             lines = read(os.path.join(d, "r.jsonl"))
-            self.assertEqual(lines[0]["shardcheck_capture"], 1)
+            self.assertEqual(lines[0]["shardcheck_capture"], 2)
             self.assertEqual(lines[-1], {"k": "end", "records": 2})
 
     def test_abandoned_file_has_no_end(self):
@@ -313,20 +313,40 @@ class RecorderTest(unittest.TestCase):
         sync = records(self.path, "stream_sync")[0]
         self.assertEqual(sync["stream"], records(self.path, "coll")[0]["stream"])
 
-    def test_a_collective_is_named_by_where_its_tensor_was_made(self):
+    def test_a_collective_says_where_its_tensor_was_made_and_which_of_that_line_it_is(self):
         site = self.rec.site("train.py", 20, "main")
-        self.rec.on_alloc(0x1000, 0, site)
-        self.rec.op("aten::full", 0, [], [(0x1000, 64, 0, 64)], site)
+        for ptr in (0x1000, 0x2000):  # two tensors allocated at one line, in a loop
+            self.rec.on_alloc(ptr, 0, site)
+            self.rec.op("aten::full", 0, [], [(ptr, 64, 0, 64)], site)
         gid = self.rec.group("world", "world", [0, 1])
-        span = (0x1000, 64, 0, 64)
-        self.rec.collective("all_reduce", gid, 0, span, span, "f32", 16, "sum", 0,
+        second = (0x2000, 64, 0, 64)
+        self.rec.collective("all_reduce", gid, 0, second, second, "f32", 16, "sum", 0,
                             "c10d::allreduce_", self.site)
-        self.rec.collective("broadcast", gid, 0, span, span, "f32", 16, "none", 0,
+        self.rec.collective("broadcast", gid, 0, second, second, "f32", 16, "none", 0,
                             "c10d::broadcast_", self.site)
+        self.rec.param_name = lambda ptr: "fc.weight" if ptr == 0x3000 else None
+        before = (0x3000, 64, 0, 64)  # a parameter that existed before the capture
+        self.rec.collective("all_reduce", gid, 0, before, before, "f32", 16, "sum", 0,
+                            "c10d::allreduce_", self.site)
         self.rec.close()
-        names = [c["name"] for c in records(self.path, "coll")]
-        self.assertEqual(names, ["c10d::allreduce_ of the tensor from train.py:20",
-                                 "c10d::broadcast_"])
+        colls = records(self.path, "coll")
+        self.assertEqual([c["name"] for c in colls], ["c10d::allreduce_", "c10d::broadcast_",
+                                                      "c10d::allreduce_"])
+        # the 2nd (from 0: 1) of the 2 buffers allocated at train.py:20 by then; a broadcast's
+        # receivers make their tensors where its root does not: nothing said
+        self.assertEqual(colls[0]["from"], [site, 1, 2])
+        self.assertNotIn("from", colls[1])
+        self.assertEqual(colls[2]["param"], "fc.weight")
+
+    def test_a_list_form_writes_its_list_side_as_a_list_of_ranges(self):
+        gid = self.rec.group("world", "world", [0, 1])
+        inp, outs = (0x1000, 64, 0, 64), [(0x2000, 64, 0, 64), (0x3000, 64, 0, 64)]
+        self.rec.collective("all_gather", gid, 0, inp, outs, "f32", 16, "none", 0,
+                            "torch.distributed.all_gather", self.site)
+        self.rec.close()
+        coll = records(self.path, "coll")[0]
+        self.assertEqual(len(coll["in"]), 3)  # one range
+        self.assertEqual([len(r) for r in coll["out"]], [3, 3])  # a range per member
 
     def test_ids_are_defined_before_use(self):
         self.rec.on_alloc(0x1000, 5, self.site)

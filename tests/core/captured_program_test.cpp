@@ -33,16 +33,17 @@ struct Folder {
   }
 };
 
-std::string header(int rank, int world) {
-  return R"({"shardcheck_capture": 1, "rank": )" + std::to_string(rank) + R"(, "world_size": )" +
-         std::to_string(world) + R"(, "torch": "2.11.0", "device": "cpu", "argv": ["t.py"]})" + "\n";
+std::string header(int rank, int world, int version = 1) {
+  return R"({"shardcheck_capture": )" + std::to_string(version) + R"(, "rank": )" + std::to_string(rank) +
+         R"(, "world_size": )" + std::to_string(world) +
+         R"(, "torch": "2.11.0", "device": "cpu", "argv": ["t.py"]})" + "\n";
 }
 
 // One rank's file: the header, `body` (lines ending in \n), and an end record counting them.
-std::string file_of(int rank, int world, const std::string& body) {
+std::string file_of(int rank, int world, const std::string& body, int version = 1) {
   int64_t n = 0;
   for (char c : body) n += c == '\n';
-  return header(rank, world) + body + R"({"k": "end", "records": )" + std::to_string(n) + "}\n";
+  return header(rank, world, version) + body + R"({"k": "end", "records": )" + std::to_string(n) + "}\n";
 }
 
 const std::string kPrologue =
@@ -187,6 +188,108 @@ TEST_CASE("collectives are checked against their group, dtype and count", "[core
                Catch::StartsWith("6: 'in' starts at byte 2, not a multiple of 4"));
 }
 
+TEST_CASE("version 2: a list form's list side is a range per member, and the tensor's origin a field",
+          "[core][capture]") {
+  // Two ranks' files of format version 2 (or 1) whose bodies follow a prologue of 4 buffers.
+  const std::string prologue =
+      "{\"k\": \"stream\", \"id\": 0, \"name\": \"default\"}\n"
+      "{\"k\": \"site\", \"id\": 0, \"file\": \"t.py\", \"line\": 7, \"func\": \"f\"}\n"
+      "{\"k\": \"group\", \"id\": 0, \"name\": \"world\", \"ranks\": [0, 1]}\n"
+      "{\"k\": \"alloc\", \"buf\": 0, \"bytes\": 64, \"stream\": 0, \"at\": 0}\n"
+      "{\"k\": \"alloc\", \"buf\": 1, \"bytes\": 64, \"stream\": 0, \"at\": 0}\n"
+      "{\"k\": \"alloc\", \"buf\": 2, \"bytes\": 64, \"stream\": 0, \"at\": 0}\n";
+  auto load = [&](const std::string& rank0, const std::string& rank1, int version) {
+    Folder f;
+    f.write("rank-0.jsonl", file_of(0, 2, prologue + rank0, version));
+    f.write("rank-1.jsonl", file_of(1, 2, prologue + rank1, version));
+    auto p = load_captured_program(f.dir);
+    std::string error = p ? "" : p.error().message();
+    if (!error.empty()) error = error.substr(error.find(".jsonl:") + 7);
+    return std::pair{std::move(p), error};
+  };
+  auto coll = [](const std::string& op, const std::string& in, const std::string& out, int count,
+                 const std::string& extra = "") {
+    return "{\"k\": \"coll\", \"op\": \"" + op + "\", \"group\": 0, \"stream\": 0, \"in\": " + in +
+           ", \"out\": " + out + ", \"dtype\": \"f32\", \"count\": " + std::to_string(count) +
+           ", \"reduce\": \"" + (op == "all_gather" ? "none" : "sum") + "\", \"root\": 0, \"name\": \"c\"" +
+           extra + ", \"at\": 0}\n";
+  };
+  const std::string gather = coll("all_gather", "[0, 0, 16]", "[[1, 0, 16], [2, 16, 16]]", 4);
+  auto [p, error] = load(gather, gather, 2);
+  REQUIRE(error == "");
+  const CapturedRecord& rec = p->ranks[0].records.back();
+  REQUIRE((rec.reads == 1 && rec.writes == 2));
+  REQUIRE(p->ranks[0].ranges[rec.first + 2].buf == 2);
+  REQUIRE(p->ranks[0].ranges[rec.first + 2].offset == 16);
+  const std::string scatter = coll("reduce_scatter", "[[1, 0, 16], [2, 0, 16]]", "[0, 0, 16]", 4);
+  REQUIRE(load(scatter, scatter, 2).second == "");
+  REQUIRE_THAT(
+      load(gather, gather, 1).second,
+      Catch::StartsWith("8: 'out' of all_gather must be one range [buf, offset, bytes] (a list of ranges "
+                        "needs format version 2)"));
+  REQUIRE_THAT(load(coll("all_gather", "[[0, 0, 16]]", "[1, 0, 32]", 4), gather, 2).second,
+               Catch::StartsWith("8: 'in' of all_gather must be one range"));
+  REQUIRE_THAT(load(coll("all_gather", "[0, 0, 16]", "[[1, 0, 16]]", 4), gather, 2).second,
+               Catch::StartsWith("8: 'out' lists 1 range, but its group has 2 members"));
+  REQUIRE_THAT(load(coll("all_gather", "[0, 0, 16]", "[[1, 0, 16], [2, 0, 8]]", 4), gather, 2).second,
+               Catch::StartsWith("8: all_gather of count 4 needs 16 bytes of each range of 'out'"));
+  // Where the tensor was made: the n-th of `of` buffers at a site, or a parameter.
+  const auto origin = [&](const std::string& extra) {
+    return load(coll("all_reduce", "[0, 0, 16]", "[0, 0, 16]", 4, extra),
+                coll("all_reduce", "[0, 0, 16]", "[0, 0, 16]", 4, extra), 2);
+  };
+  auto [q, none] = origin(", \"from\": [0, 1, 2]");
+  REQUIRE(none == "");
+  const CapturedOrigin& o = q->ranks[1].coll_origins[0];
+  REQUIRE((q->strings[static_cast<size_t>(o.where)] == "t.py:7" && o.nth == 1 && o.of == 2 && !o.parameter));
+  auto [r, ok] = origin(", \"param\": \"fc.weight\"");
+  REQUIRE(ok == "");
+  REQUIRE(r->ranks[0].coll_origins[0].parameter);
+  REQUIRE_THAT(origin(", \"from\": [0, 2, 2]").second,
+               Catch::StartsWith("8: field 'from' of coll must be [site, n, of]"));
+  REQUIRE_THAT(origin(", \"from\": [3, 0, 1]").second,
+               Catch::StartsWith("8: site 3 is used before its site record defines it"));
+  // Version 1 said where in the name: read as the origin, the name is the rest.
+  const std::string legacy =
+      "{\"k\": \"coll\", \"op\": \"all_reduce\", \"group\": 0, \"stream\": 0, \"in\": "
+      "[0, 0, 16], \"out\": [0, 0, 16], \"dtype\": \"f32\", \"count\": 4, \"reduce\": "
+      "\"sum\", \"root\": 0, \"name\": \"c10d::allreduce_ of the tensor from t.py:7\", "
+      "\"at\": 0}\n";
+  auto [v1, fine] = load(legacy, legacy, 1);
+  REQUIRE(fine == "");
+  REQUIRE(v1->strings[static_cast<size_t>(v1->ranks[0].records.back().name)] == "c10d::allreduce_");
+  REQUIRE(v1->strings[static_cast<size_t>(v1->ranks[0].coll_origins[0].where)] == "t.py:7");
+  REQUIRE(v1->ranks[0].coll_origins[0].nth == -1);
+}
+
+TEST_CASE("an origin some member of the group never carries under that name is not compared",
+          "[core][capture]") {
+  // Pipeline stages make their tensors at their own lines: rank 0 reduces one made at t.py:7,
+  // rank 1 one made at t.py:8, each on their one collective of the group.
+  auto file = [](int line) {
+    return "{\"k\": \"stream\", \"id\": 0, \"name\": \"default\"}\n"
+           "{\"k\": \"site\", \"id\": 0, \"file\": \"t.py\", \"line\": " +
+           std::to_string(line) +
+           ", \"func\": \"f\"}\n"
+           "{\"k\": \"group\", \"id\": 0, \"name\": \"world\", \"ranks\": [0, 1]}\n"
+           "{\"k\": \"alloc\", \"buf\": 0, \"bytes\": 64, \"stream\": 0, \"at\": 0}\n"
+           "{\"k\": \"coll\", \"op\": \"all_reduce\", \"group\": 0, \"stream\": 0, \"in\": [0, 0, 16], "
+           "\"out\": [0, 0, 16], \"dtype\": \"f32\", \"count\": 4, \"reduce\": \"sum\", \"root\": 0, "
+           "\"name\": \"c\", \"from\": [0, 0, 1], \"at\": 0}\n";
+  };
+  Folder f;
+  f.write("rank-0.jsonl", file_of(0, 2, file(7), 2));
+  f.write("rank-1.jsonl", file_of(1, 2, file(8), 2));
+  auto p = load_captured_program(f.dir);
+  REQUIRE(p.ok());
+  REQUIRE(p->ranks[0].coll_origins[0].where == 0);
+  REQUIRE(p->ranks[1].coll_origins[0].where == 0);
+  f.write("rank-1.jsonl", file_of(1, 2, file(7), 2));
+  auto same = load_captured_program(f.dir);
+  REQUIRE(same.ok());
+  REQUIRE(same->ranks[1].coll_origins[0].where != 0);
+}
+
 TEST_CASE("a folder's shape is refused with the file and line that show it", "[core][capture]") {
   SECTION("a corrupt line") {
     auto p = load_captured_program(fixture("bad-corrupt-line"));
@@ -217,11 +320,11 @@ TEST_CASE("a folder's shape is refused with the file and line that show it", "[c
     REQUIRE_THAT(load_captured_program(f.dir).error().message(),
                  Catch::Contains("rank-0.jsonl:1: the header says rank 1 but the file is named for rank 0"));
     std::string h = file_of(0, 1, kPrologue);
-    h.replace(h.find("\"shardcheck_capture\": 1"), 23, "\"shardcheck_capture\": 2");
+    h.replace(h.find("\"shardcheck_capture\": 1"), 23, "\"shardcheck_capture\": 3");
     f.write("rank-0.jsonl", h);
     REQUIRE_THAT(
         load_captured_program(f.dir).error().message(),
-        Catch::Contains("rank-0.jsonl:1: capture format version 2 is not one this shardcheck reads"));
+        Catch::Contains("rank-0.jsonl:1: capture format version 3 is not one this shardcheck reads"));
     f.write("rank-0.jsonl", header(0, 1) + kPrologue + "{\"k\": \"end\", \"records\": 2}\n");
     REQUIRE_THAT(load_captured_program(f.dir).error().message(),
                  Catch::Contains("rank-0.jsonl:5: the end record counts 2 records but the file holds 3"));

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <span>
 
 #include "core/base/rng.hpp"
 #include "run/scenario_run.hpp"
@@ -606,4 +607,155 @@ TEST_CASE(
       R"({"k": "op", "name": "aten::sum", "stream": 1, "r": [[0, 0, 64]], "w": [], "at": 0})",
   };
   REQUIRE(races_in(capture_folder("early-record", early_record)) == 1);
+}
+
+namespace {
+// A collective of `kind` on the two ranks' group, its list side `parts` (all_gather's outputs,
+// reduce_scatter's inputs): the whole side has no buffer, only the size and dtype of the parts.
+core::CollectiveCall list_form(CollectiveKind kind, core::GroupId g, core::StreamId s, TensorRef one,
+                               std::vector<TensorRef> parts) {
+  TensorRef whole{-1, 0, 0, one.dtype};
+  for (const TensorRef& p : parts) whole.numel += p.numel;
+  core::CollectiveCall c{kind, g, s, one, whole, core::ReduceOp::sum, 0, "list"};
+  if (kind == CollectiveKind::all_gather) {
+    c.output_parts = std::move(parts);
+  } else {
+    std::swap(c.input, c.output);
+    c.input_parts = std::move(parts);
+  }
+  return c;
+}
+}  // namespace
+
+TEST_CASE("an all_gather into a list puts member p's tensor into part p, wherever the parts lie",
+          "[sim][capture]") {
+  std::vector<std::vector<float>> got(2, std::vector<float>(16));
+  auto r = two_ranks(
+      [&](Runtime& rt, core::GroupId g, core::BufferId x, core::BufferId y) -> Task<> {
+        const core::StreamId s = rt.stream("default");
+        std::vector<float> mine(8, 1.0f + static_cast<float>(rt.rank()));
+        co_await rt.upload(TensorRef::f32(x, 0, 8), s, std::as_bytes(std::span(mine)));
+        // member 0's block into the second half of y, member 1's into the first
+        co_await rt.collective(list_form(CollectiveKind::all_gather, g, s, TensorRef::f32(x, 0, 8),
+                                         {TensorRef::f32(y, 8, 8), TensorRef::f32(y, 0, 8)}));
+        co_await rt.download(TensorRef::f32(y, 0, 16), s,
+                             std::as_writable_bytes(std::span(got[static_cast<size_t>(rt.rank())])));
+        co_await rt.sync_device();
+      },
+      true);
+  REQUIRE(r.error.empty());
+  REQUIRE(r.findings.empty());
+  for (const auto& y : got) {
+    REQUIRE(std::vector<float>(y.begin(), y.begin() + 8) == std::vector<float>(8, 2.0f));
+    REQUIRE(std::vector<float>(y.begin() + 8, y.end()) == std::vector<float>(8, 1.0f));
+  }
+}
+
+TEST_CASE("a list form carries never-written bytes into the part they reach, and sizes that differ mismatch",
+          "[sim][capture]") {
+  // rank 1 never writes x: the part rank 0 receives from it is never-written, the other is not
+  auto r = two_ranks(
+      [](Runtime& rt, core::GroupId g, core::BufferId, core::BufferId y) -> Task<> {
+        const core::StreamId s = rt.stream("default");
+        const core::BufferId in = co_await rt.alloc(32, s, "in");
+        const core::BufferId other = co_await rt.alloc(32, s, "other");
+        if (rt.rank() == 0)
+          co_await rt.launch(core::kernels::opaque("init", s, {}, {TensorRef::bytes_of(in, 0, 32)}));
+        co_await rt.collective(list_form(CollectiveKind::all_gather, g, s, TensorRef::f32(in, 0, 8),
+                                         {TensorRef::f32(y, 0, 8), TensorRef::f32(other, 0, 8)}));
+        co_await rt.launch(core::kernels::opaque("use own", s, {TensorRef::bytes_of(y, 0, 32)}, {}));
+        if (rt.rank() == 0)
+          co_await rt.launch(core::kernels::opaque("use other", s, {TensorRef::bytes_of(other, 0, 32)}, {}));
+        co_await rt.sync_device();
+      },
+      false);
+  REQUIRE(r.error.empty());
+  REQUIRE(r.findings.size() == 1);
+  REQUIRE(r.findings[0].kind == core::FindingKind::uninitialized_read);
+  REQUIRE_THAT(r.findings[0].summary, Catch::Contains("use other"));
+  auto m = two_ranks(
+      [](Runtime& rt, core::GroupId g, core::BufferId x, core::BufferId y) -> Task<> {
+        const core::StreamId s = rt.stream("default");
+        const int64_t n = rt.rank() == 0 ? 4 : 8;  // each rank's parts hold its own block's size
+        co_await rt.collective(list_form(CollectiveKind::reduce_scatter, g, s, TensorRef::f32(x, 0, n),
+                                         {TensorRef::f32(y, 0, n), TensorRef::f32(y, 8, n)}));
+      },
+      false);
+  REQUIRE(has(m, core::FindingKind::collective_mismatch));
+  REQUIRE_THAT(m.findings[0].explanation, Catch::Contains("reduce_scatter f32 8->4 sum"));
+  REQUIRE_THAT(m.findings[0].explanation, Catch::Contains("reduce_scatter f32 16->8 sum"));
+}
+
+TEST_CASE(
+    "a swap is two tensors made at other places, and one line's order counts only where both made as many",
+    "[sim][capture]") {
+  using Kind = core::TensorOrigin::Kind;
+  struct Case {
+    core::TensorOrigin rank0, rank1;
+    bool swap;
+  };
+  const core::TensorOrigin first{Kind::allocated, "t.py:5", 0, 2}, second{Kind::allocated, "t.py:5", 1, 2};
+  const Case cases[] = {
+      {first, second, true},                              // the 1st and the 2nd of one line
+      {first, {Kind::allocated, "t.py:5", 1, 3}, false},  // rank 1 made 3 there: not comparable
+      {first, {Kind::allocated, "t.py:9", 0, 2}, true},   // another line
+      {first, {}, false},                                 // rank 1 does not say
+      {{Kind::parameter, "a.weight", -1, -1}, {Kind::parameter, "b.weight", -1, -1}, true},
+      {{Kind::parameter, "a.weight", -1, -1}, {Kind::parameter, "a.weight", -1, -1}, false},
+      {{Kind::allocated, "t.py:5", -1, -1}, {Kind::allocated, "t.py:5", 1, 2}, false},  // a line only
+  };
+  for (const Case& c : cases) {
+    INFO(core::to_string(c.rank0) << " / " << core::to_string(c.rank1));
+    auto r = two_ranks(
+        [&c](Runtime& rt, core::GroupId g, core::BufferId x, core::BufferId) -> Task<> {
+          const core::StreamId s = rt.stream("default");
+          core::CollectiveCall call{CollectiveKind::all_reduce,
+                                    g,
+                                    s,
+                                    TensorRef::f32(x, 0, 16),
+                                    TensorRef::f32(x, 0, 16),
+                                    core::ReduceOp::sum,
+                                    0,
+                                    "c10d::allreduce_"};
+          call.origin = rt.rank() == 0 ? c.rank0 : c.rank1;
+          co_await rt.collective(std::move(call));
+        },
+        false);
+    REQUIRE(r.error.empty());
+    REQUIRE(has(r, core::FindingKind::collective_swap) == c.swap);
+    if (c.swap) {
+      REQUIRE_THAT(r.findings[0].summary,
+                   Catch::Contains("(c10d::allreduce_ of " + core::to_string(c.rank0) +
+                                   " vs c10d::allreduce_ of " + core::to_string(c.rank1) + ")"));
+    }
+  }
+}
+
+TEST_CASE(
+    "format version 2 on CPU: tensors of one line swapped in a loop, and an all_gather into lists of two "
+    "sizes",
+    "[sim][capture]") {
+  // examples/pytorch/swap_loop.py and uneven_gather.py captured at 4 and 2 CPU ranks over gloo
+  // (python/tests/test_collectives.py holds their ground truth without the capture).
+  const auto swap = run_fixture("swap-loop-4");
+  REQUIRE(swap.explored.findings.size() == 1);
+  const core::Finding& s = swap.explored.findings[0];
+  REQUIRE(s.kind == core::FindingKind::collective_swap);
+  REQUIRE_THAT(s.summary,
+               Catch::Contains("(torch.distributed.all_reduce of the 1st tensor allocated at "
+                               "examples/pytorch/swap_loop.py:38 vs torch.distributed.all_reduce of "
+                               "the 2nd tensor allocated at examples/pytorch/swap_loop.py:38)"));
+  const auto& d = std::get<core::CollectiveDetail>(s.detail);
+  REQUIRE(d.ranks.size() == 2);  // the row with the swap; the other row agrees
+  REQUIRE(d.ranks[1].origin == "the 2nd tensor allocated at examples/pytorch/swap_loop.py:38");
+  REQUIRE(run_fixture("swap-loop-fix-4").explored.findings.empty());
+  const auto gather = run_fixture("uneven-gather-2");
+  REQUIRE(gather.explored.findings.size() == 1);
+  REQUIRE(gather.explored.findings[0].kind == core::FindingKind::collective_mismatch);
+  REQUIRE_THAT(gather.explored.findings[0].explanation,
+               Catch::Contains("rank 0 passes 4 in, 8 out, rank 1 8 in, 16 out"));
+  REQUIRE_THAT(gather.explored.findings[0].explanation,
+               Catch::Contains("at examples/pytorch/uneven_gather.py:27"));
+  REQUIRE_FALSE(gather.judged.met);
+  REQUIRE(run_fixture("uneven-gather-fix-2").explored.findings.empty());
 }

@@ -120,6 +120,8 @@ class Capture:
                                  addresses=device == "cuda",
                                  storages=None if sees_frees else StorageRefs())
         self._hooks = Hooks(self.recorder, device)
+        from .values import ParameterNames
+        self.recorder.param_name = ParameterNames(device)
         self._hooks.install()
         if self.values:
             from .values import Values
@@ -275,6 +277,7 @@ class Capture:
             why = "stopped by %s" % signal.Signals(signo).name
             if flight is not None:
                 why += " inside %s" % flight[0]
+            self._hooks.flush_in_flight()  # the collective it sits in, as far as it got
             if self._close(why, flight[2] if flight else _main_site()):
                 print("shardcheck.capture: rank file %s ended: %s" % (self.path, why),
                       file=sys.stderr, flush=True)
@@ -292,6 +295,7 @@ class Capture:
                 continue
             why = ("hung: %.0f s inside %s, which the other ranks never completed "
                    "(SHARDCHECK_CAPTURE_TIMEOUT, --timeout)" % (self.timeout, flight[0]))
+            self._hooks.flush_in_flight()  # the collective it sits in, as far as it got
             if self._close(why, flight[2]):
                 print("shardcheck.capture: rank file %s ended: %s at %s:%d"
                       % (self.path, why, flight[2][0], flight[2][1]), file=sys.stderr, flush=True)

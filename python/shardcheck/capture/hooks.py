@@ -19,11 +19,13 @@ import sys
 import sysconfig
 import threading
 import time
+from typing import NamedTuple, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import handovers, p2p
+from . import collectives, handovers, p2p
+from .collectives import Call
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,6 +52,55 @@ _OVERWRITE = {"aten::copy_", "aten::fill_", "aten::zero_", "aten::normal_", "ate
               "aten::masked_fill_", "aten::_index_put_impl_", "aten::set_"}
 _ALLOCATING_EMPTY = {"aten::empty", "aten::empty_strided", "aten::new_empty",
                      "aten::new_empty_strided", "aten::empty_like"}
+
+
+# The c10d operators of the list forms (collectives.py).
+_LIST_FORMS = {"allgather_", "reduce_scatter_", "gather_", "scatter_", "alltoall_"}
+# What a call is made of besides collectives: transfer halves, and the copy of a rank's own part.
+_NOT_COLLECTIVES = ("send", "recv", "copy")
+
+
+class _Described(NamedTuple):
+    """What one c10d call is (Hooks._describe): calls None when it is not understood."""
+
+    calls: Optional[list]
+    pg: object
+    reduce: str
+    root: int
+    peer: Optional[int]
+    tag: object
+
+
+def _pairs(values, in1, in2, out1, out2):
+    """(input, output) pairs of a tensor form, one tensor or the coalesced lists."""
+    outs = values.get(out1, values.get(out2))
+    ins = values.get(in1, values.get(in2))
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    ins = ins if isinstance(ins, (list, tuple)) else [ins]
+    return list(zip(ins, outs))
+
+
+class _PendingCollective:
+    """A c10d call being made (Hooks._c10d): what it is, known before the backend has it, and the
+    process group's own records made during it (``during``, the calling thread's deferred
+    callbacks). Written once (Hooks._write_c10d): on CPU before the call; on CUDA when it returns
+    or raises, between the process group's events; or, when the rank hangs inside it, by the
+    capture's watchdog before it ends the file."""
+
+    def __init__(self, hooks, name, func, args, kwargs, described, caller, site, taken, during):
+        self.hooks, self.name, self.func, self.args, self.kwargs = hooks, name, func, args, kwargs
+        self.described, self.caller, self.site, self.taken = described, caller, site, taken
+        self.during = during
+        self._lock = threading.Lock()
+        self._written = False
+
+    def write(self, ran):
+        """ran: the call returned (its outputs are then written behind it)."""
+        with self._lock:
+            if self._written:
+                return
+            self._written = True
+        self.hooks._write_c10d(self, ran)
 
 
 def _all_gather_copy_in(args, kwargs, out):
@@ -289,16 +340,34 @@ class Hooks:
         self._device_index = torch.cuda.current_device() if self.cuda else 0
         self.values = None  # values.Values, when value capture is on
         # The collective the main thread is inside, if any: (what, since, (file, line, func)),
-        # for the hang watchdog (Capture).
+        # for the hang watchdog (Capture); and its record, if not yet written.
         self.in_flight = None
+        self._in_flight_record = None
+        self._as_main = threading.local()  # a thread writing the main thread's records
 
-    def _enter_collective(self, what):
+    def _enter_collective(self, what, pending=None):
+        """pending: the _PendingCollective the watchdog writes if the rank hangs inside it."""
         if threading.current_thread() is _main_thread:
             self.in_flight = (what, time.monotonic(), where(sys._getframe(2)))
+            self._in_flight_record = pending
 
     def _leave_collective(self):
         if threading.current_thread() is _main_thread:
             self.in_flight = None
+            self._in_flight_record = None
+
+    def flush_in_flight(self):
+        """Writes the collective the main thread sits inside, as far as it got, for the capture's
+        watchdog or signal thread about to end the file (the collective has not run: no digest
+        of its outputs). Written as the main thread's, whose call it is."""
+        pending = self._in_flight_record
+        if pending is None:
+            return
+        self._as_main.on = True
+        try:
+            pending.write(ran=False)
+        finally:
+            self._as_main.on = False
 
     # -- where ---------------------------------------------------------------------------
     def site(self):
@@ -364,7 +433,7 @@ class Hooks:
         own; so has a backend's (a process group's worker or watchdog: a C++ thread outside
         autograd with no frame of the program's on it)."""
         ident = threading.get_ident()
-        if ident == _main_ident:
+        if ident == _main_ident or getattr(self._as_main, "on", False):
             return None
         thread = threading.current_thread()
         key = getattr(thread, "_shardcheck_key", None)
@@ -564,15 +633,16 @@ class Hooks:
         return self.rec.group(name, name, ranks), ranks, name
 
     def _describe(self, name, func, args, kwargs):
-        """The collectives one c10d call makes: [(op, in tensor, out tensor, count)], group,
-        reduce, root, peer (group rank) or None when the call is not understood."""
+        """What one c10d call is: its Calls (collectives.py; None when the call is not
+        understood), group, reduce, root, peer (group rank) and tag."""
         values = {}
         for i, arg in enumerate(func._schema.arguments):
             values[arg.name] = args[i] if i < len(args) else kwargs.get(arg.name)
+        positional = [values[a.name] for a in func._schema.arguments]
         if "tensors" not in values and func._schema.arguments:
             # torch 1.x names the c10d operators' arguments _0, _1, ...: the first is the
             # tensor list of allreduce_, broadcast_ and reduce_ (what DDP issues from C++).
-            values["tensors"] = values[func._schema.arguments[0].name]
+            values["tensors"] = positional[0]
         pg = next((values[a.name] for a in func._schema.arguments
                    if "ProcessGroup" in str(a.type)), None)
         red = next((values[a.name] for a in func._schema.arguments
@@ -583,98 +653,140 @@ class Hooks:
             reduce = hint if hint is not None else reduce_name(red)
         root = values.get("root_rank") or 0
         base = name.split("::", 1)[1]
+        if base in _LIST_FORMS:
+            calls, root = self._list_form(base, positional, values, pg)
+            return _Described(calls, pg, reduce, root, None, 0)
         calls = []
         if base in ("allreduce_", "allreduce_coalesced_"):
             reduce = reduce if reduce != "none" else "sum"
-            for t in values["tensors"]:
-                calls.append(("all_reduce", t, t, t.numel()))
+            calls = [Call("all_reduce", t, t, t.numel()) for t in values["tensors"]]
         elif base in ("broadcast_",):
-            for t in values["tensors"]:
-                calls.append(("broadcast", t, t, t.numel()))
+            calls = [Call("broadcast", t, t, t.numel()) for t in values["tensors"]]
         elif base in ("reduce_",):
-            for t in values["tensors"]:
-                calls.append(("reduce", t, t, t.numel()))
+            calls = [Call("reduce", t, t, t.numel()) for t in values["tensors"]]
         elif base in ("_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_"):
-            outs = values.get("output_tensor", values.get("outputs"))
-            ins = values.get("input_tensor", values.get("inputs"))
-            outs = outs if isinstance(outs, (list, tuple)) else [outs]
-            ins = ins if isinstance(ins, (list, tuple)) else [ins]
-            for i_, o in zip(ins, outs):
-                calls.append(("reduce_scatter", i_, o, o.numel()))
+            for i_, o in _pairs(values, "input_tensor", "inputs", "output_tensor", "outputs"):
+                calls.append(Call("reduce_scatter", i_, o, o.numel()))
         elif base in ("_allgather_base_", "allgather_into_tensor_coalesced_"):
-            outs = values.get("output_tensor", values.get("outputs"))
-            ins = values.get("input_tensor", values.get("inputs"))
-            outs = outs if isinstance(outs, (list, tuple)) else [outs]
-            ins = ins if isinstance(ins, (list, tuple)) else [ins]
-            for i_, o in zip(ins, outs):
-                calls.append(("all_gather", i_, o, i_.numel()))
+            for i_, o in _pairs(values, "input_tensor", "inputs", "output_tensor", "outputs"):
+                calls.append(Call("all_gather", i_, o, i_.numel()))
         elif base in ("alltoall_base_",):
-            calls.append(("all_to_all", values["input"], values["output"], values["input"].numel()))
+            me, size = self._place(pg)
+            calls = collectives.all_to_all_single(
+                values["output"], values["input"], values.get("output_split_sizes"),
+                values.get("input_split_sizes"), me, size)
         elif base == "barrier":
-            calls.append(("barrier", None, None, 0))
+            calls = [Call("barrier", None, None, 0)]
         elif base in ("send", "recv_"):
             peer = values.get("dstRank", values.get("srcRank"))
             if peer is None and "_2" in values:  # torch 1.x: (tensors, group, peer, tag)
                 peer, values["tag"] = values["_2"], values.get("_3", 0)
-            for t in values["tensors"]:
-                calls.append(("send" if base == "send" else "recv", t, t, t.numel()))
-            return calls, pg, reduce, root, peer, values.get("tag", 0)
+            calls = [Call("send" if base == "send" else "recv", t, t, t.numel())
+                     for t in values["tensors"]]
+            return _Described(calls, pg, reduce, root, peer, values.get("tag", 0))
         else:
-            return None, pg, reduce, root, None, 0
-        return calls, pg, reduce, root, None, 0
+            calls = None
+        return _Described(calls, pg, reduce, root, None, 0)
+
+    def _place(self, pg):
+        """(this rank's group rank, the group's size)."""
+        import torch.distributed as dist
+        ranks = self._group(pg)[1]
+        me = dist.get_rank()
+        return (ranks.index(me) if me in ranks else 0), len(ranks)
+
+    def _list_form(self, base, positional, values, pg):
+        """The list forms (output list first, then input list, in torch 1.x and 2.x alike):
+        (Calls or None, root as a group rank)."""
+        outs, ins = positional[0], positional[1]
+        if base == "allgather_" and len(outs) == 1 and len(ins) == 1:
+            return collectives.all_gather_list(ins[0], outs[0]), 0
+        if base == "reduce_scatter_" and len(outs) == 1 and len(ins) == 1:
+            return collectives.reduce_scatter_list(ins[0], outs[0]), 0
+        me, size = self._place(pg)
+        if base in ("gather_", "scatter_"):
+            root = values.get("root_rank", positional[3] if len(positional) > 3 else 0)
+            if base == "gather_" and len(ins) == 1:
+                return collectives.gather(ins[0], outs[0] if outs else [], root, me, size), root
+            if base == "scatter_" and len(outs) == 1:
+                return collectives.scatter(outs[0], ins[0] if ins else [], root, me, size), root
+            return None, root
+        if base == "alltoall_":
+            return collectives.all_to_all(outs, ins, me, size), 0
+        return None, 0
 
     def _c10d(self, func, name, args, kwargs):
         caller = self.current_stream()
         site = self.site()
+        described = self._describe(name, func, args, kwargs)
+        taken = self._inputs_before(described.calls)
         self._tls.depth = getattr(self._tls, "depth", 0) + 1
         outer = self._tls.depth > 1
         if not outer:
             self._tls.deferred = []
+        pending = _PendingCollective(self, name, func, args, kwargs, described, caller, site, taken,
+                                     [] if outer else self._tls.deferred)
+        if not self.cuda:
+            # No stream or event of the process group's own to place it between: it is written
+            # now, before the backend has it, so a rank that fails or hangs in it still has it.
+            pending.write(ran=False)
         self._tls.inside = True
-        taken = self._inputs_before(name, func, args, kwargs)
-        self._enter_collective(name)
+        self._enter_collective(name, pending)
         try:
             out = func(*args, **kwargs)
-        finally:
-            self._leave_collective()
-            self._tls.inside = False
-            self._tls.depth -= 1
-        during = self._tls.deferred if not outer else []
+        except BaseException:
+            self._left_collective(outer)
+            pending.write(ran=False)  # it never ran: no digests of what it would have written
+            raise
+        self._left_collective(outer)
+        pending.write(ran=True)
+        return out
+
+    def _left_collective(self, outer):
+        self._leave_collective()
+        self._tls.inside = False
+        self._tls.depth -= 1
         if not outer:
             self._tls.deferred = []
-        calls, pg, reduce, root, peer, tag = self._describe(name, func, args, kwargs)
-        # The internal stream: the one the process group made wait for the caller's stream.
+
+    def _write_c10d(self, p, ran):
+        """Writes what _PendingCollective p holds: the process group's own records made during the
+        call, and the collective where it runs: on the process group's internal stream, after
+        that stream's wait for the caller's and before its end event; or on the caller's stream,
+        before the process group's end event there. ran: the call returned (on CUDA, then, its
+        outputs' digests are taken behind it)."""
+        during = p.during
         internal = None
         for fn, a in during:
-            if fn == self.rec.event_wait and a[1] != caller:
+            if fn == self.rec.event_wait and a[1] != p.caller:
                 internal = a[1]
                 break
         split = len(during)
         if internal is not None:
-            # The collective runs after the internal stream's wait and before its end event.
             for i, (fn, a) in enumerate(during):
                 if fn == self.rec.event_record and a[1] == internal:
                     split = i
                     break
         else:
-            # It runs on the caller's stream (a blocking collective in torch >= 2.6): between
-            # the process group's start and end events, so the end event covers it.
+            # A blocking collective in torch >= 2.6: between the process group's start and end
+            # events on the caller's stream, so the end event covers it.
             records = [i for i, (fn, a) in enumerate(during)
-                       if fn == self.rec.event_record and a[1] == caller]
+                       if fn == self.rec.event_record and a[1] == p.caller]
             if records:
                 split = records[-1]
         for fn, a in during[:split]:
             fn(*a)
-        stream = internal if internal is not None else caller
-        if internal is not None and pg is not None and not self.rec.has_stream(internal):
-            self.rec.stream(internal, self._internal_name(pg, peer, calls))
-        if calls is None:
-            self._record_unknown(func, name, args, kwargs, stream, site)
+        stream = internal if internal is not None else p.caller
+        d = p.described
+        if internal is not None and d.pg is not None and not self.rec.has_stream(internal):
+            self.rec.stream(internal, self._internal_name(d.pg, d.peer, d.calls))
+        if d.calls is None:
+            self._record_unknown(p.func, p.name, p.args, p.kwargs, stream, p.site)
         else:
-            self._record_calls(name, calls, pg, reduce, root, peer, tag, stream, site, taken)
+            self._record_calls(p.name, d.calls, d.pg, d.reduce, d.root, d.peer, d.tag, stream,
+                               p.site, p.taken, outputs=ran and self.cuda)
         for fn, a in during[split:]:
             fn(*a)
-        return out
 
     def _internal_name(self, pg, peer, calls):
         """A process group's internal stream as findings name it: NCCL runs p2p outside a batch
@@ -742,99 +854,136 @@ class Hooks:
             self.rec.stream(stream, "nccl")
         self.rec.op(name, stream, reads, writes, site)
 
-    def _record_calls(self, name, calls, pg, reduce, root, peer, tag, stream, site, taken=None):
-        """taken: the inputs' digests, one per call, where they were taken before the call ran;
-        otherwise (the calls have not run yet) they are taken here."""
+    def _inputs_before(self, calls):
+        """Digests of what each collective of the call reads, taken before it runs (an
+        all_reduce overwrites its input); None when values are off or it is not one."""
+        if self.values is None or calls is None:
+            return None
+        return [self.values.coll_input(c.inp) if c.op not in _NOT_COLLECTIVES
+                and c.inp is not None and self._on_device_all(c.inp) else None for c in calls]
+
+    def _on_device_all(self, side):
+        return all(self._on_device(t) for t in collectives.tensors_of(side))
+
+    def _spans(self, side):
+        """A call's side as the recorder takes it: a span, a list of spans (a list form's list
+        side), or None where some tensor has no bytes."""
+        if isinstance(side, (list, tuple)):
+            spans = [tensor_span(t) for t in side]
+            return None if any(sp is None for sp in spans) else spans
+        return tensor_span(side)
+
+    def _record_calls(self, name, calls, pg, reduce, root, peer, tag, stream, site, taken=None,
+                      outputs=False):
+        """Writes a call's Calls on ``stream`` (peer: the group rank of plain send/recv).
+        taken: the inputs' digests, one per call, taken before the call ran; otherwise they are
+        taken here. outputs: the call has been issued on CUDA, so its outputs' digests are taken
+        behind it on ``stream``. Returns [(collective index, output)] of those written."""
         if pg is None:
-            return
+            return []
         gid, ranks, _ = self._group(pg)
         if self.cuda and not self.rec.has_stream(stream):
             self.rec.stream(stream, "nccl %s" % ranks_name(ranks))
         indices = []  # (collective index, output) of those written, for their output digests
-        for n, (op, i_, o, count) in enumerate(calls):
-            if i_ is not None and not (self._on_device(i_) and self._on_device(o)):
+        for n, c in enumerate(calls):
+            if c.inp is not None and not (self._on_device_all(c.inp) and
+                                          self._on_device_all(c.out)):
                 continue
-            dtype = _DTYPES.get(i_.dtype, "u8") if i_ is not None else "u8"
-            if i_ is not None and i_.dtype not in _DTYPES:
-                count *= i_.element_size()
-            if op in ("send", "recv"):
-                span = tensor_span(i_)
-                if span is not None:
-                    # No name: the two halves' operators are named differently (c10d::send,
-                    # c10d::recv_), and names are compared across the pair.
-                    self.rec.p2p(op, ranks[peer], gid, stream, span, dtype, count, str(tag), "",
-                                 site, batch=p2p.batching())
+            first = collectives.tensors_of(c.inp)[0] if c.inp is not None else None
+            dtype = _DTYPES.get(first.dtype, "u8") if first is not None else "u8"
+            count = c.count
+            if first is not None and first.dtype not in _DTYPES:
+                count *= first.element_size()
+            if c.op in _NOT_COLLECTIVES:
+                self._record_part(name, c, ranks, gid, stream, dtype, count, peer, tag, site)
                 continue
-            ispan = tensor_span(i_) if i_ is not None else None
-            ospan = tensor_span(o) if o is not None else None
-            if op != "barrier" and (ispan is None or ospan is None):
+            ispan, ospan = (self._spans(c.inp), self._spans(c.out)) if c.op != "barrier" \
+                else (None, None)
+            if c.op != "barrier" and (ispan is None or ospan is None):
                 continue
-            index = self.rec.collective(op, gid, stream, ispan, ospan, dtype, count, reduce, root,
+            index = self.rec.collective(c.op, gid, stream, ispan, ospan, dtype, count, reduce, root,
                                         name, site)
-            if self.values is not None and op != "barrier":
+            if self.values is not None and c.op != "barrier":
                 digest = taken[n] if taken is not None and n < len(taken) else \
-                    self.values.coll_input(i_)
+                    self.values.coll_input(c.inp)
                 self.values.bind_coll(digest, index, site)
-                if taken is not None and self.cuda:  # it has been issued: behind it, its output
-                    self.values.bind_coll(self.values.coll_output(o, stream), index, site, "out")
-                indices.append((index, o))
+                if outputs:  # it has been issued: behind it, its output
+                    self.values.bind_coll(self.values.coll_output(c.out, stream), index, site,
+                                          "out")
+                indices.append((index, c.out))
         return indices
+
+    def _record_part(self, name, c, ranks, gid, stream, dtype, count, peer, tag, site):
+        """A transfer half, or the copy of the rank's own part, of a call (collectives.py)."""
+        if c.op == "copy":
+            spans = [tensor_span(c.inp)], [tensor_span(c.out)]
+            if spans[0][0] is not None and spans[1][0] is not None:
+                self.rec.op("aten::copy_", stream, spans[0], spans[1], site)
+            return
+        span = tensor_span(c.inp)
+        if span is None:
+            return
+        # A plain send or recv has no name: its two halves' operators are named differently
+        # (c10d::send, c10d::recv_), and names are compared across the pair; the transfers a
+        # call is made of are named for it on both sides.
+        own = c.peer is not None
+        self.rec.p2p(c.op, ranks[c.peer if own else peer], gid, stream, span, dtype, count,
+                     str(tag), name if own else "", site, batch=p2p.batching())
 
     # -- torch.distributed before 2.0: wrap the functions -------------------------------
     def _wrap_distributed(self):
+        """Each torch.distributed function that makes a collective records it, before the
+        backend has it, at the program's line: a rank whose backend raises or hangs in it still
+        has it in its file. Their c10d operators reach the dispatcher too (torch 1.13), where
+        they are then passed through."""
+        import torch.distributed as dist
+        for fname, calls_of in _WRAPPED.items():
+            orig = getattr(dist, fname, None)
+            if orig is not None:
+                self._patch(dist, fname, lambda orig, fname=fname, calls_of=calls_of:
+                            self._wrapped(fname, orig, calls_of))
+
+    def _wrapped(self, fname, orig, calls_of):
+        import inspect
+
         import torch.distributed as dist
         hooks = self
+        signature = inspect.signature(orig)
 
-        def wrap(fname, op, tensor_args, count_of):
-            orig = getattr(dist, fname, None)
-            if orig is None:
-                return
+        def wrapped(*args, **kwargs):
+            if getattr(hooks._tls, "inside", False):  # one wrapped function calling another
+                return orig(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            a = bound.arguments
+            group = a.get("group") or dist.distributed_c10d._get_default_group()
+            if dist.distributed_c10d._rank_not_in_group(group):
+                return orig(*args, **kwargs)  # no collective on this rank
+            ranks = dist.get_process_group_ranks(group)
+            me = ranks.index(dist.get_rank())
+            root = ranks.index(a["src"] if "src" in a else a["dst"]) \
+                if "src" in a or "dst" in a else 0
+            calls = calls_of(a, root, me, len(ranks))
+            if calls is None:  # its own arguments disagree: the backend refuses it here
+                return orig(*args, **kwargs)
+            reduce = reduce_name(a["op"]) if "op" in a else "none"
+            site = hooks.site()
+            what = "torch.distributed." + fname
+            written = hooks._record_calls(what, calls, group, reduce, root, None, 0,
+                                          hooks.current_stream(), site)
+            hooks._tls.inside = True
+            hooks._enter_collective(what)
+            try:
+                result = orig(*args, **kwargs)
+            finally:
+                hooks._leave_collective()
+                hooks._tls.inside = False
+            if hooks.values is not None and not a.get("async_op") and not hooks.cuda:
+                for index, out in written:  # finished: what it wrote
+                    hooks.values.bind_coll(hooks.values.coll_output(out), index, site, "out")
+            return result
 
-            def wrapped(*args, **kwargs):
-                import inspect
-                bound = inspect.signature(orig).bind(*args, **kwargs)
-                bound.apply_defaults()
-                a = bound.arguments
-                group = a.get("group") or dist.distributed_c10d._get_default_group()
-                i_, o = tensor_args(a)
-                reduce = "none"
-                if "op" in a:
-                    reduce = reduce_name(a["op"])
-                root = 0
-                if "src" in a or "dst" in a:
-                    ranks = dist.get_process_group_ranks(group)
-                    root = ranks.index(a.get("src", a.get("dst")))
-                site = hooks.site()
-                written = hooks._record_calls("torch.distributed." + fname,
-                                              [(op, i_, o, count_of(i_, o))], group, reduce, root,
-                                              None, 0, hooks.current_stream(), site)
-                hooks._tls.inside = True
-                hooks._enter_collective("torch.distributed." + fname)
-                try:
-                    result = orig(*args, **kwargs)
-                finally:
-                    hooks._leave_collective()
-                    hooks._tls.inside = False
-                if hooks.values is not None and not a.get("async_op") and not hooks.cuda:
-                    for index, out in written or ():  # finished: what it wrote
-                        hooks.values.bind_coll(hooks.values.coll_output(out), index, site, "out")
-                return result
-
-            setattr(dist, fname, wrapped)
-            self._patched.append((dist, fname, orig))
-
-        wrap("all_reduce", "all_reduce", lambda a: (a["tensor"], a["tensor"]),
-             lambda i, o: i.numel())
-        wrap("broadcast", "broadcast", lambda a: (a["tensor"], a["tensor"]),
-             lambda i, o: i.numel())
-        wrap("reduce", "reduce", lambda a: (a["tensor"], a["tensor"]), lambda i, o: i.numel())
-        wrap("_all_gather_base", "all_gather", lambda a: (a["input_tensor"], a["output_tensor"]),
-             lambda i, o: i.numel())
-        wrap("_reduce_scatter_base", "reduce_scatter", lambda a: (a["input"], a["output"]),
-             lambda i, o: o.numel())
-        wrap("all_to_all_single", "all_to_all", lambda a: (a["input"], a["output"]),
-             lambda i, o: i.numel())
-        wrap("barrier", "barrier", lambda a: (None, None), lambda i, o: 0)
+        return wrapped
 
     def _follow_p2p(self):
         """Point-to-point requests (p2p.py): on CPU, gloo's, which the capture records itself;
@@ -1245,3 +1394,40 @@ class _Router:
 
 def ranks_name(ranks):
     return "[" + ",".join(str(r) for r in ranks) + "]"
+
+
+def _tensor_form(op, inp, out, side):
+    """A wrapped function's one collective: its input and output arguments, and the side whose
+    elements are its count."""
+    def calls(a, root, me, size):
+        i_, o = (a[inp] if inp else None), (a[out] if out else None)
+        t = i_ if side == "in" else o
+        return [Call(op, i_, o, t.numel() if t is not None else 0)]
+    return calls
+
+
+# torch.distributed's functions in torch 1.x, which the capture wraps (Hooks._wrap_distributed):
+# name -> (bound arguments, root, this rank's group rank, group size) -> Calls, or None where the
+# call's own arguments disagree.
+_WRAPPED = {
+    "all_reduce": _tensor_form("all_reduce", "tensor", "tensor", "in"),
+    "broadcast": _tensor_form("broadcast", "tensor", "tensor", "in"),
+    "reduce": _tensor_form("reduce", "tensor", "tensor", "in"),
+    "all_gather_into_tensor": _tensor_form("all_gather", "input_tensor", "output_tensor", "in"),
+    "_all_gather_base": _tensor_form("all_gather", "input_tensor", "output_tensor", "in"),
+    "reduce_scatter_tensor": _tensor_form("reduce_scatter", "input", "output", "out"),
+    "_reduce_scatter_base": _tensor_form("reduce_scatter", "input", "output", "out"),
+    "barrier": lambda a, root, me, size: [Call("barrier", None, None, 0)],
+    "all_to_all_single": lambda a, root, me, size: collectives.all_to_all_single(
+        a["output"], a["input"], a["output_split_sizes"], a["input_split_sizes"], me, size),
+    "all_gather": lambda a, root, me, size: collectives.all_gather_list(a["tensor"],
+                                                                         a["tensor_list"]),
+    "reduce_scatter": lambda a, root, me, size: collectives.reduce_scatter_list(a["input_list"],
+                                                                                 a["output"]),
+    "gather": lambda a, root, me, size: collectives.gather(a["tensor"], a["gather_list"] or [],
+                                                           root, me, size),
+    "scatter": lambda a, root, me, size: collectives.scatter(a["tensor"], a["scatter_list"] or [],
+                                                             root, me, size),
+    "all_to_all": lambda a, root, me, size: collectives.all_to_all(
+        a["output_tensor_list"], a["input_tensor_list"], me, size),
+}

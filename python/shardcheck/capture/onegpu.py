@@ -49,8 +49,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from . import collectives
 from . import hooks as _hooks
 from . import p2p as _p2p
+from .collectives import Call
 
 NAME = "shardcheck"
 
@@ -692,7 +694,7 @@ class OneGpuGroup(dist.ProcessGroup):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         steps = [s for t in tensors for s in self._rounds_allreduce(t, op)]
         part = self._part("allreduce", "c10d::allreduce_",
-                          [("all_reduce", t, t, t.numel()) for t in tensors], steps, tensors,
+                          [Call("all_reduce", t, t, t.numel()) for t in tensors], steps, tensors,
                           reduce=self._reduce_name(op), host=self._host_allreduce(tensors, op))
         return self._issue([part], _async(opts))
 
@@ -701,7 +703,7 @@ class OneGpuGroup(dist.ProcessGroup):
         parts = []
         for t in tensors:
             parts.append(self._part("allreduce", "c10d::allreduce_coalesced_",
-                                    [("all_reduce", t, t, t.numel())],
+                                    [Call("all_reduce", t, t, t.numel())],
                                     self._rounds_allreduce(t, op), [t],
                                     reduce=self._reduce_name(op),
                                     host=self._host_allreduce([t], op)))
@@ -718,7 +720,8 @@ class OneGpuGroup(dist.ProcessGroup):
                 for t, c in zip(tensors, copies):
                     t.copy_(c)
             return list(tensors)
-        part = self._part("reduce", "c10d::reduce_", [("reduce", t, t, t.numel()) for t in tensors],
+        part = self._part("reduce", "c10d::reduce_",
+                          [Call("reduce", t, t, t.numel()) for t in tensors],
                           steps, tensors, reduce=self._reduce_name(op), root=root, host=host)
         return self._issue([part], _async(opts))
 
@@ -737,7 +740,7 @@ class OneGpuGroup(dist.ProcessGroup):
             g.broadcast(tensors, o).wait()
             return list(tensors)
         part = self._part("broadcast", "c10d::broadcast_",
-                          [("broadcast", t, t, t.numel()) for t in tensors], steps, tensors,
+                          [Call("broadcast", t, t, t.numel()) for t in tensors], steps, tensors,
                           root=root, host=host)
         return self._issue([part], _async(opts))
 
@@ -782,7 +785,8 @@ class OneGpuGroup(dist.ProcessGroup):
             g.allgather([list(output.view(-1).chunk(self._size))], [input.reshape(-1)]).wait()
             return [output]
         part = self._part("all_gather", "c10d::_allgather_base_",
-                          [("all_gather", input, output, input.numel())], steps, [input, output],
+                          [Call("all_gather", input, output, input.numel())], steps,
+                          [input, output],
                           host=host)
         return self._issue([part], _async(opts))
 
@@ -790,7 +794,7 @@ class OneGpuGroup(dist.ProcessGroup):
         parts = []
         for o, i in zip(outputs, inputs):
             part = self._part("all_gather", "c10d::allgather_into_tensor_coalesced_",
-                              [("all_gather", i, o, i.numel())],
+                              [Call("all_gather", i, o, i.numel())],
                               self._gather_steps(i, list(_flat(o).chunk(self._size))), [i, o])
             part.host = self._host_gather_base(o, i)
             parts.append(part)
@@ -808,7 +812,8 @@ class OneGpuGroup(dist.ProcessGroup):
             for o in outs:
                 if o.numel() != inp.numel():
                     raise ValueError("all_gather: every output tensor must have the input's size")
-            part = self._part("all_gather", "c10d::allgather_", None,
+            part = self._part("all_gather", "c10d::allgather_",
+                              collectives.all_gather_list(inp, list(outs)),
                               self._gather_steps(inp, [_flat(o) for o in outs]),
                               [inp] + list(outs), op_reads=[inp], op_writes=list(outs))
 
@@ -848,7 +853,7 @@ class OneGpuGroup(dist.ProcessGroup):
         segments = list(_flat(input).chunk(self._size)) if output.numel() else \
             [output.view(-1)] * self._size
         part = self._part("reduce_scatter", "c10d::_reduce_scatter_base_",
-                          [("reduce_scatter", input, output, output.numel())],
+                          [Call("reduce_scatter", input, output, output.numel())],
                           self._scatter_reduce_steps(segments, output, op), [input, output],
                           reduce=self._reduce_name(op), host=self._host_rs(output, input, op))
         return self._issue([part], _async(opts))
@@ -866,7 +871,7 @@ class OneGpuGroup(dist.ProcessGroup):
         parts = []
         for o, i in zip(outputs, inputs):
             parts.append(self._part("reduce_scatter", "c10d::reduce_scatter_tensor_coalesced_",
-                                    [("reduce_scatter", i, o, o.numel())],
+                                    [Call("reduce_scatter", i, o, o.numel())],
                                     self._scatter_reduce_steps(list(_flat(i).chunk(self._size)),
                                                                o, op),
                                     [i, o], reduce=self._reduce_name(op),
@@ -877,7 +882,8 @@ class OneGpuGroup(dist.ProcessGroup):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         parts = []
         for o, ins in zip(outputs, input_lists):
-            part = self._part("reduce_scatter", "c10d::reduce_scatter_", None,
+            part = self._part("reduce_scatter", "c10d::reduce_scatter_",
+                              collectives.reduce_scatter_list(list(ins), o),
                               self._scatter_reduce_steps(list(ins), o, op), [o] + list(ins),
                               reduce=self._reduce_name(op), op_reads=list(ins), op_writes=[o])
 
@@ -891,7 +897,7 @@ class OneGpuGroup(dist.ProcessGroup):
         return self._issue(parts, _async(opts))
 
     def barrier(self, opts=None):
-        part = self._part("barrier", "c10d::barrier", [("barrier", None, None, 0)],
+        part = self._part("barrier", "c10d::barrier", [Call("barrier", None, None, 0)],
                           [lambda s: self._group_rounds().round(s)], [])
         part.host = lambda g: (g.barrier().wait(), [])[1]
         if not torch.cuda.is_available():
@@ -919,13 +925,13 @@ class OneGpuGroup(dist.ProcessGroup):
         return steps
 
     def send(self, tensors, dst, tag=0):
-        parts = [self._part("send", "c10d::send", [("send", t, t, t.numel())],
+        parts = [self._part("send", "c10d::send", [Call("send", t, t, t.numel())],
                             self._p2p_steps("send", t, dst), [t], peer=dst, tag=tag,
                             host=self._host_p2p("send", t, dst, tag)) for t in tensors]
         return self._issue(parts, True, stream_key=dst)
 
     def recv(self, tensors, src, tag=0):
-        parts = [self._part("recv", "c10d::recv_", [("recv", t, t, t.numel())],
+        parts = [self._part("recv", "c10d::recv_", [Call("recv", t, t, t.numel())],
                             self._p2p_steps("recv", t, src), [t], peer=src, tag=tag,
                             host=self._host_p2p("recv", t, src, tag)) for t in tensors]
         return self._issue(parts, True, stream_key=src)
@@ -971,7 +977,10 @@ class OneGpuGroup(dist.ProcessGroup):
         part = self._exchange_parts("all_to_all", "c10d::alltoall_base_",
                                     split(input, list(input_split_sizes or [])),
                                     split(output, list(output_split_sizes or [])), [input, output],
-                                    calls=[("all_to_all", input, output, input.numel())])
+                                    calls=collectives.all_to_all_single(
+                                        output, input, output_split_sizes, input_split_sizes,
+                                        self._rank, n),
+                                    op_reads=[input], op_writes=[output])
 
         def host(g):
             g.alltoall_base(output, input, list(output_split_sizes or []),
@@ -983,6 +992,8 @@ class OneGpuGroup(dist.ProcessGroup):
     def alltoall(self, outputs, inputs, opts=None):
         part = self._exchange_parts("all_to_all", "c10d::alltoall_", [_flat(t) for t in inputs],
                                     [_flat(t) for t in outputs], list(inputs) + list(outputs),
+                                    calls=collectives.all_to_all(outputs, inputs, self._rank,
+                                                                 self._size),
                                     op_reads=inputs, op_writes=outputs)
 
         def host(g):
@@ -1005,6 +1016,7 @@ class OneGpuGroup(dist.ProcessGroup):
             sends[root] = _flat(inp)
             recvs = [None] * n
         part = self._exchange_parts("gather", "c10d::gather_", sends, recvs, [inp] + outs,
+                                    calls=collectives.gather(inp, outs, root, self._rank, n),
                                     op_reads=[inp], op_writes=outs)
 
         def host(g):
@@ -1024,6 +1036,7 @@ class OneGpuGroup(dist.ProcessGroup):
         recvs = [None] * n
         recvs[root] = _flat(out)
         part = self._exchange_parts("scatter", "c10d::scatter_", sends, recvs, ins + [out],
+                                    calls=collectives.scatter(out, ins, root, self._rank, n),
                                     op_reads=ins, op_writes=[out])
 
         def host(g):

@@ -14,6 +14,13 @@ import weakref
 from .writer import Writer
 
 
+def _spans(x):
+    """A collective's side as a list of spans: [] for None, [span] for one."""
+    if x is None:
+        return []
+    return list(x) if isinstance(x, list) else [x]
+
+
 def _ranges_json(ranges):
     return "[" + ",".join("[%d,%d,%d]" % (b, o, n) for b, o, n in ranges) + "]"
 
@@ -90,7 +97,14 @@ class Recorder:
         self.stream_names = {}  # handle -> a name to give the stream when first seen
         self._coll_streams = {}
         self._buf_site = {}  # buf -> the site of its allocation
-        self._site_text = {}  # site id -> "file:line"  # buf -> stream ids of collectives that used it
+        self._site_text = {}  # site id -> "file:line"
+        # Where each buffer was made, for the collectives that carry it (docs/capture-format.md,
+        # `from`): buf -> (its allocation's site, n) for the n-th buffer allocated at that line,
+        # or the name of the parameter a buffer that existed before is (param_name).
+        self._line_count = {}  # "file:line" -> buffers allocated there so far
+        self._buf_origin = {}  # buf -> (site, n, "file:line"), or a parameter's name, or None
+        # The parameter whose storage is at a pointer, or None (set by hooks.py).
+        self.param_name = lambda ptr: None
         self.stats = {"ops": 0, "allocs": 0, "frees": 0, "collectives": 0, "unseen_allocs": 0,
                       "values": 0}
         self._colls = 0  # coll records written: a value record names one by its index
@@ -213,6 +227,7 @@ class Recorder:
             stream_handle, site = pending
             rec = {"k": "alloc", "buf": buf, "bytes": nbytes, "stream": self.stream(stream_handle),
                    "at": site}
+            self._count_at(buf, site)
         else:
             rec = {"k": "alloc", "buf": buf, "bytes": nbytes, "stream": 0, "at": self._pre_site(),
                    "pre": True}
@@ -257,8 +272,48 @@ class Recorder:
         self.stats["allocs"] += 1
         self._live[ptr] = (buf, nbytes)
         self._buf_site[buf] = self._buf_site.get(old, at) if self._sees_frees else at
+        # The same tensor grown where it was; or (without frees) a storage made where the
+        # capture did not see it, whose origin is not known.
+        self._buf_origin[buf] = self._buf_origin.get(old) if self._sees_frees else None
         self._watch(buf, ptr, size)
         return buf
+
+    def _count_at(self, buf, site):
+        """buf is the next buffer allocated at site's line."""
+        text = self._site_text.get(site)
+        if text is None or text.startswith("<"):
+            return
+        n = self._line_count.get(text, 0)
+        self._line_count[text] = n + 1
+        self._buf_origin[buf] = (site, n, text)
+
+    def _origin(self, buf, ptr):
+        """The fields that say where buffer buf (at ptr) was made: `from` [site, n, of] for one
+        allocated in the capture, `param` for a parameter that existed before it; {} when the
+        recorder does not know."""
+        if buf not in self._buf_origin:
+            self._buf_origin[buf] = self.param_name(ptr)  # asked once per buffer
+        o = self._buf_origin[buf]
+        if o is None:
+            return {}
+        if isinstance(o, str):
+            return {"param": o}
+        site, n, text = o
+        return {"from": [site, n, self._line_count[text]]}
+
+    def _renewed(self, ptr, site):
+        """Without frees (CPU): the storage at ptr may have been freed since its lifetime was seen
+        and a new one made there where the capture did not see it; that lifetime ends here, so
+        the new one is not taken for the old (its origin is not known)."""
+        live = self._live.get(ptr)
+        if live is None or self._storages is None:
+            return
+        entry = self._weak.get(live[0])
+        if entry is None or not self._storages.expired(entry[0]):
+            return
+        self._forget(live[0])
+        del self._live[ptr]
+        self._free(live[0], site)
 
     def touch(self, spans, stream_handle, site):
         """Storages an operator made: their allocation, on the stream it ran on. Without frees
@@ -487,32 +542,40 @@ class Recorder:
 
     def collective(self, op, group_id, stream_handle, inp, out, dtype, count, reduce, root, name,
                    site):
-        """inp/out: one span each (see ranges) or None."""
+        """inp/out: one span each (see ranges), or for the side a list form passes as a list
+        (all_gather's outputs, reduce_scatter's inputs) a list of spans, one per member; None
+        for a barrier."""
         with self._lock:
-            if op != "barrier" and (inp is None or out is None or inp[3] <= 0 or out[3] <= 0):
+            ins, outs = _spans(inp), _spans(out)
+            if op != "barrier" and (not ins or not outs or any(sp is None or sp[3] <= 0
+                                                               for sp in ins + outs)):
                 return
             self.poll_frees(site)
             if self._capturing is not None:  # captured into a graph: its kernels run at replay
                 if op != "barrier":
-                    self.op("c10d::" + op, stream_handle, [inp], [out], site)
+                    self.op("c10d::" + op, stream_handle, ins, outs, site)
                 return None
             self._join_batch(stream_handle, site)
             rec = {"k": "coll", "op": op, "group": group_id, "stream": self.stream(stream_handle)}
             if op != "barrier":
-                self.ranges(sorted([inp, out], key=lambda sp: sp[2] + sp[3], reverse=True),
+                if not self._sees_frees:
+                    for sp in ins:
+                        self._renewed(sp[0], site)
+                self.ranges(sorted(ins + outs, key=lambda sp: sp[2] + sp[3], reverse=True),
                             stream_handle, site)
-                rec["in"] = self.ranges([inp])[0]
-                rec["out"] = self.ranges([out])[0]
-                for r in (rec["in"], rec["out"]):
+                r_in, r_out = self.ranges(ins), self.ranges(outs)
+                rec["in"] = r_in if isinstance(inp, list) else r_in[0]
+                rec["out"] = r_out if isinstance(out, list) else r_out[0]
+                for r in r_in + r_out:
                     self._coll_streams.setdefault(r[0], set()).add(rec["stream"])
-                if op not in ("broadcast",) and self._sees_frees:
+                if op != "broadcast":
                     # Ranks that reduce different tensors at one position of a group (equal
-                    # shapes, swapped order) are told apart by where each tensor was made:
-                    # the checker compares names across the ranks. Only where every free is
-                    # seen (CUDA): on CPU a recycled address can keep an older tensor's site.
-                    where = self._site_text.get(self._buf_site.get(rec["in"][0]))
-                    if where and not where.startswith("<"):
-                        name = "%s of the tensor from %s" % (name, where)
+                    # shapes, swapped order) are told apart by where each tensor was made: the
+                    # checker compares these fields across the ranks. A broadcast's receivers
+                    # make their tensors where its root does not (broadcast_object_list).
+                    one = r_in if len(r_in) == 1 else r_out if len(r_out) == 1 else []
+                    if one:
+                        rec.update(self._origin(one[0][0], (ins if one is r_in else outs)[0][0]))
             rec.update({"dtype": dtype, "count": count, "reduce": reduce, "root": root,
                         "name": name, "at": site})
             self._w.write(rec)

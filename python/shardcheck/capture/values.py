@@ -113,13 +113,14 @@ class Values:
         return self.cuda and torch.cuda.is_current_stream_capturing()
 
     def coll_input(self, tensor):
-        """The input of the collective the recorder writes next, as it is about to be read.
-        Returns the pending digest, to be bound to that collective's index by bind_coll."""
+        """The input of the collective the recorder writes next, as it is about to be read (a
+        list form's list: its tensors end to end, as the tensor form holds them). Returns the
+        pending digest, to be bound to that collective's index by bind_coll."""
         if tensor is None or self._capturing():
             return None
         with _hooks.quiet():
             try:
-                return self._take(tensor)
+                return self._take(_joined(tensor))
             except Exception:  # a tensor the digest cannot read: no value, never a failure
                 self.skipped += 1
                 return None
@@ -133,8 +134,8 @@ class Values:
             try:
                 if self.cuda and stream_handle:
                     with torch.cuda.stream(torch.cuda.ExternalStream(stream_handle)):
-                        return self._take(tensor)
-                return self._take(tensor)
+                        return self._take(_joined(tensor))
+                return self._take(_joined(tensor))
             except Exception:  # a tensor the digest cannot read: no value, never a failure
                 self.skipped += 1
                 return None
@@ -308,6 +309,51 @@ def _optimizer_classes():
                 seen.append(sub)
                 todo.append(sub)
     return [c for c in seen if "step" in c.__dict__]
+
+
+def _joined(side):
+    """A collective's side: a tensor, or a list form's tensors end to end in one."""
+    if isinstance(side, (list, tuple)):
+        return torch.cat([_local(t).detach().reshape(-1) for t in side])
+    return side
+
+
+class ParameterNames:
+    """The name of the parameter whose storage is at a pointer (recorder.Recorder.param_name),
+    for a collective's tensor that existed before the capture: from the modules alive when first
+    asked, and again for a pointer not known then, a few times at most (each looks at every
+    object the garbage collector tracks)."""
+
+    _LOOKS = 8
+
+    def __init__(self, device):
+        self.device = device
+        self._names = None
+        self._looks = 0
+
+    def __call__(self, ptr):
+        if self._names is None or (ptr not in self._names and self._looks < self._LOOKS):
+            self._looks += 1
+            self._names = {}
+            for p, name in _parameters():
+                local = _local(p)
+                span = _hooks.tensor_span(local) if local.device.type == self.device else None
+                if span is not None:
+                    self._names.setdefault(span[0], name)
+        return self._names.get(ptr)
+
+
+def _parameters():
+    """(parameter, its name in the outermost module that holds it), shortest names first."""
+    with warnings.catch_warnings():  # an isinstance of some objects warns (torch's reduce_op)
+        warnings.simplefilter("ignore")
+        modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
+    inner = {id(c) for m in modules for c in m.children()}
+    found = []
+    for m in modules:
+        if id(m) not in inner:
+            found += [(p, name) for name, p in m.named_parameters()]
+    return sorted(found, key=lambda pn: (len(pn[1]), pn[1]))
 
 
 def _parameter_names():

@@ -1,4 +1,4 @@
-"""The per-rank capture file: docs/capture-format.md, version 1.
+"""The per-rank capture file: docs/capture-format.md, version 2.
 
 One JSON object per line. Ids (sites, streams, groups, buffers, events) are dense and defined by
 their own record before any record uses them. The file ends with an ``end`` record holding the
@@ -12,7 +12,7 @@ recorded since; the checker reads a file cut there as partial.
 import json
 import os
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def rank_file(out_dir, rank):
