@@ -29,6 +29,17 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"])
 _SKIP = (_TORCH_DIR + os.sep, _OWN_DIR + os.sep, _STDLIB + os.sep)
+# Inside torch's tree but a program, not the library: torch's own distributed tests
+# (distributed_test.py and its siblings), whose lines findings name.
+_PROGRAMS_IN_TORCH = (os.path.join(_TORCH_DIR, "testing", "_internal", "distributed") + os.sep,)
+
+
+def hidden(filename):
+    """True for a frame that is not the program's: torch's (but for its own distributed test
+    programs), the standard library's, the capture's, and frozen modules'."""
+    if filename.startswith(_SKIP):
+        return not filename.startswith(_PROGRAMS_IN_TORCH)
+    return filename.startswith("<frozen")
 
 _DTYPES = {
     torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
@@ -114,8 +125,7 @@ _LOWERING = ("DTensor", "AsyncCollectiveTensor")
 
 def _user_frame(frame):
     while frame is not None:
-        f = frame.f_code.co_filename
-        if not f.startswith(_SKIP) and not f.startswith("<frozen"):
+        if not hidden(frame.f_code.co_filename):
             return frame
         frame = frame.f_back
     return None
@@ -255,10 +265,10 @@ class Hooks:
         skip = self._skip_file
         while frame is not None:
             f = frame.f_code.co_filename
-            hidden = skip.get(f)
-            if hidden is None:
-                hidden = skip[f] = f.startswith(_SKIP) or f.startswith("<frozen")
-            if not hidden:
+            not_programs = skip.get(f)
+            if not_programs is None:
+                not_programs = skip[f] = hidden(f)
+            if not not_programs:
                 break
             frame = frame.f_back
         suffix = ""
@@ -896,7 +906,7 @@ class Hooks:
                 def query(obj):
                     done = orig(obj)
                     if done and not getattr(_quiet, "on", False) and \
-                            not sys._getframe(1).f_code.co_filename.startswith(_SKIP) and \
+                            not hidden(sys._getframe(1).f_code.co_filename) and \
                             not hooks.rec.capturing():
                         sync(getattr(obj, handle))
                     return done
@@ -915,7 +925,7 @@ class Hooks:
     def _follow_threads(self):
         """Threads the program starts, and what hands work from one to another (handovers)."""
         handovers.Follower(self, self._patch, _Mode, _origin, _quiet, _OWN_DIR,
-                           _SKIP).install()
+                           hidden).install()
 
     def _follow_backward(self):
         """backward() (or autograd.grad) on a thread other than the main one: autograd's
