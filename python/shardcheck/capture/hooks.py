@@ -494,6 +494,9 @@ class Hooks:
     # -- collectives ---------------------------------------------------------------------
     def _group(self, pg):
         import torch.distributed as dist
+        hint = getattr(self._tls, "group_hint", None)
+        if hint is not None and not isinstance(pg, dist.ProcessGroup):
+            pg = hint  # torch 1.x: an opaque ScriptObject; the group whose method made the call
         if not isinstance(pg, dist.ProcessGroup) and hasattr(dist.ProcessGroup, "unbox"):
             try:
                 pg = dist.ProcessGroup.unbox(pg)  # the dispatcher passes a ScriptObject
@@ -784,6 +787,72 @@ class Hooks:
              lambda i, o: i.numel())
         wrap("barrier", "barrier", lambda a: (None, None), lambda i, o: 0)
 
+    def _hint_p2p_groups(self):
+        """torch 1.x hands the c10d operators of a send or recv an opaque ScriptObject for its
+        process group, whose ranks and name Python cannot read: the group is the ProcessGroup
+        whose send or recv method the program's torch.distributed call went through (without
+        it, every such transfer was recorded on the world's ranks, under a name no other record
+        of the group has)."""
+        import torch.distributed as dist
+        hooks = self
+
+        def make(orig):
+            def call(pg, *args, **kwargs):
+                previous = getattr(hooks._tls, "group_hint", None)
+                hooks._tls.group_hint = pg
+                try:
+                    return orig(pg, *args, **kwargs)
+                finally:
+                    hooks._tls.group_hint = previous
+            return call
+
+        for name in ("send", "recv"):
+            if hasattr(getattr(dist, "ProcessGroup", None), name):
+                self._patch(dist.ProcessGroup, name, make)
+
+    def _follow_any_source(self):
+        """A recv from any source (dist.recv or dist.irecv without src): the process group's
+        recv_anysource, which no c10d operator records with its sender. The sender is known
+        once the recv has finished (work._source_rank()): the recv is recorded then, at the line
+        that issued it, from that sender. A blocking recv finishes before its rank issues
+        anything else, so its record stands where it was issued; an irecv's stands where its
+        work is waited for. A recv whose work is never waited for from Python is not recorded."""
+        import torch.distributed as dist
+        work_type = getattr(getattr(torch._C, "_distributed_c10d", None), "Work", None)
+        if work_type is None or not hasattr(getattr(dist, "ProcessGroup", None),
+                                            "recv_anysource"):
+            return
+        hooks = self
+        pending = {}  # id(work) -> (work, tensors, group, tag, stream, site)
+
+        def make_recv(orig):
+            def recv_anysource(pg, tensors, tag=0, *args, **kwargs):
+                site, stream = hooks.site(), hooks.current_stream()
+                inside = getattr(hooks._tls, "inside", False)
+                hooks._tls.inside = True  # its c10d operator, where there is one, has no sender
+                try:
+                    work = orig(pg, tensors, tag, *args, **kwargs)
+                finally:
+                    hooks._tls.inside = inside
+                pending[id(work)] = (work, list(tensors), pg, tag, stream, site)
+                return work
+            return recv_anysource
+
+        def make_wait(orig):
+            def wait(work, *args, **kwargs):
+                out = orig(work, *args, **kwargs)
+                entry = pending.pop(id(work), None)
+                if entry is not None:
+                    _, tensors, pg, tag, stream, site = entry
+                    hooks._record_calls("torch.distributed.recv",
+                                        [("recv", t, t, t.numel()) for t in tensors], pg, "none",
+                                        0, work._source_rank(), tag, stream, site)
+                return out
+            return wait
+
+        self._patch(dist.ProcessGroup, "recv_anysource", make_recv)
+        self._patch(work_type, "wait", make_wait)
+
     def _hint_reduce_ops(self):
         """The dispatcher passes a ReduceOp as an opaque script object: take the reduction
         from the torch.distributed call that makes the collective, where Python has it."""
@@ -964,6 +1033,8 @@ class Hooks:
                 self._hint_reduce_ops()
             else:
                 self._wrap_distributed()
+                self._hint_p2p_groups()
+            self._follow_any_source()
         except ImportError:
             pass
         self._mode = _Mode(self)
