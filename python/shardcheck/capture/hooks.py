@@ -810,6 +810,33 @@ class Hooks:
             if hasattr(getattr(dist, "ProcessGroup", None), name):
                 self._patch(dist.ProcessGroup, name, make)
 
+    def _follow_monitored_barrier(self):
+        """monitored_barrier (gloo's): a barrier of its group that the backend makes of sends
+        to and from the group's rank 0, which no c10d operator shows. Recorded as the group's
+        barrier before it runs, so that a rank whose peers never come (the barrier times out
+        and raises) still has it in its file."""
+        import torch.distributed as dist
+        if not hasattr(getattr(dist, "ProcessGroup", None), "monitored_barrier"):
+            return
+        hooks = self
+
+        def make(orig):
+            def monitored_barrier(pg, *args, **kwargs):
+                hooks._record_calls("torch.distributed.monitored_barrier",
+                                    [("barrier", None, None, 0)], pg, "none", 0, None, 0,
+                                    hooks.current_stream(), hooks.site())
+                inside = getattr(hooks._tls, "inside", False)
+                hooks._tls.inside = True
+                hooks._enter_collective("torch.distributed.monitored_barrier")
+                try:
+                    return orig(pg, *args, **kwargs)
+                finally:
+                    hooks._leave_collective()
+                    hooks._tls.inside = inside
+            return monitored_barrier
+
+        self._patch(dist.ProcessGroup, "monitored_barrier", make)
+
     def _follow_any_source(self):
         """A recv from any source (dist.recv or dist.irecv without src): the process group's
         recv_anysource, which no c10d operator records with its sender. The sender is known
@@ -1035,6 +1062,7 @@ class Hooks:
                 self._wrap_distributed()
                 self._hint_p2p_groups()
             self._follow_any_source()
+            self._follow_monitored_barrier()
         except ImportError:
             pass
         self._mode = _Mode(self)
