@@ -1,9 +1,10 @@
 """Rank 1 gathers its two tensors in the other order, with the list form of all_gather (the
 form PyTorch's test_all_gather, gather and scatter tests use): equal shapes, so gloo runs it and
-every rank silently receives rank 1's tensors swapped. The same swap with all_reduce is a
-collective_swap (examples/pytorch/collective_order_bug.py); on torch 1.x the list form of
-all_gather (and gather, scatter, the coalesced forms) is not recorded as a collective, so
-nothing is found. --fix gathers in one order on every rank."""
+every rank silently receives rank 1's tensors swapped (rank 0 prints it). On torch 1.x the
+capture records each all_gather as the operator c10d::allgather_ (its memory), not as a
+collective: the rank files hold no `coll` record, where the same program with all_reduce holds
+two. (On CPU the all_reduce swap is not found either: CPU collectives are not named by where
+their tensor was made, docs/capture.md.) --fix gathers in one order on every rank."""
 import sys
 
 import torch
