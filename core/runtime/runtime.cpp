@@ -26,8 +26,9 @@ std::string_view to_string(CollectiveKind k) {
 
 bool different_tensors(const TensorOrigin& a, const TensorOrigin& b) {
   using Kind = TensorOrigin::Kind;
-  if (a.kind == Kind::none || b.kind == Kind::none) return false;
-  if (a.kind != b.kind || a.where != b.where) return true;
+  if (a.kind == Kind::none || b.kind == Kind::none || a.kind != b.kind) return false;
+  if (a.kind == Kind::parameter) return a.where != b.where;
+  if (a.where != b.where) return a.exact && b.exact;
   return a.nth >= 0 && b.nth >= 0 && a.of == b.of && a.nth != b.nth;
 }
 

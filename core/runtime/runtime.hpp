@@ -51,10 +51,15 @@ struct TensorOrigin {
   std::string where;  // allocated: "file:line"; parameter: its name ("fc.weight")
   int64_t nth = -1;   // allocated: the tensors the rank allocated there before it (-1: not said)
   int64_t of = -1;    // allocated: the tensors the rank had allocated there by the collective
+  // allocated: the capture saw every free where it happened (the device reports them), so the
+  // line is where this very tensor was made (CPU: a new tensor at a freed one's address may be
+  // taken for the old one for a while)
+  bool exact = true;
 };
-// Whether two known origins name different tensors: other lines or parameters, or other places
-// in the order of one line's tensors where both ranks had allocated as many there (ranks that
-// allocated different numbers at a line number them differently, so only the line is compared).
+// Whether two known origins name different tensors: two parameters of other names; tensors made
+// at other lines, where both lines are exact; or other places in the order of one line's tensors
+// where both ranks had allocated as many there (ranks that allocated different numbers at a line
+// number them differently). A parameter and an allocated tensor are not told apart.
 bool different_tensors(const TensorOrigin& a, const TensorOrigin& b);
 // "the 2nd tensor allocated at t.py:12", "the tensor allocated at t.py:12", "parameter 'fc.weight'";
 // "" for none.

@@ -155,6 +155,7 @@ struct Header {
   int world_size = 0;
   Allocator allocator = Allocator::caching;
   std::string allocator_name = "native";
+  bool cpu = false;  // the header's `device` is "cpu"
 };
 
 // The checks on one parsed line: a field's presence and type, with the record's line.
@@ -915,6 +916,7 @@ Header read_header(Lines& lines, const std::string& file, int file_rank) {
       f.fail("allocator '" + std::string(a) + "' is not one the checker models (native, cudaMallocAsync)");
     }
   }
+  if (const Value* d = j.find("device"); d && d->type == Type::string) h.cpu = f.str("device") == "cpu";
   (void)file;
   return h;
 }
@@ -932,6 +934,7 @@ Expected<std::string> read_headers(const std::string& dir, const std::map<int, s
       if (first_file.empty()) {
         p.world_size = h.world_size;
         p.allocator = h.allocator;
+        p.frees_seen = !h.cpu && h.allocator == Allocator::caching;
         first_allocator = h.allocator_name;
         first_file = path;
       } else if (h.world_size != p.world_size) {

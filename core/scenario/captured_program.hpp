@@ -172,6 +172,9 @@ struct CapturedProgram {
   // The allocator the ranks ran under (the header's `allocator`): caching for torch's native
   // one, stream_ordered for cudaMallocAsync.
   Allocator allocator = Allocator::caching;
+  // The device reported every free where it happened (CUDA's caching allocator; not CPU tensors
+  // nor cudaMallocAsync, whose frees the capture finds later): a buffer is one tensor's storage.
+  bool frees_seen = true;
   std::vector<CapturedRank> ranks;
   std::vector<CapturedGroup> groups;
   std::vector<std::string> strings;      // operator and collective names, tags; 0 is ""

@@ -137,6 +137,7 @@ class RankCalls {
     out.where = p_.strings[static_cast<size_t>(o.where)];
     out.nth = o.nth;
     out.of = o.of;
+    out.exact = p_.frees_seen;
     return out;
   }
 

@@ -424,6 +424,30 @@ class TorchCpuTest(unittest.TestCase):
             self.assertEqual(by_line[11][0][1], [[1, 0, 32]])
             self.assertEqual(read(path)[-1]["k"], "end")
 
+    def test_sites_name_torchs_own_distributed_tests_not_torch(self):
+        # torch's distributed tests live in torch's tree; their lines are the program's (every
+        # record of PyTorch's DistributedTest was named "<string>:1", the spawn bootstrap),
+        # while torch's library stays hidden behind them.
+        import torch
+
+        from shardcheck import capture
+        from shardcheck.capture import hooks
+        root = os.path.dirname(os.path.abspath(torch.__file__))
+        test_file = os.path.join(root, "testing", "_internal", "distributed", "x_test.py")
+        library = os.path.join(root, "testing", "_internal", "common_distributed.py")
+        self.assertFalse(hooks.hidden(test_file))
+        self.assertTrue(hooks.hidden(library))
+        self.assertTrue(hooks.hidden(os.path.join(root, "distributed", "distributed_c10d.py")))
+        scope = {"torch": torch}
+        exec(compile("def make():\n    return torch.ones(4)\n", test_file, "exec"), scope)
+        with tempfile.TemporaryDirectory() as d:
+            with capture(d, device="cpu"):
+                scope["make"]()
+            path = os.path.join(d, "rank-0.jsonl")
+            sites = {r["id"]: (r["file"], r["line"]) for r in records(path, "site")}
+            ones = [sites[r["at"]] for r in records(path, "op") if r["name"] == "aten::ones"]
+            self.assertEqual(ones, [(test_file, 2)])
+
     def test_a_thread_the_program_starts_is_captured_on_its_own_timeline(self):
         # Its operators too (a dispatch mode is per thread), ordered with the program's thread
         # by the thread's start and join and the queue's put and get.

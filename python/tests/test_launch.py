@@ -162,6 +162,69 @@ t = torch.ones(8)
 dist.all_reduce(t)
 time.sleep(60)
 """,
+    # Rank 0 receives from whichever rank sends first, blocking and not, as PyTorch's
+    # test_send_recv_any_source does; the value received says who sent it.
+    "any_source.py": """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+senders = []
+if rank == 0:
+    for _ in range(1, world):
+        t = torch.full((4,), -1.0)
+        sender = dist.recv(t)
+        assert t.eq(sender).all(), (sender, t)
+        senders.append(sender)
+        t = torch.full((4,), -1.0)
+        work = dist.irecv(t)
+        work.wait()
+        assert t.eq(work._source_rank()).all(), (work._source_rank(), t)
+        senders.append(work._source_rank())
+    assert sorted(senders) == sorted(2 * list(range(1, world))), senders
+else:
+    t = torch.full((4,), float(rank))
+    dist.send(t, 0)
+    dist.send(t, 0)
+dist.barrier()
+""",
+    # Rank 3 sends to rank 1 on their own group, where rank 1 is the group's rank 0.
+    "p2p_subgroup.py": """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+pair = dist.new_group([1, 3])
+t = torch.full((4,), float(dist.get_rank()))
+if dist.get_rank() == 3:
+    dist.send(t, 1, group=pair)
+elif dist.get_rank() == 1:
+    dist.recv(t, 3, group=pair)
+    assert t.eq(3).all(), t
+dist.barrier()
+""",
+    # Every rank passes a monitored barrier; then rank 1 skips one, which rank 0 reports, as
+    # PyTorch's test_monitored_barrier_gloo has it (with --fix every rank calls it).
+    "monitored_barrier.py": """
+import sys
+from datetime import timedelta
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.ones(4)
+dist.all_reduce(t)
+dist.monitored_barrier(timeout=timedelta(seconds=20))
+dist.all_reduce(t)
+if "--fix" in sys.argv or rank != 1:
+    try:
+        dist.monitored_barrier(timeout=timedelta(seconds=2 if rank == 0 else 20))
+        assert "--fix" in sys.argv, "rank 1 skipped the barrier: it cannot pass"
+    except RuntimeError as e:
+        assert "--fix" not in sys.argv, e
+        assert rank != 0 or "Rank 1 failed to pass monitoredBarrier" in str(e), e
+# Rank 0's failure closes gloo's pairs: the ranks wait for it on the store, no collective.
+store = dist.distributed_c10d._get_default_store()
+if rank == 0:
+    store.set("done", "1")
+store.wait(["done"])
+""",
     # Every rank but 3 waits in a collective that rank 3 is late to: time to signal.
     "slow.py": """
 import time
@@ -200,15 +263,15 @@ class LauncherTest(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
-    def launch(self, program, *extra, check=True):
+    def launch(self, program, *extra, check=True, args=()):
         cmd = [sys.executable, "-m", "shardcheck.capture", "--nproc-per-node", "4", "--out",
                "cap", "--device", "cpu", "--timeout", "4"] + (["--check"] if check else []) + \
-            list(extra) + ["--", program]
+            list(extra) + ["--", program] + list(args)
         return subprocess.Popen(cmd, cwd=self.dir, env=dict(os.environ, PYTHONPATH=PYROOT),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def run_launch(self, program, *extra, check=True):
-        p = self.launch(program, *extra, check=check)
+    def run_launch(self, program, *extra, check=True, args=()):
+        p = self.launch(program, *extra, check=check, args=args)
         out, err = p.communicate(timeout=120)
         return p.returncode, out, err
 
@@ -223,6 +286,56 @@ class LauncherTest(unittest.TestCase):
             self.assertNotIn("partial", end)
         if os.environ.get("SHARDCHECK_BIN"):
             self.assertIn("clean   cap: no findings", out)
+
+    def test_a_recv_from_any_source_is_recorded_from_the_rank_that_sent_it(self):
+        # Unrecorded, every send to rank 0 was left without its recv: a deadlock.
+        checking = bool(os.environ.get("SHARDCHECK_BIN"))
+        code, out, err = self.run_launch("any_source.py", check=checking)
+        self.assertEqual(code, 0, out + err)  # the program asserted what each recv got
+        with open(os.path.join(self.dir, "cap", "rank-0.jsonl")) as f:
+            rows = [json.loads(line) for line in f]
+        lines = {r["id"]: r["line"] for r in rows if r.get("k") == "site"}
+        recvs = [(r["peer"], lines[r["at"]]) for r in rows if r.get("k") == "recv"]
+        self.assertEqual(sorted(p for p, _ in recvs), [1, 1, 2, 2, 3, 3])
+        self.assertEqual({line for _, line in recvs}, {8, 12})  # the recv and the irecv
+        if checking:
+            self.assertIn("clean   cap: no findings", out)
+
+    def test_a_send_on_a_group_names_that_group_and_its_peers_global_rank(self):
+        # torch 1.x hands the operator an opaque group: the pair was recorded on the world,
+        # rank 3 sending to rank 0 (the pair's rank 0 read as a world rank).
+        checking = bool(os.environ.get("SHARDCHECK_BIN"))
+        code, out, err = self.run_launch("p2p_subgroup.py", check=checking)
+        self.assertEqual(code, 0, out + err)  # rank 1 asserted it got rank 3's tensor
+        for rank, kind, peer in ((3, "send", 1), (1, "recv", 3)):
+            with open(os.path.join(self.dir, "cap", "rank-%d.jsonl" % rank)) as f:
+                rows = [json.loads(line) for line in f]
+            groups = {r["id"]: r["ranks"] for r in rows if r.get("k") == "group"}
+            p2p = [(r["peer"], groups[r["group"]]) for r in rows if r.get("k") == kind]
+            self.assertEqual(p2p, [(peer, [1, 3])])
+        if checking:
+            self.assertIn("clean   cap: no findings", out)
+
+    def test_a_monitored_barrier_is_its_groups_barrier_and_one_a_rank_skips_is_found(self):
+        # The backend makes it of sends no operator shows: unrecorded, a rank that skipped it
+        # was clean. Each program asserts what gloo did (rank 0 names rank 1 as missing).
+        checking = bool(os.environ.get("SHARDCHECK_BIN"))
+        for extra, skipped in ((["--fix"], False), ([], True)):
+            with self.subTest(skipped=skipped):
+                shutil.rmtree(os.path.join(self.dir, "cap"), ignore_errors=True)
+                code, out, err = self.run_launch("monitored_barrier.py", *[], check=checking,
+                                                 args=extra)
+                barriers = []
+                for rank in range(4):
+                    with open(os.path.join(self.dir, "cap", "rank-%d.jsonl" % rank)) as f:
+                        rows = [json.loads(line) for line in f]
+                    barriers.append(sum(r.get("name") == "torch.distributed.monitored_barrier"
+                                        for r in rows if r.get("k") == "coll"))
+                    self.assertNotIn("partial", rows[-1], rows[-1])  # gloo's error was caught
+                self.assertEqual(barriers, [2, 1, 2, 2] if skipped else [2, 2, 2, 2])
+                if checking:
+                    self.assertEqual(code, 1 if skipped else 0, out + err)
+                    self.assertIn("[deadlock]" if skipped else "clean   cap: no findings", out)
 
     def test_a_forked_child_that_exits_leaves_every_rank_file_as_its_rank_wrote_it(self):
         code, out, err = self.run_launch("forks.py", check=bool(os.environ.get("SHARDCHECK_BIN")))

@@ -156,8 +156,10 @@ class ReproducerTest(unittest.TestCase):
             code, out = self.verdict(self.capture(d, "double", "double_reduction.py"))
             self.assertEqual(code, 1, out)
             self.assertIn("[double_reduction] all_reduce (sum) at "
-                          "examples/pytorch/double_reduction.py:66 over ranks 0, 1 sums what all_reduce "
-                          "at examples/pytorch/double_reduction.py:42 already reduced", out)
+                          "examples/pytorch/double_reduction.py:66 over ranks 0, 1 adds up copies of what "
+                          "all_reduce at examples/pytorch/double_reduction.py:42 already made whole on each "
+                          "of them: the result counts every rank's loss 2 times", out)
+            self.assertNotIn("collective_swap", out)
             code, out = self.verdict(self.capture(d, "fix", "double_reduction.py", "--fix"))
             self.assertEqual(code, 0, out)
             cap = self.capture(d, "off", "double_reduction.py", values=False)

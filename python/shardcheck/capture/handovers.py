@@ -30,7 +30,7 @@ import threading
 class Follower:
     """Installs the patches for one Hooks: patch(owner, name, make) records each for undoing."""
 
-    def __init__(self, hooks, patch, mode, origin, quiet, own_dir, skip):
+    def __init__(self, hooks, patch, mode, origin, quiet, own_dir, hidden):
         self.hooks = hooks
         self.rec = hooks.rec
         self.patch = patch
@@ -38,7 +38,7 @@ class Follower:
         self.origin = origin  # thread-local: .site names work with no frame of the program's
         self.quiet = quiet  # thread-local: .on while the capture's own threads run
         self.own_dir = own_dir
-        self.skip = skip  # path prefixes that are not the program's (torch, stdlib, capture)
+        self.hidden = hidden  # filename -> not the program's (torch, stdlib, capture)
         self.keys = itertools.count(1)
 
     # -- helpers -------------------------------------------------------------------------
@@ -60,7 +60,7 @@ class Follower:
         """True when the frame `depth` above the caller is the program's (not torch's, the
         standard library's or the capture's)."""
         f = sys._getframe(depth + 1).f_code.co_filename
-        return not (f.startswith(self.skip) or f.startswith("<frozen"))
+        return not self.hidden(f)
 
     def install(self):
         self.threads()

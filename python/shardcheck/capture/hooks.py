@@ -31,6 +31,17 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"])
 _SKIP = (_TORCH_DIR + os.sep, _OWN_DIR + os.sep, _STDLIB + os.sep)
+# Inside torch's tree but a program, not the library: torch's own distributed tests
+# (distributed_test.py and its siblings), whose lines findings name.
+_PROGRAMS_IN_TORCH = (os.path.join(_TORCH_DIR, "testing", "_internal", "distributed") + os.sep,)
+
+
+def hidden(filename):
+    """True for a frame that is not the program's: torch's (but for its own distributed test
+    programs), the standard library's, the capture's, and frozen modules'."""
+    if filename.startswith(_SKIP):
+        return not filename.startswith(_PROGRAMS_IN_TORCH)
+    return filename.startswith("<frozen")
 
 _DTYPES = {
     torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
@@ -208,8 +219,7 @@ _LOWERING = ("DTensor", "AsyncCollectiveTensor")
 
 def _user_frame(frame):
     while frame is not None:
-        f = frame.f_code.co_filename
-        if not f.startswith(_SKIP) and not f.startswith("<frozen"):
+        if not hidden(frame.f_code.co_filename):
             return frame
         frame = frame.f_back
     return None
@@ -375,10 +385,10 @@ class Hooks:
         skip = self._skip_file
         while frame is not None:
             f = frame.f_code.co_filename
-            hidden = skip.get(f)
-            if hidden is None:
-                hidden = skip[f] = f.startswith(_SKIP) or f.startswith("<frozen")
-            if not hidden:
+            not_programs = skip.get(f)
+            if not_programs is None:
+                not_programs = skip[f] = hidden(f)
+            if not not_programs:
                 break
             frame = frame.f_back
         suffix = ""
@@ -605,6 +615,9 @@ class Hooks:
     # -- collectives ---------------------------------------------------------------------
     def _group(self, pg):
         import torch.distributed as dist
+        hint = getattr(self._tls, "group_hint", None)
+        if hint is not None and not isinstance(pg, dist.ProcessGroup):
+            pg = hint  # torch 1.x: an opaque ScriptObject; the group whose method made the call
         if not isinstance(pg, dist.ProcessGroup) and hasattr(dist.ProcessGroup, "unbox"):
             try:
                 pg = dist.ProcessGroup.unbox(pg)  # the dispatcher passes a ScriptObject
@@ -992,6 +1005,99 @@ class Hooks:
         if not self.cuda:
             p2p.Requests(self, self._patch, _quiet, tensor_span, dtype_and_count).install()
 
+    def _hint_p2p_groups(self):
+        """torch 1.x hands the c10d operators of a send or recv an opaque ScriptObject for its
+        process group, whose ranks and name Python cannot read: the group is the ProcessGroup
+        whose send or recv method the program's torch.distributed call went through (without
+        it, every such transfer was recorded on the world's ranks, under a name no other record
+        of the group has)."""
+        import torch.distributed as dist
+        hooks = self
+
+        def make(orig):
+            def call(pg, *args, **kwargs):
+                previous = getattr(hooks._tls, "group_hint", None)
+                hooks._tls.group_hint = pg
+                try:
+                    return orig(pg, *args, **kwargs)
+                finally:
+                    hooks._tls.group_hint = previous
+            return call
+
+        for name in ("send", "recv"):
+            if hasattr(getattr(dist, "ProcessGroup", None), name):
+                self._patch(dist.ProcessGroup, name, make)
+
+    def _follow_monitored_barrier(self):
+        """monitored_barrier (gloo's): a barrier of its group that the backend makes of sends
+        to and from the group's rank 0, which no c10d operator shows. Recorded as the group's
+        barrier before it runs, so that a rank whose peers never come (the barrier times out
+        and raises) still has it in its file."""
+        import torch.distributed as dist
+        if not hasattr(getattr(dist, "ProcessGroup", None), "monitored_barrier"):
+            return
+        hooks = self
+
+        def make(orig):
+            def monitored_barrier(pg, *args, **kwargs):
+                hooks._record_calls("torch.distributed.monitored_barrier",
+                                    [Call("barrier", None, None, 0)], pg, "none", 0, None, 0,
+                                    hooks.current_stream(), hooks.site())
+                inside = getattr(hooks._tls, "inside", False)
+                hooks._tls.inside = True
+                hooks._enter_collective("torch.distributed.monitored_barrier")
+                try:
+                    return orig(pg, *args, **kwargs)
+                finally:
+                    hooks._leave_collective()
+                    hooks._tls.inside = inside
+            return monitored_barrier
+
+        self._patch(dist.ProcessGroup, "monitored_barrier", make)
+
+    def _follow_any_source(self):
+        """A recv from any source (dist.recv or dist.irecv without src): the process group's
+        recv_anysource, which no c10d operator records with its sender. The sender is known
+        once the recv has finished (work._source_rank()): the recv is recorded then, at the line
+        that issued it, from that sender. A blocking recv finishes before its rank issues
+        anything else, so its record stands where it was issued; an irecv's stands where its
+        work is waited for. A recv whose work is never waited for from Python is not recorded."""
+        import torch.distributed as dist
+        work_type = getattr(getattr(torch._C, "_distributed_c10d", None), "Work", None)
+        if work_type is None or not hasattr(getattr(dist, "ProcessGroup", None),
+                                            "recv_anysource"):
+            return
+        hooks = self
+        pending = {}  # id(work) -> (work, tensors, group, tag, stream, site)
+
+        def make_recv(orig):
+            def recv_anysource(pg, tensors, tag=0, *args, **kwargs):
+                site, stream = hooks.site(), hooks.current_stream()
+                inside = getattr(hooks._tls, "inside", False)
+                hooks._tls.inside = True  # its c10d operator, where there is one, has no sender
+                try:
+                    work = orig(pg, tensors, tag, *args, **kwargs)
+                finally:
+                    hooks._tls.inside = inside
+                pending[id(work)] = (work, list(tensors), pg, tag, stream, site)
+                return work
+            return recv_anysource
+
+        def make_wait(orig):
+            def wait(work, *args, **kwargs):
+                out = orig(work, *args, **kwargs)
+                entry = pending.pop(id(work), None)
+                if entry is not None:
+                    _, tensors, pg, tag, stream, site = entry
+                    hooks._record_calls("torch.distributed.recv",
+                                        [Call("recv", t, t, t.numel()) for t in tensors], pg, "none",
+                                        0, work._source_rank(), tag, stream, site)
+                return out
+            return wait
+
+        self._patch(dist.ProcessGroup, "recv_anysource", make_recv)
+        self._patch(work_type, "wait", make_wait)
+
     def _hint_reduce_ops(self):
         """The dispatcher passes a ReduceOp as an opaque script object: take the reduction
         from the torch.distributed call that makes the collective, where Python has it."""
@@ -1114,7 +1220,7 @@ class Hooks:
                 def query(obj):
                     done = orig(obj)
                     if done and not getattr(_quiet, "on", False) and \
-                            not sys._getframe(1).f_code.co_filename.startswith(_SKIP) and \
+                            not hidden(sys._getframe(1).f_code.co_filename) and \
                             not hooks.rec.capturing():
                         sync(getattr(obj, handle))
                     return done
@@ -1133,7 +1239,7 @@ class Hooks:
     def _follow_threads(self):
         """Threads the program starts, and what hands work from one to another (handovers)."""
         handovers.Follower(self, self._patch, _Mode, _origin, _quiet, _OWN_DIR,
-                           _SKIP).install()
+                           hidden).install()
 
     def _follow_backward(self):
         """backward() (or autograd.grad) on a thread other than the main one: autograd's
@@ -1172,7 +1278,12 @@ class Hooks:
                 self._hint_reduce_ops()
             else:
                 self._wrap_distributed()
+                if self.cuda:  # on CPU, p2p.Requests records gloo's transfers with their group
+                    self._hint_p2p_groups()
             self._follow_p2p()
+            if self.cuda:  # on CPU, p2p.Requests follows a recv from any source
+                self._follow_any_source()
+            self._follow_monitored_barrier()
         except ImportError:
             pass
         self._mode = _Mode(self)

@@ -143,9 +143,10 @@ class Requests:
             tensors, tag = _args(args, kwargs, [("tensors",), ("tag",)])
             if not requests._followed(tensors):
                 return orig(pg, *args, **kwargs)
+            site = requests.hooks.site()
             work = requests._call(orig, "irecv from any rank", (pg,) + args, kwargs)
             if work is not None:
-                requests.pending[work] = ([], "irecv from any rank", (pg, tensors, tag or 0))
+                requests.pending[work] = ([], "irecv from any rank", (pg, tensors, tag or 0, site))
             return work
         return post
 
@@ -154,10 +155,10 @@ class Requests:
         """The host has waited for `work` at `site`: it syncs with each request's end."""
         ends, what, any_source = entry
         if any_source is not None:  # its source is known now that it is done
-            pg, tensors, tag = any_source
+            pg, tensors, tag, posted = any_source  # named by the line that issued it
             source = getattr(work, "_source_rank", None) or getattr(work, "source_rank", None)
             try:
-                ends, _ = self._record("recv", pg, tensors, source(), tag, site)
+                ends, _ = self._record("recv", pg, tensors, source(), tag, posted)
             except Exception:
                 return
         for end in ends:

@@ -47,6 +47,10 @@ def _race(file, *lines):
     return ("stream_race", [f"{E}{file}:{n}" for n in lines])
 
 
+def _value(kind, file, *lines):
+    return (kind, [f"{E}{file}:{n}" for n in lines])
+
+
 ASYNC = {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
 EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 GLOO = {"EXAMPLE_BACKEND": "gloo"}
@@ -86,6 +90,26 @@ CASES = [
           ranks=4),
     *pair("uneven-gather", E + "uneven_gather.py",
           [("collective_mismatch", [E + "uneven_gather.py:43"])], timeout=20),
+    *pair("expert-parallel", E + "expert_parallel.py",
+          [_value("divisor_mismatch", "expert_parallel.py", 91, 92)], ranks=4, timeout=25),
+    *pair("double-reduction", E + "double_reduction.py",
+          [_value("double_reduction", "double_reduction.py", 66)], ranks=4, timeout=25),
+    *pair("double-reduction-ddp", E + "double_reduction.py",
+          [_value("double_reduction", "double_reduction.py", 66)], ranks=4, args=["--ddp"],
+          timeout=25),
+    *pair("replica-drift", E + "replica_drift.py",
+          [_value("missing_reduction", "replica_drift.py", 57)], ranks=4, timeout=25),
+    *pair("replica-drift-lr", E + "replica_drift.py",
+          [_value("replica_divergence", "replica_drift.py", 57)], ranks=4, args=["--scheduler"],
+          timeout=25),
+    *pair("tied-norm", E + "tied_norm.py", [_value("grad_norm_miscount", "tied_norm.py", 62)],
+          timeout=25),
+    *pair("tp-norm", E + "tp_norm.py", [_value("grad_norm_miscount", "tp_norm.py", 87)],
+          timeout=25),
+    *pair("dtensor-tp", E + "dtensor_tp.py", [_value("grad_norm_miscount", "dtensor_tp.py", 52)],
+          timeout=25),
+    *pair("main-grad-norm", E + "main_grad_norm.py",
+          [_value("grad_norm_miscount", "main_grad_norm.py", 71)], timeout=25),
     case("ddp-train", E + "ddp_train.py", [], ranks=4, timeout=25),
     case("fsdp2-train", E + "fsdp2_train.py", [], ranks=4, timeout=25),
     case("fsdp2-hsdp", E + "fsdp2_train.py", [], ranks=4, args=["--hsdp"], timeout=25),
