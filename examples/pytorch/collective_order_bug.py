@@ -10,15 +10,15 @@ import sys
 import torch
 import torch.distributed as dist
 
-from _launch import finish, init
+from _launch import device, finish, init
 
 FIX = "--fix" in sys.argv
 
 
 def main():
     rank, world = init()
-    weight_grad = torch.full((1024,), 1.0 + rank, device="cuda")
-    bias_grad = torch.full((1024,), 10.0 + rank, device="cuda")
+    weight_grad = torch.full((1024,), 1.0 + rank, device=device())
+    bias_grad = torch.full((1024,), 10.0 + rank, device=device())
     order = [weight_grad, bias_grad]
     if rank == 1 and not FIX:
         order.reverse()  # e.g. a dict of buckets iterated in a rank-dependent order

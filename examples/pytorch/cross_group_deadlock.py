@@ -12,7 +12,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from _launch import finish, init
+from _launch import device, finish, init
 
 FIX = "--fix" in sys.argv
 
@@ -25,8 +25,8 @@ def main():
     second = {tuple(p): dist.new_group(p) for p in pairs}
     mine = next(p for p in pairs if rank in p)
     a, b = first[tuple(mine)], second[tuple(mine)]
-    grads = torch.full((4096,), float(rank), device="cuda")
-    stats = torch.full((16,), float(rank), device="cuda")
+    grads = torch.full((4096,), float(rank), device=device())
+    stats = torch.full((16,), float(rank), device=device())
     order = [(grads, a), (stats, b)]
     if rank == mine[1] and not FIX:
         order.reverse()  # e.g. the statistics reduced early on one rank
