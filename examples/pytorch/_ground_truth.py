@@ -310,8 +310,9 @@ def gloo_inplace_race(run: Run, seen: _truth.Seen, prog: Any) -> Record:
 
 def uninit_accumulator(run: Run, seen: _truth.Seen, prog: Any) -> Record:
     """What torch.empty handed over for each step's accumulator, and the accumulator all-reduced
-    (what the update subtracts from the parameters). Compared with the fix's run, whose
-    accumulator is zeroed and whose data and weights are the same (one default seed)."""
+    (what the update subtracts from the parameters), to compare with the fix's run: its
+    accumulator zeroed, its weights and data the same (the watch seeds torch's default generator,
+    which the program leaves to torch: Debian's torch seeds it anew in every process)."""
     size = seen.reductions[0].after.numel()
     garbage = [int((e != 0).sum()) for e in seen.empties if e.numel() == size]
     rows = _truth.gather({"garbage": garbage,
@@ -330,6 +331,7 @@ def uninit_accumulator(run: Run, seen: _truth.Seen, prog: Any) -> Record:
 class Truth(NamedTuple):
     record: Callable[[Run, _truth.Seen, Any], Record]
     empties: bool = False  # watch torch.empty too
+    seed: Optional[int] = None  # seed torch's default generator as the watch starts
 
 
 TRUTHS: Dict[str, Truth] = {
@@ -340,7 +342,7 @@ TRUTHS: Dict[str, Truth] = {
     "tp_norm": Truth(tp_norm),
     "dtensor_tp": Truth(dtensor_tp),
     "gloo_inplace_race": Truth(gloo_inplace_race),
-    "uninit_accumulator": Truth(uninit_accumulator, empties=True),
+    "uninit_accumulator": Truth(uninit_accumulator, empties=True, seed=0),
 }
 
 
@@ -351,6 +353,8 @@ class Watch:
     def __init__(self, run: Run, truth: Truth) -> None:
         self.run, self.truth = run, truth
         self.seen = _truth.Seen(empties=truth.empties)
+        if truth.seed is not None:
+            torch.manual_seed(truth.seed)
         self.seen.start()
 
     def record(self) -> None:
