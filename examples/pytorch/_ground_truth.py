@@ -151,7 +151,8 @@ def expert_parallel(run: Run, seen: _truth.Seen, prog: Any) -> Record:
     if dist.get_rank() != 0:
         return None
     router = torch.nn.Linear(16, prog.EP).double()
-    router.load_state_dict({k[len("router."):]: v for k, v in rows[0]["initial"].items() if k.startswith("router.")})
+    router.load_state_dict({k[len("router."):]: v for k, v in rows[0]["initial"].items()
+                            if k.startswith("router.")})
     experts = []
     for e in range(prog.EP):  # expert e as rank e holds it
         expert = torch.nn.Linear(16, 16).double()

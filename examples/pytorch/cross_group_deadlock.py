@@ -1,10 +1,10 @@
 """Two groups of the same two ranks, reduced in opposite orders: each rank's stream waits in
 the collective the other rank has not reached, and the program hangs (on NCCL as on the
-one-GPU backend). With four ranks, ranks 0-1 and 2-3 each make the pair. Run with --fix for the
-repair: one order on every rank.
-
-    python3 -m shardcheck.capture --nproc-per-node 4 --timeout 20 --out DIR --check -- \\
-        examples/pytorch/cross_group_deadlock.py
+one-GPU backend, and on CPU over gloo). With four ranks, ranks 0-1 and 2-3 each make the pair.
+--fix: one order on every rank. Ground truth (uncaptured, no shardcheck): at 2 CPU ranks both
+are still inside their first all_reduce (line 34) when a watchdog ends them, 6 s after their
+group was made (faulthandler's traceback); --fix prints the pair's sums, grads 1 and stats 1
+(python/tests/test_example_truth.py). Captured: --nproc-per-node 4 --timeout 20.
 """
 
 import sys

@@ -1,11 +1,11 @@
-"""An in-place update that races with an asynchronous gloo all-reduce of a CUDA tensor.
-
-gloo reduces CUDA tensors on the host: it copies the tensor out on a stream of its own, a
-worker thread waits for that copy, reduces, and writes the result back on its stream; wait()
-makes the caller's stream wait for the write-back. Here the gradient is clipped in place before
-wait(), so the clip races with gloo's copy-out and its write-back. Run with --fix for the
-repair: wait() before touching the tensor. Needs EXAMPLE_BACKEND=gloo (the capture's launcher
-sets nothing: pass it in the environment).
+"""An in-place update that races with an asynchronous gloo all-reduce. gloo reduces a CUDA
+tensor on the host: it copies the tensor out on a stream of its own, a worker thread waits for
+that copy, reduces, and writes the result back on its stream; wait() makes the caller's stream
+wait for the write-back. Here the gradient is clipped in place before wait(), so the clip races
+with gloo's copy-out and write-back (on CPU, with the worker thread's in-place reduction). --fix:
+wait() first. A GPU run needs EXAMPLE_BACKEND=gloo. Ground truth (--check-truth OUT.json, CPU, no
+shardcheck): each step's tensor after wait() against the ranks' sum and that sum clipped: the
+bug ends steps with other values (sums of clipped gradients); --fix's reduction is always exact.
 """
 
 import sys
