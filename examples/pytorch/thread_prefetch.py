@@ -3,9 +3,9 @@ copies each batch to the GPU on a stream of its own and waits for the copy (sync
 it puts the batch into the queue first: the program's thread can take it and multiply with it
 while the copy still writes it. Were every thread's waits on one host timeline, the prefetcher's
 wait, made before the multiply was issued, would look like it ordered the two; on the
-prefetcher's own timeline nothing does. --fix: wait for the copy, then put the batch. Ground
-truth (GPU only, no shardcheck): CUDA's documented stream semantics; the measurement to run is
-in examples/pytorch/README.md.
+prefetcher's own timeline nothing does. --fix: wait for the copy, then put the batch.
+Ground truth (GPU only, no shardcheck): CUDA's documented stream semantics; the measurement to
+run is in examples/pytorch/README.md.
 """
 
 import queue
