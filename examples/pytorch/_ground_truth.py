@@ -76,11 +76,11 @@ def _compare_groups(rows: List[Dict[str, Any]], ref: Dict[str, torch.Tensor],
     return {k: _truth.summarize(v) for k, v in sorted(found.items())}
 
 
-def _spread(rows: List[Dict[str, Any]], key: str, group: Callable[[str], str]) -> Dict[str, float]:
-    """The largest difference between ranks of `key` (a dict of named tensors), by group."""
+def _spread(copies: List[Dict[str, torch.Tensor]], group: Callable[[str], str]) -> Dict[str, float]:
+    """The largest difference between the ranks' copies (each a dict of named tensors), by group."""
     out: Dict[str, float] = {}
-    for name in rows[0][key]:
-        spread = _truth.replica_spread([row[key][name] for row in rows])
+    for name in copies[0]:
+        spread = _truth.replica_spread([copy[name] for copy in copies])
         out[group(name)] = max(out.get(group(name), 0.0), spread)
     return out
 
@@ -112,11 +112,10 @@ def replica_drift(run: Run, seen: _truth.Seen, prog: Any) -> Record:
     steps = range(len(rows[0]["lr"]))
     record = _header(run, "replica_divergence" if "--scheduler" in run.flags else "missing_reduction")
     record.update(_compare_groups(rows, ref, part))
-    record["initial_spread"] = max(_spread(rows, "initial", part).values())
+    record["initial_spread"] = max(_spread([row["initial"] for row in rows], part).values())
     record["lr_by_rank"] = [row["lr"] for row in rows]
-    record["grad_spread"] = [max(_spread([{"g": row["step_grads"][k]} for row in rows], "g", part).values())
-                             for k in steps]
-    record["param_spread"] = [_spread([{"p": row["after"][k]} for row in rows], "p", part) for k in steps]
+    record["grad_spread"] = [max(_spread([row["step_grads"][k] for row in rows], part).values()) for k in steps]
+    record["param_spread"] = [_spread([row["after"][k] for row in rows], part) for k in steps]
     return record
 
 
@@ -134,7 +133,7 @@ def double_reduction(run: Run, seen: _truth.Seen, prog: Any) -> Record:
     record = _header(run, "double_reduction")
     record.update(_compare_groups(rows, ref, part))
     last = len(rows[0]["lr"]) - 1
-    record["param_spread"] = _spread([{"p": row["after"][last]} for row in rows], "p", part)
+    record["param_spread"] = _spread([row["after"][last] for row in rows], part)
     return record
 
 

@@ -11,7 +11,8 @@ within its time on two cores.
 
 Watchdog: one rank of a program that should hang. SECONDS after its group is made (its
 _launch.init() returned, so start-up time does not count), faulthandler prints where every thread
-of it is and ends it with status 1.
+of it is; the rank goes on waiting, and the caller ends it once every rank has printed (a rank
+that ended by itself would close its connections and wake its peers with an error).
 
     RANK=r ... python3 _example_truth_ranks.py --watchdog SECONDS SCRIPT ARGS...
 """
@@ -86,7 +87,7 @@ def watchdog(seconds: float, script: str, args: List[str]) -> None:
 
     def started():
         out = init()
-        faulthandler.dump_traceback_later(seconds, exit=True)
+        faulthandler.dump_traceback_later(seconds)
         return out
 
     _launch.init = started
