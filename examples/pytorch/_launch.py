@@ -37,3 +37,16 @@ def finish():
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     dist.destroy_process_group()
+
+
+def _watch_for_ground_truth():
+    """With --check-truth OUT.json an example of this folder that has a ground truth
+    (_ground_truth.py) is watched from here, its import of this module, and writes its record
+    just before its group ends. Without it nothing happens: no line above moves or changes."""
+    import sys
+    if "--check-truth" in sys.argv:
+        import _ground_truth
+        _ground_truth.watch_until_the_group_ends(sys.argv)
+
+
+_watch_for_ground_truth()

@@ -1,12 +1,12 @@
-"""A reuse race across two freed blocks that the caching allocator coalesced.
-
-Two gradient buckets of 4 MiB are allocated one after the other on the compute stream (they
-sit side by side in one 20 MiB segment of the large pool), all-reduced on a side stream, and
-freed on the host as soon as the side stream's work is queued. Freed together, the two blocks
-merge with the free rest of their segment; the next allocation of the compute stream, an
-8 MiB activation, is handed the merged block at the first bucket's address and spans both
-buckets, so the activation's write may overwrite either bucket while the side stream still
-reduces it. Run with --fix for the repair: bucket.record_stream(side) before the free.
+"""A reuse race across two freed blocks that the caching allocator coalesced. Two gradient
+buckets of 4 MiB are allocated one after the other on the compute stream (they sit side by side
+in one 20 MiB segment of the large pool), all-reduced on a side stream, and freed on the host as
+soon as the side stream's work is queued. Freed together, the two blocks merge with the free
+rest of their segment; the next allocation of the compute stream, an 8 MiB activation, is handed
+the merged block at the first bucket's address and spans both buckets, so the activation's write
+may overwrite either bucket while the side stream still reduces it. --fix: record_stream(side)
+on both buckets before the free. Ground truth (GPU only, no shardcheck): the printed overlap and
+the allocator's documented reuse; the measurement to run is in examples/pytorch/README.md.
 """
 
 import sys

@@ -1,8 +1,8 @@
 """Two ranks reduce two gradients of equal shape in different orders: the collectives match
 by shape, so nothing fails, and each rank adds its first gradient to the other rank's second.
-Run with --fix for the repair: one order on every rank.
-
-    EXAMPLE_BACKEND=gloo torchrun --nproc-per-node 2 collective_order_bug.py
+--fix: one order on every rank. CPU: over gloo. Ground truth (uncaptured, no shardcheck): the
+printed values against the sums, 3 and 21 at 2 ranks: the bug prints 12 and 12 on both ranks
+(1 + 11, 10 + 2), --fix the sums (python/tests/test_example_truth.py).
 """
 
 import sys
@@ -10,15 +10,15 @@ import sys
 import torch
 import torch.distributed as dist
 
-from _launch import finish, init
+from _launch import device, finish, init
 
 FIX = "--fix" in sys.argv
 
 
 def main():
     rank, world = init()
-    weight_grad = torch.full((1024,), 1.0 + rank, device="cuda")
-    bias_grad = torch.full((1024,), 10.0 + rank, device="cuda")
+    weight_grad = torch.full((1024,), 1.0 + rank, device=device())
+    bias_grad = torch.full((1024,), 10.0 + rank, device=device())
     order = [weight_grad, bias_grad]
     if rank == 1 and not FIX:
         order.reverse()  # e.g. a dict of buckets iterated in a rank-dependent order

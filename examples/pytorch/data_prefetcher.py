@@ -1,11 +1,11 @@
 """A data prefetcher that copies the next batch on a stream of its own (the familiar one from
-image-classification training scripts), without record_stream.
-
-Each batch is made by the copy on the prefetcher's stream, so its block belongs to that stream.
-The training loop waits for the copy, then uses the batch on the default stream; when the loop
-drops the batch, the allocator gives the block back to the prefetcher's stream at once, and the
-copy of a later batch may take it while the default stream still reads the old one. Run with
---fix for the repair: the batch's record_stream on the stream that uses it.
+image-classification training scripts), without record_stream. Each batch is made by the copy on
+the prefetcher's stream, so its block belongs to that stream. The loop waits for the copy, then
+uses the batch on the default stream; when it drops the batch, the allocator gives the block
+back to the prefetcher's stream at once, and the copy of a later batch may take it while the
+default stream still reads the old one. --fix: record_stream on the stream that uses the batch.
+Ground truth (GPU only, no shardcheck): record_stream's documented semantics; the measurement
+to run is in examples/pytorch/README.md.
 """
 
 import sys

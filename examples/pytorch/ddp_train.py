@@ -1,7 +1,7 @@
-"""A small model trained for 3 steps (--steps N: N) with DistributedDataParallel over NCCL."""
+"""A small model trained for 3 steps (--steps N: N) with DistributedDataParallel over NCCL.
+Ground truth: a correct program, GPU only; examples/pytorch/README.md says how it would be held."""
 
 import sys
-
 import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP

@@ -3,14 +3,14 @@ makes it (data parallelism by hand; --ddp: DistributedDataParallel does it), and
 sums the experts' gradients over the same ranks again, as code written for expert parallelism
 does when the experts are not taken out of the data-parallel reduction (pytorch #160285: expert
 gradients exactly 2x at EP=2). The experts step with world_size times their gradient, the same
-on every rank, so nothing diverges and nothing fails. Run with --fix for the repair: the first
-reduction is the one.
+on every rank, so nothing diverges and nothing fails. --fix: the first reduction is the one. On
+CPU it runs over gloo (--ddp needs torch 2, whose DDP reduces where the capture sees it).
 
-    python3 -m shardcheck.capture --nproc-per-node 2 --out DIR --check -- \\
-        examples/pytorch/double_reduction.py
-
-On a machine without CUDA it runs on CPU over gloo (--ddp needs torch 2, whose DDP issues its
-reductions where the capture sees them).
+Ground truth (--check-truth OUT.json, no shardcheck): every rank's first-step gradients against
+Model on one process on all ranks' first batches (the gradient of the mean loss over the global
+batch). At 2 CPU ranks, without --ddp: the experts' gradients are 2.0 times the reference, the
+router's 1.0, the replicas equal; --fix: both 1.0. Held by
+python/tests/test_example_truth.py.
 """
 
 import sys

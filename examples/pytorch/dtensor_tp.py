@@ -1,11 +1,11 @@
 """tp_norm.py's bug with DTensor (torch 2.x): the two linear layers split with
 parallelize_module (ColwiseParallel, RowwiseParallel), behind a LayerNorm every rank holds whole.
 The norm is computed by hand from each rank's local gradients and all-reduced, so the LayerNorm,
-the same on every rank, is counted once per rank. Run with --fix for the repair: only the first
-rank counts the parameters that are not sharded.
-
-    python3 -m shardcheck.capture --nproc-per-node 2 --out DIR --check -- \\
-        examples/pytorch/dtensor_tp.py
+the same on every rank, is counted once per rank. --fix: only the first rank counts the
+parameters that are not sharded. Ground truth: tp_norm.py's (--check-truth OUT.json: the block
+whole on one process, clip_grad_norm_), which needs torch 2 (CPU over gloo, or GPUs): not run
+where torch is 1.13, so it waits for the GPU run (examples/pytorch/README.md). Expected: the
+LayerNorm counted 2.0 times, the fix 1.0 (test_example_truth.py runs it where torch has DTensor).
 """
 
 import sys

@@ -1,11 +1,11 @@
-"""A side stream's result read on the default stream, ordered (or not) by polling its event.
-
-A loader stream fills a buffer behind a busy kernel and records an event; the main thread reads
-the buffer on the default stream, which never waits for the loader stream. Without --fix it
-reads straight away: a race. With --fix it first polls the event until it says the fill is
-done (`while not ev.query()`, as pipelines that overlap host work do), so the fill finished
-before the read was issued; --fix --stream polls the loader stream (`loader.query()`) instead.
-Both fixes are clean: a query that answered True is the host seeing the work finished.
+"""A side stream's result read on the default stream, ordered (or not) by polling its event. A
+loader stream fills a buffer behind a busy kernel and records an event; the main thread reads
+the buffer on the default stream, which never waits for the loader stream. Without --fix it reads
+straight away: a race. --fix first polls the event until it says the fill is done (`while not
+ev.query()`), so the fill finished before the read was issued; --fix --stream polls the loader
+stream (`loader.query()`). Ground truth (GPU only, no shardcheck): the program prints the sum it
+read and the one it should have; Event.query's documented semantics; the runs to make are in
+examples/pytorch/README.md.
 """
 
 import sys

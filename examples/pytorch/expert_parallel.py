@@ -10,14 +10,14 @@ rank's tokens of its expert-parallel group, so that sum carries the losses of al
 The bug (DeepSpeed #6546, "expert gradient average: divide edp_world_size -> divide
 dp_world_size"): the experts' sums are divided by the size of the group that summed, 2, instead
 of the data-parallel world's, 4, as the router's are: they step with twice their gradient, the
-same on both replicas, so nothing diverges and nothing fails. Run with --fix for the repair:
-divide by the world size. tests/capture/ (test_values.py) compares both against a single-process
-reference of the same global loss.
-
-    python3 -m shardcheck.capture --nproc-per-node 4 --out DIR --check -- \\
-        examples/pytorch/expert_parallel.py
-
+same on both replicas, so nothing diverges and nothing fails. --fix divides by the world size.
 On a machine without CUDA it runs on CPU over gloo.
+
+Ground truth (--check-truth OUT.json, no shardcheck): every rank's first-step gradients against
+the router and both experts on one process, every rank's first batch routed as the program
+routes it (the gradient of the mean of the 4 ranks' losses). At 4 CPU ranks: the experts'
+gradients are 2.0 times the reference, the router's 1.0; --fix: both 1.0
+(python/tests/test_example_truth.py).
 """
 
 import sys

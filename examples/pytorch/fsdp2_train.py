@@ -1,9 +1,9 @@
 """A small model trained for 3 steps with FSDP2 (torch.distributed.fsdp.fully_shard): ZeRO-3
 over every rank, or with --hsdp over a 2 x (world/2) mesh (replicated across the first
-dimension, sharded within the second)."""
+dimension, sharded within the second). Ground truth: a correct program, torch 2 and GPUs only;
+how it would be established is in examples/pytorch/README.md."""
 
 import sys
-
 import torch
 import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh

@@ -1,10 +1,10 @@
-"""The caching-allocator reuse race of Megatron-LM #6137, written plainly in PyTorch.
-
-Each step the gradient buffer is allocated on the compute stream, scaled and reduce-scattered
-on a side stream, and freed on the host as soon as the side stream's work is queued. The
-caching allocator hands its block to the next allocation on the compute stream, whose kernel
-may overwrite it while the side stream still reads it. Run with --fix for the repair:
-grad.record_stream(side) before the free.
+"""The caching-allocator reuse race of Megatron-LM #6137, written plainly in PyTorch. Each step
+the gradient buffer is allocated on the compute stream, scaled and reduce-scattered on a side
+stream, and freed on the host as soon as the side stream's work is queued. The caching allocator
+hands its block to the next allocation on the compute stream, whose kernel may overwrite it while
+the side stream still reads it. --fix: grad.record_stream(side) before the free. Ground truth
+(GPU only, no shardcheck): record_stream's documented semantics; the measurement to run (the
+shard under a delayed side stream) is in examples/pytorch/README.md.
 """
 
 import sys

@@ -1,10 +1,10 @@
-"""Two branches of one CUDA graph that race inside it.
-
-The step is captured once into a CUDA graph with a second branch on a side stream, which
-computes the norm of the projection while the capture stream goes on. The side stream forks
-from the capture stream before the projection is written, so inside the graph nothing orders
-the norm's read after the projection's write: every replay may read the projection while it is
-being written. Run with --fix for the repair: fork after the projection.
+"""Two branches of one CUDA graph that race inside it. The step is captured once into a CUDA
+graph with a second branch on a side stream, which computes the norm of the projection while the
+capture stream goes on. The side stream forks before the projection is written, so inside the
+graph nothing orders the norm's read after the projection's write: every replay may read the
+projection while it is being written. --fix: fork after the projection. Ground truth (GPU only,
+no shardcheck): a graph keeps only the dependencies its capture recorded (CUDA's documented
+stream capture); the measurement to run is in examples/pytorch/README.md.
 """
 
 import sys

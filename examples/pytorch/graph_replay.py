@@ -1,10 +1,10 @@
-"""A CUDA graph replayed while its static input is still being written.
-
-The forward is captured once into a CUDA graph over a static input; each step a loader stream
-copies the next batch into that input, and the graph is replayed on the default stream. The
-replay does not wait for the loader stream, so the graph's first kernel may read the input
-while the copy still writes it. Run with --fix for the repair: the default stream waits for the
-loader stream before each replay.
+"""A CUDA graph replayed while its static input is still being written. The forward is captured
+once into a CUDA graph over a static input; each step a loader stream copies the next batch into
+that input, and the graph is replayed on the default stream, which does not wait for the loader
+stream: the graph's first kernel may read the input while the copy still writes it. --fix: the
+default stream waits for the loader stream before each replay. Ground truth (GPU only, no
+shardcheck): a replay is ordered only on the stream it is launched on (CUDA's documented graph
+launch); the measurement to run is in examples/pytorch/README.md.
 """
 
 import sys

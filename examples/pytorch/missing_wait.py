@@ -2,9 +2,9 @@
 process group's stream, and the compute stream reads the gradient while it may still be in
 flight. On the hardware the read sees the gradient before the reduction (the printed sum is
 this rank's own, not the group's). Run with --fix for the repair: wait before reading.
-
-    python3 -m shardcheck.capture --nproc-per-node 4 --out DIR --check -- \\
-        examples/pytorch/missing_wait.py
+Ground truth (GPU only, no shardcheck): that printed sum against the group's, and the documented
+semantics of an async collective's wait(); examples/pytorch/README.md says which runs hold it.
+Captured: python3 -m shardcheck.capture --nproc-per-node 4 --out DIR --check -- this file.
 """
 
 import sys

@@ -10,9 +10,9 @@ so ("rank R: received V, expected V"). Its variants, each with --fix for the rep
                it (--fix: refill after the wait).
 --batch        posts both with dist.batch_isend_irecv (no bug).
 
-    python3 -m shardcheck.capture --nproc-per-node 2 --device cpu --out DIR --check -- \\
-        examples/pytorch/p2p_ring.py
-"""
+Ground truth (uncaptured, no shardcheck): what it prints. On CPU over gloo --deadlock runs until
+its timeout (test_p2p.py); early reads were stale and early refills reached the peer in some
+steps, and every --fix received what it should (test_example_truth.py)."""
 
 import sys
 

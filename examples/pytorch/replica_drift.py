@@ -1,18 +1,18 @@
 """Hand-written data parallelism that leaves one parameter out of the gradient reduction: the
 loop averages the gradients of `model.body` over the ranks but not the head's, so each rank steps
 the head with its own gradient and the replicas drift apart from the first step on, with no
-error and a loss that still falls (missing_reduction). Run with --fix for the repair: reduce
-every parameter.
-
+error and a loss that still falls (missing_reduction). --fix reduces every parameter.
 --scheduler: every gradient is averaged, but the learning-rate schedule is stepped inside the
 rank-0 logging block, so from the second step on rank 0 steps with another learning rate than the
 others and the replicas drift apart with equal gradients (replica_divergence). --fix steps it on
-every rank.
+every rank. On a machine without CUDA it runs on CPU over gloo.
 
-    python3 -m shardcheck.capture --nproc-per-node 2 --out DIR --check -- \\
-        examples/pytorch/replica_drift.py
-
-On a machine without CUDA it runs on CPU over gloo.
+Ground truth (--check-truth OUT.json, no shardcheck): every rank's first-step gradients against
+Model on one process on all ranks' first batches (the gradient of the mean loss over the global
+batch), and the replicas compared across ranks after each step. At 2 CPU ranks: the head's
+gradient is no multiple of the reference (projections 0.53 and 1.47) and the heads drift while
+the bodies stay equal; --scheduler: equal gradients, rates 0.05 and 0.1 at the second step, every
+parameter drifts; each --fix matches the reference and stays equal (test_example_truth.py).
 """
 
 import sys

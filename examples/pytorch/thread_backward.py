@@ -1,11 +1,11 @@
-"""A training step on a thread of the program, whose gradient offload races with backward.
-
-A trainer thread runs forward and backward, then offloads each gradient to pinned host memory
-on a stream of its own, without that stream waiting for the one backward ran on: the copy may
-read a gradient while backward still writes it. Backward's kernels are issued by autograd's
-device thread while the trainer waits in loss.backward(), so they are the trainer's work and
-the race names that line. Run with --fix for the repair: the offload stream waits for the
-current stream first.
+"""A training step on a thread of the program, whose gradient offload races with backward. A
+trainer thread runs forward and backward, then offloads each gradient to pinned host memory on a
+stream of its own, without that stream waiting for the one backward ran on: the copy may read a
+gradient while backward still writes it. Backward's kernels are issued by autograd's device
+thread while the trainer waits in loss.backward(), so they are the trainer's work and the race
+names that line. --fix: the offload stream waits for the current stream first. Ground truth (GPU
+only, no shardcheck): CUDA's documented stream semantics; the measurement to run is in
+examples/pytorch/README.md.
 """
 
 import sys

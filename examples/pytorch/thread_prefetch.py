@@ -1,11 +1,11 @@
-"""A prefetch thread that hands a batch over before its copy is done.
-
-A thread of the program copies each batch to the GPU on a stream of its own and waits for the
-copy (stream.synchronize()), but it puts the batch into the queue first: the program's thread
-can take it and multiply with it while the copy still writes it. Were every thread's waits on
-one host timeline, the prefetcher's wait, made before the multiply was issued, would look like
-it ordered the two; on the prefetcher's own timeline nothing does. Run with --fix for the
-repair: wait for the copy, then put the batch.
+"""A prefetch thread that hands a batch over before its copy is done. A thread of the program
+copies each batch to the GPU on a stream of its own and waits for the copy (synchronize()), but
+it puts the batch into the queue first: the program's thread can take it and multiply with it
+while the copy still writes it. Were every thread's waits on one host timeline, the prefetcher's
+wait, made before the multiply was issued, would look like it ordered the two; on the
+prefetcher's own timeline nothing does. --fix: wait for the copy, then put the batch.
+Ground truth (GPU only, no shardcheck): CUDA's documented stream semantics; the measurement to
+run is in examples/pytorch/README.md.
 """
 
 import queue

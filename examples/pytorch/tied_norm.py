@@ -2,14 +2,14 @@
 first with the input embedding and a layer, the second with a layer and an output head tied to
 the embedding (each stage keeps a copy of the shared weights, their gradients all-reduced over
 both stages so the copies stay equal). Each stage sums the squared norms of its own gradients
-and the two sums are all-reduced: the shared weights are in both, so the global norm counts
-them twice and clipping scales every gradient by the wrong factor (Megatron-LM #7227, NeMo-RL
-#3788). Run with --fix for the repair: only the first stage counts the shared weights.
+and the two sums are all-reduced: the shared weights are in both, so the global norm counts them
+twice and clipping, once the norm passes 1.0, scales by the wrong factor (Megatron-LM #7227,
+NeMo-RL #3788). --fix: only the first stage counts the shared weights. CPU: over gloo.
 
-    python3 -m shardcheck.capture --nproc-per-node 2 --out DIR --check -- \\
-        examples/pytorch/tied_norm.py
-
-On a machine without CUDA it runs on CPU over gloo.
+Ground truth (--check-truth OUT.json, no shardcheck): both stages on one process with one
+embedding, the same tokens; clip_grad_norm_ of its gradients. At 2 CPU ranks: the norm 1.269
+times the reference's, the shared weights counted 2.0 times; --fix: 1.0. Both norms stay below
+the clip threshold here, so the steps match the reference either way (test_example_truth.py).
 """
 
 import sys

@@ -1,10 +1,10 @@
-"""A gradient accumulator made with torch.empty and summed into before it was ever written.
-
-Microbatch gradients are accumulated into a flat buffer, which is then all-reduced: the buffer
-comes from torch.empty, so the first `+=` reads whatever the allocator's block held before (a
-freed activation, last step's gradients): every rank sums garbage into its gradients, and the
-all-reduce spreads it. Run with --fix for the repair: torch.zeros.
-"""
+"""A gradient accumulator made with torch.empty and summed into before it was ever written:
+microbatch gradients go into a flat buffer that is then all-reduced, and the first `+=` reads
+whatever the allocator's block held before (a freed activation, last step's gradients), which
+the all-reduce spreads to every rank. --fix: torch.zeros. Ground truth (--check-truth OUT.json,
+no shardcheck): what torch.empty handed over, and the all-reduced accumulator against the fix's
+run (same seed, same data): bit for bit the same while the block came zeroed, different from the
+step where it held old bytes, on CPU the second (python/tests/test_example_truth.py)."""
 
 import sys
 

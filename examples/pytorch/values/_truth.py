@@ -14,12 +14,18 @@ terms). Replicas are compared across ranks bit for bit. Rank 0 writes the record
 
 Without --check-truth the Probe does nothing and the program issues only its own collectives,
 so a capture sees the program alone.
+
+The examples one folder up keep their lines as their captures pinned them, so they carry no
+Probe: a `Seen` watches them from outside instead (their optimizer steps, the data they draw,
+their all-reduces, their torch.empty buffers) while `watching` patches those torch functions,
+and examples/pytorch/_ground_truth.py turns what it saw into their records.
 """
 
+import contextlib
 import json
 import os
 import sys
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -28,8 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _launch import device, finish, init  # noqa: E402  (examples/pytorch/_launch.py)
 
-__all__ = ["Options", "Probe", "compare", "device", "finish", "gather", "init", "main", "options",
-           "replica_spread", "summarize", "write"]
+__all__ = ["Options", "Probe", "Reduction", "Seen", "Step", "compare", "device", "finish", "gather",
+           "init", "main", "options", "replica_spread", "summarize", "write"]
 
 
 class Options(NamedTuple):
@@ -48,7 +54,14 @@ def options(argv: List[str]) -> Options:
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:
+    if hasattr(t, "to_local"):  # a DTensor: this rank's shard
+        t = t.to_local()
     return t.detach().to("cpu", torch.float64).clone()
+
+
+def _kept(t: torch.Tensor) -> torch.Tensor:
+    """A host copy: floating point as float64, integers (token ids) as they are."""
+    return _cpu(t) if t.is_floating_point() else t.detach().cpu().clone()
 
 
 class Probe:
@@ -82,8 +95,7 @@ class Probe:
 
     def batch(self, *tensors: torch.Tensor) -> None:
         if self.enabled:
-            self.batches.append(tuple(_cpu(t) if t.is_floating_point() else t.detach().cpu().clone()
-                                      for t in tensors))
+            self.batches.append(tuple(_kept(t) for t in tensors))
 
     def note(self, key: str, value: float) -> None:
         if self.enabled:
@@ -129,3 +141,126 @@ def summarize(results: List[Dict[str, float]]) -> Dict[str, float]:
     return {"factor_min": min(r["factor"] for r in results),
             "factor_max": max(r["factor"] for r in results),
             "residual_max": max(r["residual"] for r in results)}
+
+
+class Step(NamedTuple):
+    """One step of a watched optimizer, over its parameters in its own order."""
+    lr: float
+    params: List[torch.Tensor]  # as the step found them
+    grads: List[Optional[torch.Tensor]]  # as it took them
+    after: List[torch.Tensor]  # as it left them
+
+
+class Reduction(NamedTuple):
+    """One dist.all_reduce of a watched program."""
+    before: torch.Tensor  # the tensor as the program passed it
+    after: torch.Tensor  # once the call returned, or once its request's wait() did
+
+
+class _Waited:
+    """An asynchronous request whose first wait() also keeps what its tensor then holds."""
+
+    def __init__(self, work: Any, done: Callable[[], None]) -> None:
+        self._work, self._done = work, done
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._work.wait(*args, **kwargs)
+        if self._done is not None:
+            self._done()
+            self._done = None
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+
+class _Patches:
+    """Attributes replaced for a while, put back in reverse order."""
+
+    def __init__(self) -> None:
+        self._undo: List[Tuple[Any, str, Any]] = []
+
+    def set(self, owner: Any, name: str, value: Any) -> None:
+        self._undo.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
+    def restore(self) -> None:
+        while self._undo:
+            owner, name, old = self._undo.pop()
+            setattr(owner, name, old)
+
+
+class Seen:
+    """What a program did, watched from outside its lines while `watching()` lasts: every step
+    of a torch.optim.SGD, every tensor it drew from a torch.Generator of its own (torch.randn
+    and torch.randint called with generator=: its data), every dist.all_reduce and, with
+    `empties`, every torch.empty. The copies go to the host; what the program computes does not
+    change, and no collective is added."""
+
+    def __init__(self, empties: bool = False) -> None:
+        self.steps: List[Step] = []
+        self.draws: List[torch.Tensor] = []
+        self.reductions: List[Reduction] = []
+        self.empties: List[torch.Tensor] = []
+        self._watch_empties = empties
+        self._patches = _Patches()
+
+    def start(self) -> None:
+        p = self._patches
+        p.set(torch.optim.SGD, "step", self._step(torch.optim.SGD.step))
+        p.set(torch, "randn", self._draw(torch.randn))
+        p.set(torch, "randint", self._draw(torch.randint))
+        p.set(dist, "all_reduce", self._all_reduce(dist.all_reduce))
+        if self._watch_empties:
+            p.set(torch, "empty", self._empty(torch.empty))
+
+    def stop(self) -> None:
+        self._patches.restore()
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator["Seen"]:
+        self.start()
+        try:
+            yield self
+        finally:
+            self.stop()
+
+    def _step(self, step: Callable[..., Any]) -> Callable[..., Any]:
+        def watched(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+            params = [p for group in opt.param_groups for p in group["params"]]
+            before = [_cpu(p) for p in params]
+            grads = [None if p.grad is None else _cpu(p.grad) for p in params]
+            out = step(opt, *args, **kwargs)
+            self.steps.append(Step(float(opt.param_groups[0]["lr"]), before, grads,
+                                   [_cpu(p) for p in params]))
+            return out
+        return watched
+
+    def _draw(self, draw: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        def watched(*args: Any, **kwargs: Any) -> torch.Tensor:
+            out = draw(*args, **kwargs)
+            if kwargs.get("generator") is not None:
+                self.draws.append(_kept(out))
+            return out
+        return watched
+
+    def _all_reduce(self, all_reduce: Callable[..., Any]) -> Callable[..., Any]:
+        def watched(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            before = _cpu(tensor)
+
+            def done() -> None:
+                self.reductions.append(Reduction(before, _cpu(tensor)))
+
+            work = all_reduce(tensor, *args, **kwargs)
+            if work is None:
+                done()
+                return work
+            return _Waited(work, done)
+        return watched
+
+    def _empty(self, empty: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        def watched(*args: Any, **kwargs: Any) -> torch.Tensor:
+            out = empty(*args, **kwargs)
+            self.empties.append(out.detach().cpu().clone())  # the bytes as handed over
+            return out
+        return watched
