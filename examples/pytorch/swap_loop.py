@@ -6,8 +6,8 @@ every rank.
 
     python3 -m shardcheck.capture --nproc-per-node 4 --out DIR --check -- examples/pytorch/swap_loop.py
 
-Each rank prints its two gradients after the reductions as one JSON line; on a machine without
-CUDA it runs on CPU over gloo.
+Ground truth: each rank prints its two gradients after the reductions (JSON); ranks 0 and 1 are
+apart from the single-process sums, the fix's equal (test_collectives.py). CPU: gloo.
 """
 
 import json

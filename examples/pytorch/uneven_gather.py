@@ -6,8 +6,8 @@ every rank's scores to the longest, gather those, and trim.
 
     python3 -m shardcheck.capture --nproc-per-node 2 --out DIR --check -- examples/pytorch/uneven_gather.py
 
-Each rank prints what it gathered as one JSON line; on a machine without CUDA it runs on CPU over
-gloo.
+Ground truth: uncaptured on gloo rank 0 aborts; the fix prints every rank's scores (JSON) on
+each rank (test_collectives.py). On a machine without CUDA it runs on CPU over gloo.
 """
 
 import json
