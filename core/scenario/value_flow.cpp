@@ -258,7 +258,7 @@ void RankFlow::write_pieces(const CapturedRange& r, const std::vector<Piece>& pi
 void RankFlow::op(const CapturedRecord& rec, size_t index) {
   // The capture's mark that a collective's inputs were filled where no operator shows (torch 1.x's
   // C++ callers): it says when bytes were written, not what they hold.
-  if (p_.strings[static_cast<size_t>(rec.name)].ends_with("(filled on the host)")) return;
+  if (p_.strings[static_cast<size_t>(rec.name)].ends_with("inputs (filled on the host)")) return;
   std::vector<Operand> in;
   in.reserve(rec.reads);
   for (uint32_t i = 0; i < rec.reads; ++i) {

@@ -49,12 +49,15 @@ bool under(const std::string& name, const std::string& module) {
 }
 
 // Which ranks hold a copy of a parameter whose value says nothing of it (one repeated value, a
-// zero bias or a LayerNorm weight of ones): the ranks where the nearest module above it that holds
-// parameters of varied values holds each of them the same, as rank `r` does (a module is
-// replicated as a whole). Every rank where nothing holds such a parameter.
+// zero bias or a LayerNorm weight of ones): where the nearest module above it that holds
+// evidence holds a parameter the same as rank `r` does, one of varied values or one whose
+// gradient the program reduces over those ranks (the ranks hold copies of that module, or of
+// its replicated part beside the parts tensor parallelism splits). Nothing where no module above
+// it holds such evidence.
 class Modules {
  public:
-  Modules(const CapturedProgram& p, const Steps& steps) : p_(p), steps_(steps) {}
+  Modules(const CapturedProgram& p, const Steps& steps, const Observed& seen)
+      : p_(p), steps_(steps), seen_(seen) {}
   RankMask replicas(int32_t tensor, int32_t step, int r) {
     for (std::string m = module_of(p_.strings[static_cast<size_t>(tensor)]);; m = module_of(m)) {
       auto [it, fresh] = known_.try_emplace({m, step, r}, 0);
@@ -64,32 +67,41 @@ class Modules {
   }
 
  private:
-  // The ranks that hold every varied parameter of module `m` as rank r does; 0 where there is none.
+  // The ranks that hold some parameter of module `m` as rank r does, where that says it is a copy:
+  // one of varied values, or one whose gradient the program reduces over them (it treats them as
+  // copies); 0 where there is none.
   RankMask evidence(const std::string& m, int32_t step, int r) const {
     RankMask out = 0;
-    bool any = false;
     for (const auto& [key, st] : steps_) {
       if (key.second != step || !under(p_.strings[static_cast<size_t>(key.first)], m)) continue;
       auto mine = st.before.find(r);
-      if (mine == st.before.end() || mine->second->uniform || mine->second->elements == 0) continue;
+      if (mine == st.before.end() || mine->second->elements == 0) continue;
       RankMask same = 0;
       for (const auto& [rank, v] : st.before) {
         if (v->hash == mine->second->hash) same |= rank_bit(rank);
       }
-      out = any ? out & same : same;
-      any = true;
+      out |= mine->second->uniform ? same & reduced_over(key.first, step, r) : same;
     }
     return out;
   }
+  // The ranks of the sum over a group that made rank r's gradient of `tensor` at `step`.
+  RankMask reduced_over(int32_t tensor, int32_t step, int r) const {
+    auto it = seen_.grads.find({r, tensor, step});
+    if (it == seen_.grads.end() || it->second.reduction < 0) return 0;
+    const CapturedRecord& rec =
+        p_.ranks[static_cast<size_t>(r)].records[static_cast<size_t>(it->second.reduction)];
+    return rec.kind == CapturedKind::coll ? mask_of(group_of(p_, r, rec).ranks) : 0;
+  }
   const CapturedProgram& p_;
   const Steps& steps_;
+  const Observed& seen_;
   std::map<std::tuple<std::string, int32_t, int>, RankMask> known_;
 };
 
 // The ranks among `held` (which held one value before the step) that hold copies of the
 // parameter: all of them where the value is varied; where it is one repeated value, those the
-// walk saw made replicas (a broadcast, DDP's, a reduction's output copied in) or that its module
-// says are (Modules).
+// walk saw made replicas (a broadcast, DDP's, a reduction's output copied in), those that compute
+// one loss with it, or those its module says are (Modules).
 std::vector<int> replicas_of(const Stepped& st, const std::vector<int>& held, int32_t tensor, int32_t step,
                              const Observed& seen, Modules& modules) {
   const CapturedValue& v = *st.before.at(held.front());
@@ -98,6 +110,9 @@ std::vector<int> replicas_of(const Stepped& st, const std::vector<int>& held, in
   const int r = held.front();
   RankMask evidence = modules.replicas(tensor, step, r);
   if (auto it = seen.params.find({r, tensor, step}); it != seen.params.end()) evidence |= it->second.same;
+  // Ranks that compute one loss together (tensor parallelism) use one model: a parameter they
+  // hold alike is one parameter, held whole by each.
+  if (static_cast<size_t>(r) < seen.together.size()) evidence |= seen.together[static_cast<size_t>(r)];
   std::vector<int> out;
   for (int x : held) {
     if (evidence & rank_bit(x)) out.push_back(x);
@@ -143,7 +158,7 @@ Steps stepped_values(const CapturedProgram& p, std::set<int32_t>& stepped) {
 std::vector<Divergence> divergences(const CapturedProgram& p, const Observed& seen,
                                     std::set<int32_t>& stepped) {
   const Steps by = stepped_values(p, stepped);
-  Modules modules(p, by);
+  Modules modules(p, by, seen);
   std::vector<Divergence> out;
   std::set<int32_t> done;
   for (const auto& [key, st] : by) {

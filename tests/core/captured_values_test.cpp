@@ -481,3 +481,28 @@ TEST_CASE("an op's scale and a loss's digest are read, and a scale that is no nu
     REQUIRE_THAT(p.error().message(), Catch::Contains("rank-0.jsonl:8: "));
   }
 }
+
+TEST_CASE(
+    "a parameter of one repeated value is a replica where the program reduces its gradient over the "
+    "ranks that hold it alike",
+    "[core][capture][values]") {
+  // norm.weight is all ones on both ranks (a LayerNorm's weight): its bytes say nothing of
+  // replication, but a gradient summed over both ranks says the program treats them as copies.
+  auto body = [](int rank, const std::string& reduce) {
+    const std::string g = rank == 0 ? "3000000000000000" : "3100000000000000";
+    const std::string after = rank == 0 ? "4000000000000000" : "4100000000000000";
+    return own_group(rank) + reduce +
+           tensor_value("param", "norm.weight", 0, "before", digest("1000000000000000", true)) +
+           grad_at_buffer0("norm.weight", digest(g)) +
+           tensor_value("param", "norm.weight", 0, "after", digest(after));
+  };
+  SECTION("reduced over both and apart after the step: a replica_divergence") {
+    const auto found = check(body(0, all_reduce(0) + kDivide), body(1, all_reduce(0) + kDivide));
+    REQUIRE(found.size() == 1);
+    REQUIRE(found[0].kind == FindingKind::replica_divergence);
+    REQUIRE_THAT(found[0].summary, Catch::StartsWith("norm.weight: the same on ranks 0, 1"));
+  }
+  SECTION("reduced over each rank alone: nothing says they are copies, so nothing is said") {
+    REQUIRE(check(body(0, all_reduce_on(1, 0)), body(1, all_reduce_on(1, 0))).empty());
+  }
+}
