@@ -535,6 +535,25 @@ class TorchCpuTest(unittest.TestCase):
             self.assertEqual([(lines[r["at"]], [x[0] for x in r["r"]], r["w"]) for r in copies],
                              [(198, made, [])])
 
+    def test_a_tensor_made_from_host_data_is_written_where_it_is_made(self):
+        # torch.tensor(data, device=...) fills its bytes in C++ where no operator shows, then
+        # lifts the tensor: without a write there, a collective reading it would be called a
+        # read of memory nothing wrote (an uninitialized_read on a correct program).
+        with tempfile.TemporaryDirectory() as d:
+            from shardcheck import capture
+            with capture(d, device="cpu"):
+                t = torch.tensor([1.0, 2.0, 3.0])
+                t.add_(1)
+            path = os.path.join(d, "rank-0.jsonl")
+            ops = [(r["name"], r["r"], r["w"]) for r in records(path, "op")]
+            lifted = [o for o in ops if o[0] == "aten::lift_fresh (filled on the host)"]
+            self.assertEqual(len(lifted), 1, ops)
+            self.assertEqual(lifted[0][1], [])
+            buf = lifted[0][2][0][0]
+            self.assertEqual(lifted[0][2], [[buf, 0, 12]])
+            add = [o for o in ops if o[0] == "aten::add_"]
+            self.assertEqual(add[0][1], [[buf, 0, 12]])
+
     def test_only_a_backends_own_frees_wait_for_their_collectives(self):
         # A free the program makes (del) orders nothing: the collective that used the tensor
         # may still run. One the process group's watchdog makes waited for it.

@@ -519,6 +519,15 @@ class Hooks:
             if not self._c10d_dispatched:
                 self._host_filled(func, name, args, site=self.site())
             return self._c10d(func, name, args, kwargs)
+        if name == "aten::lift_fresh":
+            # torch.tensor(data, device=...) fills the tensor in C++ where no operator shows, then
+            # lifts it: its bytes were written by the host just before.
+            t = args[0] if args else None
+            span = tensor_span(t) if isinstance(t, torch.Tensor) and self._on_device(t) else None
+            if span is not None:
+                self.rec.op("aten::lift_fresh (filled on the host)", self.current_stream(), [], [span],
+                            self.site())
+            return func(*args, **kwargs)
         if name == "aten::record_stream":
             out = func(*args, **kwargs)
             t, stream = args[0], args[1]
