@@ -117,30 +117,29 @@ class Writer:
         if self._buffered >= _BUFFER_BYTES:
             self.flush()
 
-    def _room(self):
-        if self.records < self._records_max:
-            return True
-        if self._fd is not None:
-            why = ("the capture stopped at %d records, the checker's limit for a rank of this "
-                   "world (docs/limits.md); what ran after was not recorded" % self.records)
-            self.close(why)
-            if self._fd is None:
-                self.failure = self.failure or why
-            print("shardcheck.capture: %s; the program goes on" % why, file=sys.stderr,
-                  flush=True)
-        return False
+    def _at_limit(self):
+        """The rank has as many records as the loader takes: the file ends here, partial."""
+        why = ("the capture stopped at %d records, the checker's limit for a rank of this world "
+               "(docs/limits.md); what ran after was not recorded" % self.records)
+        self.close(why)
+        self.failure = self.failure or why
+        print("shardcheck.capture: %s; the program goes on" % why, file=sys.stderr, flush=True)
 
     def write(self, record):
-        if self._fd is None or not self._room():
+        if self._fd is None:
             return
+        if self.records >= self._records_max:
+            return self._at_limit()
         self._put(self._dump(record))
         self.records += 1
 
     def write_line(self, text):
         """A record already formatted as one line of JSON (without the newline), its names
         from quoted()."""
-        if self._fd is None or not self._room():
+        if self._fd is None:
             return
+        if self.records >= self._records_max:
+            return self._at_limit()
         self._put(text + "\n")
         self.records += 1
 
