@@ -79,6 +79,9 @@ class Capture:
         self._starter = None
         self.pid = None  # the process that entered it
         self.unlaunched = False  # no launcher and no process group named this rank
+        # Called with the status once os._exit has ended the file (the command line's report
+        # and check); returns the status to exit with.
+        self.at_exit = None
 
     def __enter__(self):
         import torch
@@ -99,6 +102,9 @@ class Capture:
         header = {"rank": rank, "world_size": world, "torch": torch.__version__,
                   "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                   "argv": list(self.argv) if self.argv is not None else []}
+        from .folder import LAUNCH_ENV
+        if os.environ.get(LAUNCH_ENV):  # the capture that launched this rank (folder.py)
+            header["launch"] = os.environ[LAUNCH_ENV]
         if _one_gpu_wanted(torch):
             # More ranks here than GPUs: "nccl" is the one-GPU backend (onegpu.py).
             from . import onegpu
@@ -174,6 +180,12 @@ class Capture:
                 else:  # the main thread may be anywhere: only the end record
                     self._close(None if status == 0 else "exited with status %d" % status,
                                 None)
+            except Exception:  # noqa: BLE001 (the exit goes ahead whatever happened)
+                pass
+        at_exit, self.at_exit = self.at_exit, None
+        if at_exit is not None and not hooks._Quiet.forked:
+            try:
+                status = at_exit(status)
             except Exception:  # noqa: BLE001 (the exit goes ahead whatever happened)
                 pass
         self._os_exit(status)

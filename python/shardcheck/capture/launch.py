@@ -1,6 +1,10 @@
 """The launcher behind ``python3 -m shardcheck.capture --nproc-per-node N``: N captured ranks
 on this machine with torchrun's environment, ended together when one ends badly, and checked.
 It needs no torchrun (Debian's torch 1.13 ``torchrun`` fails at start-up under Python 3.11).
+
+It claims the folder before any rank starts (folder.py: locked, emptied of an earlier capture's
+rank files, a launch id each rank writes), checks it only when every rank wrote its file in this
+launch, and never exits 0 when a rank failed. Its ranks end with it, even when it is killed.
 """
 
 import os
@@ -10,11 +14,17 @@ import subprocess
 import sys
 import time
 
+from . import folder
+from .folder import shown
+
 # After the first rank ends badly, how long the others may take to finish on their own (a
 # rank that raised while the others are at their last collective), and then, after SIGTERM,
 # to write their files.
 GRACE_S = 5.0
 TERM_S = 10.0
+# The launcher's pid, in each rank's environment (die_with_launcher).
+LAUNCHER_ENV = "SHARDCHECK_LAUNCHER_PID"
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def free_port():
@@ -44,8 +54,9 @@ def rank_env(rank, n, port, timeout, agent=False):
                 "LOCAL_WORLD_SIZE": str(n), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
                 "ROLE_WORLD_SIZE": str(n), "ROLE_NAME": "default", "GROUP_WORLD_SIZE": "1",
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                "TORCHELASTIC_RUN_ID": "shardcheck-capture", "SHARDCHECK_LAUNCHED": "1", "OMP_NUM_THREADS":
-                    os.environ.get("OMP_NUM_THREADS", "1")})
+                "TORCHELASTIC_RUN_ID": "shardcheck-capture", "SHARDCHECK_LAUNCHED": "1",
+                LAUNCHER_ENV: str(os.getpid()),
+                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
     if agent:  # init_process_group connects to the launcher's store instead of hosting one
         env.update({"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0"})
     if timeout is not None:
@@ -71,36 +82,50 @@ def describe(code):
 
 def launch(args, target):
     n = args.nproc_per_node
+    claim = None if args.no_capture else folder.claim(args.out)
     port = free_port()
     cmd = [sys.executable, "-m", "shardcheck.capture"]
-    cmd += ["--no-capture"] if args.no_capture else ["--out", args.out]
+    cmd += ["--no-capture"] if args.no_capture else ["--out", claim.out]
     if args.device:
         cmd += ["--device", args.device]
     cmd += ["--"] + list(target)
     print("shardcheck.capture: %s of %s %s" % (
         plural(n, "rank"), " ".join(target),
-        "uncaptured" if args.no_capture else "into " + args.out),
+        "uncaptured" if args.no_capture else "into " + shown(args.out)),
         file=sys.stderr, flush=True)
     store = agent_store(port)
     procs = [subprocess.Popen(cmd, env=rank_env(r, n, port, args.timeout, store is not None))
              for r in range(n)]
+    stopped_by = _wait(procs)
+    codes = [p.returncode for p in procs]
+    for r, code in enumerate(codes):
+        if code != 0:
+            print("shardcheck.capture: rank %d: %s" % (r, describe(code)), file=sys.stderr)
+    if args.no_capture:
+        if stopped_by is not None:
+            return 128 + stopped_by
+        return 0 if all(c == 0 for c in codes) else 1
+    return _report(args, claim, codes, stopped_by)
+
+
+def _wait(procs):
+    """Until every rank has ended: once one ends badly, or SIGINT or SIGTERM comes, the others
+    get GRACE_S, then SIGTERM, then after TERM_S SIGKILL. Returns the signal that stopped the
+    launcher, or None."""
     stop = {"signal": None}
 
     def on_signal(signo, frame):
         stop["signal"] = signo
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    first_bad = None  # (rank, code)
-    ending_since = None
-    terminated_at = None
+    ending_since = terminated_at = None
     try:
         while any(p.poll() is None for p in procs):
             now = time.monotonic()
-            if first_bad is None:
+            if ending_since is None:
                 for r, p in enumerate(procs):
                     code = p.poll()
                     if code is not None and code != 0:
-                        first_bad = (r, code)
                         ending_since = now
                         print("shardcheck.capture: rank %d ended badly (%s): stopping the others"
                               % (r, describe(code)), file=sys.stderr, flush=True)
@@ -119,26 +144,49 @@ def launch(args, target):
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-    codes = [p.returncode for p in procs]
-    for r, code in enumerate(codes):
-        if code != 0:
-            print("shardcheck.capture: rank %d: %s" % (r, describe(code)), file=sys.stderr)
+    return stop["signal"]
+
+
+def _report(args, claim, codes, stopped_by):
+    """The capture's files, checked with --check only where every rank wrote its own in this
+    launch; the exit status is never 0 where a rank failed."""
     whole = all(c == 0 for c in codes)
-    if args.no_capture:
-        if stop["signal"] is not None:
-            return 128 + stop["signal"]
-        return 0 if whole else 1
+    out = shown(args.out)
+    why = folder.unchecked(claim.out, claim.launch_id, len(codes))
+    if why:
+        print("shardcheck.capture: %s: not checked, no verdict: %s"
+              % (out, "; ".join(why)), file=sys.stderr, flush=True)
+        return 2
     print("shardcheck.capture: %s: %s%s" % (
-        args.out, plural(n, "rank file"),
+        out, plural(len(codes), "rank file"),
         "" if whole else ", partial (shardcheck run names where each rank ended)"),
         file=sys.stderr, flush=True)
     if not args.check:
-        print("shardcheck.capture: check it with: shardcheck run %s" % args.out, file=sys.stderr)
-        if stop["signal"] is not None:
-            return 128 + stop["signal"]
+        print("shardcheck.capture: check it with: shardcheck run %s" % out, file=sys.stderr)
+        if stopped_by is not None:
+            return 128 + stopped_by
         return 0 if whole else 1
     from .__main__ import check
-    return check(args.out)
+    code = check(claim.out)
+    return code if code != 0 or whole else 1
+
+
+def die_with_launcher():
+    """In a rank: SIGTERM (its file ends partial) once the launcher that started it is gone,
+    even killed with SIGKILL, instead of waiting in a collective for its timeout. Linux only
+    (prctl PR_SET_PDEATHSIG); elsewhere a rank outlives a killed launcher."""
+    launcher = os.environ.get(LAUNCHER_ENV)
+    if not launcher or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(launcher):  # it died before the call
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def plural(n, noun):

@@ -6,12 +6,11 @@ sites), so its bookkeeping is tested without a GPU. ``hooks.py`` feeds it from a
 """
 
 import collections
-import json
 import os
 import threading
 import weakref
 
-from .writer import Writer
+from .writer import Writer, quoted
 
 
 def _spans(x):
@@ -401,17 +400,18 @@ class Recorder:
                 return
             if self._joins:
                 self._join_batch(stream_handle, site)
-            # The hottest record: formatted by hand (names are operator names, plain ASCII).
+            # The hottest record: formatted by hand (its name through quoted(), as the loader
+            # takes it).
             self._w.write_line('{"k":"op","name":%s,"stream":%d,"r":%s,"w":%s,"at":%d%s}' % (
                 self._op_name(name), self.stream(stream_handle), _ranges_json(r),
                 _ranges_json(w), site, _scale_json(scale)))
             self.stats["ops"] += 1
 
     def _op_name(self, name):
-        quoted = self._names.get(name)
-        if quoted is None:
-            quoted = self._names[name] = json.dumps(name, ensure_ascii=True)
-        return quoted
+        text = self._names.get(name)
+        if text is None:
+            text = self._names[name] = quoted(name)
+        return text
 
     # -- CUDA graphs ---------------------------------------------------------------------
     def graph_begin(self, stream_handle=0):
