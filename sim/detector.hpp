@@ -36,7 +36,7 @@ class WorldView {
   const Lifetime& lifetime(uint32_t i) const { return w_.lifetimes_[i]; }
   const core::LogicalMap* layout(uint32_t lifetime) const { return w_.lifetime_maps_[lifetime].get(); }
   const UndefOrigin& undef_origin(uint32_t id) const { return w_.undef_origin(id); }
-  const std::string& name(uint32_t id) const { return w_.names_[id]; }
+  const std::string& name(uint32_t id) const { return w_.name(id); }
   // How findings name an operation, its Python line as text and as data (World::op_text).
   std::string op_text(uint32_t op) const { return w_.op_text(op); }
   const std::string& source_of(uint32_t op) const { return w_.source_of(op); }

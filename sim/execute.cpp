@@ -50,7 +50,7 @@ void World::finish(int rank, int stream, Op& op) {
   info.exec_step = step_;
   info.epoch = s.clock[clock_index(rank, stream)];
   digest_ = core::mix64(digest_ ^ (static_cast<uint64_t>(step_) << 20) ^
-                        (static_cast<uint64_t>(participant(rank, stream)) << 4) ^ name_hashes_[info.name] ^
+                        (static_cast<uint64_t>(participant(rank, stream)) << 4) ^ name_hash(info.name) ^
                         0x5bd1e995u);
   if (options_.record_trace) trace_.push_back({step_, rank, stream, op.id});
   ++ops_executed_;

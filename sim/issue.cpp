@@ -25,8 +25,8 @@ core::EventId SimRuntime::create_event(std::string_view name) {
   auto& r = *world_.ranks_[rank_];
   r.event_latest.push_back(kNone);
   r.event_names.emplace_back(name);
-  r.event_op_names.emplace_back(world_.intern("record " + quoted(name)),
-                                world_.intern("wait_event " + quoted(name)));
+  const auto e = static_cast<uint32_t>(r.event_names.size() - 1);
+  r.event_op_names.emplace_back(world_.event_op_name(rank_, e, false), world_.event_op_name(rank_, e, true));
   return static_cast<core::EventId>(r.event_latest.size() - 1);
 }
 
@@ -131,7 +131,7 @@ uint32_t World::new_op(int rank, int stream, OpKind kind, uint32_t name) {
   op_info_.push_back(info);
   const uint32_t id = static_cast<uint32_t>(op_info_.size() - 1);
   digest_ = core::mix64(digest_ ^ (static_cast<uint64_t>(step_) << 20) ^ (static_cast<uint64_t>(rank) << 4) ^
-                        name_hashes_[info.name]);
+                        name_hash(info.name));
   if (options_.record_trace) trace_.push_back({step_, rank, -1, id});
   return id;
 }
@@ -233,6 +233,8 @@ core::BufferId World::alloc(int rank, int64_t bytes, int stream, std::string_vie
   if (at != 0) placed = r.heap.place(at, static_cast<uint64_t>(bytes), stream, legal);
   Heap::Allocation a =
       placed ? std::move(*placed) : r.heap.allocate(static_cast<uint64_t>(bytes), stream, legal);
+  // The pool asks about blocks in size order; the detectors hear of them in address order.
+  std::sort(held.begin(), held.end(), [](const Block* x, const Block* y) { return x->addr < y->addr; });
   // Where a held block fits no worse than the one taken, the allocation could have taken it had
   // its streams run ahead: the detectors hear of the held blocks as the pool was.
   std::vector<AllocEvent::Held> could;

@@ -98,6 +98,24 @@ uint32_t World::intern(std::string_view s) {
   return id;
 }
 
+uint32_t World::event_op_name(int rank, uint32_t event, bool wait) {
+  const std::string_view prefix = wait ? "wait_event '" : "record '";
+  const std::string& e = ranks_[rank]->event_names[event];
+  lazy_names_.push_back({rank, event, wait});
+  lazy_hashes_.push_back(core::fnv1a("'", core::fnv1a(e, core::fnv1a(prefix))));  // of prefix + e + "'"
+  return kLazyName + static_cast<uint32_t>(lazy_names_.size() - 1);
+}
+
+const std::string& World::lazy_text(uint32_t id) const {
+  const auto [it, fresh] = lazy_texts_.try_emplace(id);
+  if (fresh) {
+    const LazyName& n = lazy_names_.at(id - kLazyName);
+    it->second =
+        std::string(n.wait ? "wait_event '" : "record '") + ranks_[n.rank]->event_names[n.event] + "'";
+  }
+  return it->second;
+}
+
 void World::set_source(int rank, uint32_t id) {
   if (id != kNone && id >= names_.size()) throw InternalError("set_source of an unknown source");
   ranks_.at(rank)->source = id;
@@ -133,7 +151,7 @@ const std::string& World::source_of(uint32_t op) const {
 
 std::string World::op_text(uint32_t op) const {
   const OpInfo& info = op_info_[op];
-  const std::string& name = names_[info.name];
+  const std::string& name = this->name(info.name);
   if (info.source == kNone) return name;
   // "kernel 'aten::add_'" -> "aten::add_": a captured operator is named by itself.
   std::string what =

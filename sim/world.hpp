@@ -179,7 +179,8 @@ class World {
   const std::vector<OpArgs>& op_args() const { return op_args_; }
   const std::vector<HostMark>& marks() const { return marks_; }
   const std::string& group_name(int group) const;
-  const std::string& name(uint32_t id) const { return names_[id]; }
+  // An interned name's text; an event operation's name is made here when first read.
+  const std::string& name(uint32_t id) const { return id < kLazyName ? names_[id] : lazy_text(id); }
   const std::string& stream_name(int rank, int stream) const;
   int num_streams(int rank) const;
 
@@ -308,6 +309,22 @@ class World {
   void end_run(RunResult& result);
   // --- shared (world.cpp) ---
   uint32_t intern(std::string_view s);
+  // The names of an event's record and wait operations ("record 'e'", "wait_event 'e'"): a
+  // captured program makes an event per event id, so interning both names of every event, every
+  // schedule, cost a hash, two strings and a map entry each. Their ids count from kLazyName
+  // instead, with the hash the trace digest takes, and their text is made only where it is read
+  // (findings and traces name few of them). Two events never share an id, whatever their names.
+  static constexpr uint32_t kLazyName = 0x80000000u;
+  struct LazyName {
+    int32_t rank;
+    uint32_t event;
+    bool wait;
+  };
+  uint32_t event_op_name(int rank, uint32_t event, bool wait);
+  const std::string& lazy_text(uint32_t id) const;
+  uint64_t name_hash(uint32_t id) const {
+    return id < kLazyName ? name_hashes_[id] : lazy_hashes_[id - kLazyName];
+  }
   // The names the issue side gives every operation ("alloc 'act' on 'compute'"), interned once
   // per form and parts: `key` packs the form and the parts' ids (name_key), `make` builds the
   // text the first time. A repeated operation then costs a lookup, not a string and its hash.
@@ -395,6 +412,9 @@ class World {
   std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_ids_;
   std::unordered_map<uint64_t, uint32_t> name_cache_;  // cached_name
   std::vector<uint64_t> name_hashes_;
+  std::vector<LazyName> lazy_names_;  // event_op_name's, id kLazyName + k
+  std::vector<uint64_t> lazy_hashes_;
+  mutable std::unordered_map<uint32_t, std::string> lazy_texts_;  // made by lazy_text
   std::vector<core::Finding> findings_;
   std::vector<UndefOrigin> undef_origins_;            // origin id k is undef_origins_[k - 1]
   std::unordered_map<uint32_t, uint32_t> origin_of_;  // lifetime -> its origin id

@@ -26,6 +26,7 @@ uint64_t BlockPool::segment_size(uint64_t size) const {
 }
 
 PoolBlock* BlockPool::pick(uint64_t size, int stream, Legal legal) {
+  if (reuse_ == PoolReuse::best_fit) return pick_best_fit(size, stream, legal);
   PoolBlock* best = nullptr;
   const bool from_large = large(size);
   for (auto& [addr, b] : blocks_) {
@@ -42,6 +43,21 @@ PoolBlock* BlockPool::pick(uint64_t size, int stream, Legal legal) {
   return best;
 }
 
+// The smallest legal free block of the request's pool, the lowest address among equals. Every
+// block the walk over all blocks would ask `legal` about and could choose is asked, in size
+// order: up to the chosen one and its equals (a caller that hears of the blocks `legal` refused
+// hears of all that fit no worse); larger ones could not be chosen.
+PoolBlock* BlockPool::pick_best_fit(uint64_t size, int stream, Legal legal) {
+  const bool from_large = large(size);
+  PoolBlock* best = nullptr;
+  for (auto it = free_.lower_bound({from_large, size, 0}); it != free_.end(); ++it) {
+    PoolBlock& b = *it->second;
+    if (b.large != from_large || (best && b.size > best->size)) break;
+    if (legal(b, stream) && !best) best = &b;
+  }
+  return best;
+}
+
 void BlockPool::split(PoolBlock& b, uint64_t size) {
   const uint64_t rest_size = b.size - size;
   if (b.large ? rest_size <= kSmallSize : rest_size < kRound) return;
@@ -50,12 +66,13 @@ void BlockPool::split(PoolBlock& b, uint64_t size) {
   rest.size = b.size - size;
   rest.free = true;
   b.size = size;
-  blocks_.emplace(rest.addr, std::move(rest));
+  index(blocks_.emplace(rest.addr, std::move(rest)).first->second);
 }
 
 BlockPool::Allocation BlockPool::allocate(uint64_t bytes, int stream, Legal legal) {
   const uint64_t size = round_up(bytes == 0 ? 1 : bytes, kRound);
   if (PoolBlock* b = pick(size, stream, legal)) {
+    unindex(*b);
     split(*b, size);
     b->free = false;
     b->stream = stream;
@@ -82,11 +99,13 @@ BlockPool::Allocation BlockPool::allocate_at(uint64_t bytes, int stream, Legal l
     PoolBlock& b = std::prev(it)->second;
     if (b.free && b.addr + b.size >= prefer + size && legal(b, stream)) {
       PoolBlock* use = &b;
+      unindex(b);
       if (b.addr < prefer) {  // cut off the part before `prefer`; it stays free
         PoolBlock rest = b;
         rest.addr = prefer;
         rest.size = b.addr + b.size - prefer;
         b.size = prefer - b.addr;
+        index(b);
         use = &blocks_.emplace(rest.addr, std::move(rest)).first->second;
       }
       split(*use, size);
@@ -104,6 +123,7 @@ void BlockPool::release(uint64_t addr, std::vector<uint64_t> pending, uint64_t f
   b.freed_order = ++freed_counter_;
   b.pending = std::move(pending);
   b.free_op = free_op;
+  index(b);
   if (b.pending.empty()) merge(addr);
 }
 
@@ -117,17 +137,23 @@ void BlockPool::merge(uint64_t addr) {
   if (it != blocks_.begin()) {
     auto prev = std::prev(it);
     if (mergeable(prev->second, it->second)) {
+      unindex(prev->second);
+      unindex(it->second);
       prev->second.size += it->second.size;
       prev->second.freed_order = std::max(prev->second.freed_order, it->second.freed_order);
       blocks_.erase(it);
       it = prev;
+      index(it->second);
     }
   }
   auto next = std::next(it);
   if (next != blocks_.end() && mergeable(it->second, next->second)) {
+    unindex(it->second);
+    unindex(next->second);
     it->second.size += next->second.size;
     it->second.freed_order = std::max(it->second.freed_order, next->second.freed_order);
     blocks_.erase(next);
+    index(it->second);
   }
 }
 

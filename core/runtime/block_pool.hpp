@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "core/base/function_ref.hpp"
@@ -68,6 +69,12 @@ class BlockPool {
   bool large(uint64_t size) const;             // a request of the large pool
   uint64_t segment_size(uint64_t size) const;  // the segment a request that fits no block gets
   void merge(uint64_t addr);
+  // The free blocks, by pool (large or not), size and address: best fit is the first legal one
+  // from the request's size up, ties in address order, as a walk over every block finds it.
+  using FreeKey = std::tuple<bool, uint64_t, uint64_t>;
+  void index(PoolBlock& b) { free_.emplace(FreeKey{b.large, b.size, b.addr}, &b); }
+  void unindex(const PoolBlock& b) { free_.erase(FreeKey{b.large, b.size, b.addr}); }
+  PoolBlock* pick_best_fit(uint64_t size, int stream, Legal legal);
 
   bool merge_;
   PoolReuse reuse_;
@@ -77,6 +84,7 @@ class BlockPool {
   uint64_t segment_bytes_ = 0;
   int segments_ = 0;
   std::map<uint64_t, PoolBlock> blocks_;  // by address
+  std::map<FreeKey, PoolBlock*> free_;    // the free blocks of blocks_ (index, unindex)
 };
 
 }  // namespace shardcheck::core

@@ -3,12 +3,7 @@
 // into its rank's compact records. Every refusal names the file and line.
 #include "core/scenario/captured_program.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -22,6 +17,7 @@
 
 #include "core/base/text.hpp"
 #include "core/scenario/json_line.hpp"
+#include "core/scenario/line_reader.hpp"
 
 namespace shardcheck::core {
 
@@ -70,83 +66,18 @@ std::string ranks_text(const std::vector<int>& r) {
   return s + "]";
 }
 
-// Reads the lines of one regular file, counting them for messages. A FIFO, device or folder
-// is refused when opened (a FIFO would block forever, /dev/zero would never end), and a line
-// is refused as soon as it passes the line limit, so memory stays bounded by the limit.
-class Lines {
+// The lines of a rank file, each refusal of the reader (a line past the limit, a failed read)
+// a Refusal with its line.
+class Lines : public LineReader {
  public:
-  explicit Lines(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd_ < 0) {
-      error_ = std::string("cannot be read: ") + std::strerror(errno);
-      return;
-    }
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) {
-      error_ = std::string("cannot be read: ") + std::strerror(errno);
-    } else if (S_ISDIR(st.st_mode)) {
-      error_ = "is a folder, not a rank file";
-    } else if (!S_ISREG(st.st_mode)) {
-      error_ = std::string(S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)" : "a device or socket") +
-               ", not a regular file; a capture is read from files";
+  explicit Lines(const std::string& path) : LineReader(path, CaptureLimits::kMaxLineBytes) {}
+  bool next(std::string_view& line) {
+    try {
+      return LineReader::next(line);
+    } catch (const LineReader::Error& e) {
+      throw Refusal{e.line, e.what};
     }
   }
-  ~Lines() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Lines(const Lines&) = delete;
-  Lines& operator=(const Lines&) = delete;
-  bool ok() const { return error_.empty(); }
-  const std::string& error() const { return error_; }
-  // Whether the last line next() gave ended the file without its newline: a line cut while it
-  // was written.
-  bool unterminated() const { return unterminated_; }
-  // False at the end of the file.
-  bool next(std::string& line) {
-    line.clear();
-    bool any = false;
-    unterminated_ = false;
-    for (;;) {
-      if (pos_ == len_ && !fill()) {
-        unterminated_ = any;
-        return any ? (++number_, true) : false;
-      }
-      any = true;
-      const char* start = buf_ + pos_;
-      const void* nl = std::memchr(start, '\n', len_ - pos_);
-      const size_t take = nl ? static_cast<size_t>(static_cast<const char*>(nl) - start) : len_ - pos_;
-      if (line.size() + take > CaptureLimits::kMaxLineBytes) {
-        throw Refusal{number_ + 1,
-                      "a line past the limit of " + std::to_string(CaptureLimits::kMaxLineBytes) + " bytes"};
-      }
-      line.append(start, take);
-      pos_ += take;
-      if (nl) {
-        ++pos_;
-        ++number_;
-        return true;
-      }
-    }
-  }
-  int64_t number() const { return number_; }
-
- private:
-  bool fill() {
-    for (;;) {
-      const ssize_t n = ::read(fd_, buf_, sizeof buf_);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw Refusal{number_ + 1, std::string("cannot read the file: ") + std::strerror(errno)};
-      pos_ = 0;
-      len_ = static_cast<size_t>(n);
-      return n > 0;
-    }
-  }
-  int fd_ = -1;
-  std::string error_;
-  char buf_[1 << 16];
-  size_t pos_ = 0, len_ = 0;
-  int64_t number_ = 0;
-  bool unterminated_ = false;
 };
 
 struct Header {
@@ -189,6 +120,11 @@ class Fields {
            std::to_string(kMaxNameBytes) + " bytes");
     }
     for (size_t i = 0; i < s.size();) {
+      const auto byte = static_cast<unsigned char>(s[i]);
+      if (byte >= 0x20 && byte < 0x7f) {  // ASCII other than a control: the usual byte
+        ++i;
+        continue;
+      }
       const Utf8Sequence u = utf8_sequence_at(s, i);
       if (is_control(u.code_point)) {
         fail("field '" + std::string(key) + "' of " + std::string(kind_) + " holds a control character");
@@ -221,7 +157,7 @@ class RankLoader {
 
   void load(Lines& lines, int64_t* total_records, int64_t* total_ranges) {
     ranges_total_ = total_ranges;
-    std::string line;
+    std::string_view line;
     version_ = read_header(lines, r_.file, rank_).version;  // checked already, with every header
     bool ended = false;
     while (lines.next(line)) {
@@ -265,6 +201,7 @@ class RankLoader {
                                  " records summed over the ranks (docs/limits.md)"};
       }
       record(k->s);
+      if (records_ == kRecordsBeforeReserving) reserve_for_file(lines);
     }
     r_.file_records = records_;
     if (!ended) {
@@ -277,6 +214,21 @@ class RankLoader {
 
  private:
   [[noreturn]] void fail(const std::string& what) const { throw Refusal{line_, what}; }
+
+  // Reserves room for the rest of the file at the rate of its first records, so that the
+  // records and ranges are not grown (copied, their pages touched again) and then shrunk to fit
+  // (copied once more). Room reserved and never written costs address space, not memory.
+  static constexpr int64_t kRecordsBeforeReserving = 4096;
+  void reserve_for_file(const Lines& lines) {
+    const double read = static_cast<double>(std::max<int64_t>(lines.bytes_read(), 1));
+    const double scale = static_cast<double>(lines.file_bytes()) / read * 1.0625;
+    if (scale <= 1) return;
+    const auto room = [scale](size_t now, int64_t most) {
+      return static_cast<size_t>(std::min(static_cast<double>(now) * scale + 64, static_cast<double>(most)));
+    };
+    r_.records.reserve(room(r_.records.size(), CaptureLimits::kMaxRecordsPerRank));
+    r_.ranges.reserve(room(r_.ranges.size(), CaptureLimits::kMaxRanges));
+  }
 
   int32_t stream_ref(const Fields& f, std::string_view key = "stream") const {
     const int64_t s = f.integer(key, 0, INT32_MAX);
@@ -406,11 +358,14 @@ class RankLoader {
   }
 
   void record(std::string_view k) {
-    issued_before_.push_back(static_cast<int32_t>(r_.records.size()));
     for (const Handler& h : handlers()) {
       if (h.kind != k) continue;
       CapturedRecord rec;
-      if ((this->*h.read)(k, rec)) r_.records.push_back(rec);
+      if ((this->*h.read)(k, rec)) {
+        r_.records.push_back(rec);
+      } else {
+        dropped_.push_back(records_ - 1);
+      }
       return;
     }
     fail("unknown record kind '" + std::string(k) + "' (expected " + kind_list() + ")");
@@ -838,8 +793,8 @@ class RankLoader {
     v.uniform = f.need("u", Type::boolean).b;
     if (f.has("r")) v.range = value_range(f);
     if (f.has("taken")) {  // written later than taken (CUDA): it stands where it was taken
-      const int64_t before = static_cast<int64_t>(issued_before_.size()) - 1;  // this record's number
-      v.position = issued_before_[static_cast<size_t>(f.integer("taken", 0, before))];
+      const int64_t taken = f.integer("taken", 0, records_ - 1);  // up to this record's number
+      v.position = static_cast<int32_t>(issued_before(taken));
     }
     r_.values.push_back(v);
     return false;
@@ -875,10 +830,15 @@ class RankLoader {
   JsonLine j_;
   int64_t line_ = 1;
   int64_t records_ = 0;
-  std::vector<int32_t> colls_;          // the file's coll records, in order: their index in r_.records
-  std::vector<int32_t> issued_before_;  // file record n -> the records issued before it
-  std::vector<int32_t> sites_;          // site id -> index in p_.sources
-  std::vector<int64_t> sizes_;          // buffer id -> bytes
+  std::vector<int32_t> colls_;  // the file's coll records, in order: their index in r_.records
+  // The file's records (numbered from 0) that are not issued: definitions, values, buffers from
+  // before the capture. Record n follows n - (those before n) issued ones.
+  std::vector<int64_t> dropped_;
+  int64_t issued_before(int64_t n) const {
+    return n - (std::lower_bound(dropped_.begin(), dropped_.end(), n) - dropped_.begin());
+  }
+  std::vector<int32_t> sites_;  // site id -> index in p_.sources
+  std::vector<int64_t> sizes_;  // buffer id -> bytes
   std::vector<uint8_t> live_;
   int64_t live_bytes_ = 0;
   int32_t thread_ = 0;  // the host thread issuing the records read so far
@@ -887,7 +847,7 @@ class RankLoader {
 };
 
 Header read_header(Lines& lines, const std::string& file, int file_rank) {
-  std::string line;
+  std::string_view line;
   if (!lines.next(line)) throw Refusal{1, "an empty file (expected the header line)"};
   if (line.size() > CaptureLimits::kMaxLineBytes) throw Refusal{1, "a header line past the line limit"};
   JsonLine j;
@@ -1075,8 +1035,12 @@ Expected<CapturedProgram> load_captured_program(const std::string& dir_in) {
     } catch (const Refusal& e) {
       return Error(path + ":" + std::to_string(e.line) + ": " + e.what);
     }
-    rank.records.shrink_to_fit();
-    rank.ranges.shrink_to_fit();
+    // Room reserved past the end is never touched; only a large excess is given back (a copy).
+    const auto fit = [](auto& v) {
+      if (v.capacity() > v.size() + v.size() / 8) v.shrink_to_fit();
+    };
+    fit(rank.records);
+    fit(rank.ranges);
   }
   generalize_one_sided_origins(p);
   return p;

@@ -58,6 +58,14 @@ class RankCalls {
     return s < 0 ? "tensor " + std::to_string(buf)
                  : "tensor allocated at " + p_.sources[static_cast<size_t>(s)];
   }
+  // The same, made once per source line: a program allocates at a few lines, very many times.
+  std::string_view buffer_name_of(int32_t s, int32_t buf) {
+    if (s < 0) return scratch_name_ = buffer_name(s, buf);
+    if (buffer_names_.empty()) buffer_names_.resize(p_.sources.size());
+    std::string& name = buffer_names_[static_cast<size_t>(s)];
+    if (name.empty()) name = buffer_name(s, buf);
+    return name;
+  }
   EventId event(int32_t e) {
     EventId& id = events_[static_cast<size_t>(e)];
     if (id < 0) id = rt_.create_event("event " + std::to_string(e));
@@ -159,6 +167,8 @@ class RankCalls {
   std::vector<BufferId> buffers_;
   std::vector<EventId> events_;
   std::vector<uint32_t> coll_records_;  // the coll records' indices, ascending (CapturedRank::coll_origins)
+  std::vector<std::string> buffer_names_;  // by source line (buffer_name_of)
+  std::string scratch_name_;
 
  public:
   SourceHandles source;  // the records' Python lines, defined once per run when first used
@@ -337,9 +347,9 @@ Task<> run_captured_program(Runtime& rt, const CapturedProgram& p) {
     switch (rec.kind) {
       case CapturedKind::alloc:
         c.buffer(rec.a) = rec.first != CapturedRank::kNoAddress
-                              ? co_await rt.alloc_at(rec.n, stream, c.buffer_name(rec.source, rec.a),
+                              ? co_await rt.alloc_at(rec.n, stream, c.buffer_name_of(rec.source, rec.a),
                                                      c.rank().addresses[rec.first])
-                              : co_await rt.alloc(rec.n, stream, c.buffer_name(rec.source, rec.a));
+                              : co_await rt.alloc(rec.n, stream, c.buffer_name_of(rec.source, rec.a));
         break;
       case CapturedKind::free:
         co_await rt.free(c.buffer(rec.a));

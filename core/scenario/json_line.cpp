@@ -77,15 +77,18 @@ std::string_view JsonLine::type_name(Type t) {
 std::string_view JsonLine::string(Cursor& c) {
   c.expect('"', "'\"'");
   const size_t start = c.i;
+  unsigned char seen = 0;  // every byte or'ed: ASCII alone needs no UTF-8 check
   while (c.i < c.s.size() && c.s[c.i] != '"' && c.s[c.i] != '\\') {
-    if (static_cast<unsigned char>(c.s[c.i]) < 0x20) c.fail("a control character inside a string");
+    const auto byte = static_cast<unsigned char>(c.s[c.i]);
+    if (byte < 0x20) c.fail("a control character inside a string");
+    seen |= byte;
     ++c.i;
   }
   if (c.i >= c.s.size()) c.fail("an unterminated string");
   if (c.s[c.i] == '"') {
     const std::string_view out = c.s.substr(start, c.i - start);
     ++c.i;
-    if (!is_valid_utf8(out)) c.fail("a string that is not UTF-8");
+    if ((seen & 0x80) != 0 && !is_valid_utf8(out)) c.fail("a string that is not UTF-8");
     return out;
   }
   std::string& out = decoded_.emplace_back(c.s.substr(start, c.i - start));
@@ -169,11 +172,18 @@ uint32_t JsonLine::hex4(Cursor& c) {
 // A number: an integer when it has no fraction or exponent and fits int64.
 void JsonLine::number(Cursor& c, Value& v) {
   const size_t start = c.i;
-  if (c.peek() == '-') ++c.i;
+  const bool neg = c.peek() == '-';
+  if (neg) ++c.i;
+  // The integer part, accumulated negatively (whose range is the larger one) as it is scanned.
+  int64_t acc = 0;
+  bool fits = true;
   if (c.peek() == '0') {
     ++c.i;
   } else if (c.peek() >= '1' && c.peek() <= '9') {
-    while (c.peek() >= '0' && c.peek() <= '9') ++c.i;
+    while (c.peek() >= '0' && c.peek() <= '9') {
+      const int d = c.s[c.i++] - '0';
+      fits = fits && !__builtin_mul_overflow(acc, 10, &acc) && !__builtin_sub_overflow(acc, d, &acc);
+    }
   } else {
     c.fail("a bad number");
   }
@@ -191,27 +201,16 @@ void JsonLine::number(Cursor& c, Value& v) {
     if (!(c.peek() >= '0' && c.peek() <= '9')) c.fail("a bad number");
     while (c.peek() >= '0' && c.peek() <= '9') ++c.i;
   }
-  v.type = Type::number;
-  // Its value as a double too (integers included), for the fields that are fractions.
-  std::from_chars(c.s.data() + start, c.s.data() + c.i, v.x);
-  if (integer) {
-    // int64 without overflow: accumulate negatively, whose range is the larger one.
-    const bool neg = c.s[start] == '-';
-    int64_t acc = 0;
-    bool fits = true;
-    for (size_t k = start + (neg ? 1 : 0); k < c.i; ++k) {
-      const int d = c.s[k] - '0';
-      if (acc < (INT64_MIN + d) / 10) {
-        fits = false;
-        break;
-      }
-      acc = acc * 10 - d;
-    }
-    if (fits && (neg || acc != INT64_MIN)) {
-      v.type = Type::integer;
-      v.i = neg ? acc : -acc;
-    }
+  if (integer && fits && (neg || acc != INT64_MIN)) {
+    // Its value as a double too, for the fields that are fractions: the conversion rounds to
+    // nearest as parsing the digits would, without parsing them again.
+    v.type = Type::integer;
+    v.i = neg ? acc : -acc;
+    v.x = static_cast<double>(v.i);
+    return;
   }
+  v.type = Type::number;
+  std::from_chars(c.s.data() + start, c.s.data() + c.i, v.x);
 }
 
 uint32_t JsonLine::value(Cursor& c, int depth) {
@@ -298,8 +297,9 @@ std::string JsonLine::parse(std::string_view line) {
 }
 
 const JsonLine::Value* JsonLine::find(std::string_view key) const {
+  // Most keys differ in length or first letter: those are told apart without a memcmp call.
   for (const auto& [k, v] : fields_) {
-    if (k == key) return &values_[v];
+    if (k.size() == key.size() && (key.empty() || k[0] == key[0]) && k == key) return &values_[v];
   }
   return nullptr;
 }

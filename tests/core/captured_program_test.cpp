@@ -8,6 +8,7 @@
 
 #include "core/scenario/captured_program.hpp"
 #include "core/scenario/json_line.hpp"
+#include "core/scenario/line_reader.hpp"
 
 using namespace shardcheck::core;
 
@@ -512,4 +513,47 @@ TEST_CASE("a line past the line limit is refused while it is read, with its line
   const std::string longline = "{\"k\": \"site\", \"pad\": \"" + std::string(3u << 20, 'x') + "\"}\n";
   const std::string m = refusal(longline);
   REQUIRE_THAT(m, Catch::Contains("5: a line past the limit of 1048576 bytes"));
+}
+
+TEST_CASE("LineReader hands out every line whole, wherever its blocks cut them", "[core][capture]") {
+  // Lines of many lengths, several longer than a read block (256 KiB), so that blocks end
+  // inside lines, at newlines and right after them; one line exactly at the limit.
+  constexpr size_t kLimit = 600'000;
+  std::vector<std::string> lines;
+  for (size_t n : {0u, 1u, 7u, 300'000u, 5u, 262'143u, 262'144u, 1u, 599'999u, 600'000u, 3u})
+    lines.push_back(std::string(n, static_cast<char>('a' + lines.size())));
+  Folder f;
+  std::string text;
+  for (const std::string& l : lines) text += l + "\n";
+  f.write("lines.txt", text + "tail");  // a last line without its newline
+  LineReader r(f.dir + "/lines.txt", kLimit);
+  REQUIRE(r.ok());
+  REQUIRE(r.file_bytes() == static_cast<int64_t>(text.size() + 4));
+  std::string_view line;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    REQUIRE(r.next(line));
+    REQUIRE(line == lines[i]);
+    REQUIRE(r.number() == static_cast<int64_t>(i + 1));
+    REQUIRE_FALSE(r.unterminated());
+  }
+  REQUIRE(r.next(line));
+  REQUIRE(line == "tail");
+  REQUIRE(r.unterminated());
+  REQUIRE(r.bytes_read() == r.file_bytes());
+  REQUIRE_FALSE(r.next(line));
+}
+
+TEST_CASE("LineReader refuses a line one byte past its limit, with that line's number", "[core][capture]") {
+  Folder f;
+  f.write("lines.txt", "first\n" + std::string(1001, 'x') + "\nlast\n");
+  LineReader r(f.dir + "/lines.txt", 1000);
+  std::string_view line;
+  REQUIRE(r.next(line));
+  try {
+    r.next(line);
+    FAIL("the long line was handed out");
+  } catch (const LineReader::Error& e) {
+    REQUIRE(e.line == 2);
+    REQUIRE(e.what == "a line past the limit of 1000 bytes");
+  }
 }
