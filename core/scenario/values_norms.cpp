@@ -16,10 +16,16 @@ namespace {
 
 // -- grad_norm_miscount ------------------------------------------------------------------------
 
-// The parameters whose gradients a buffer was computed from, each with the number of times its
-// elements are counted there (a sum of two terms computed from one gradient counts it twice; a
-// term divided by the number of ranks that hold a copy counts it a fraction of once).
-using Names = std::map<int32_t, double>;
+// The gradients a buffer was computed from, each with the number of times its elements are
+// counted there (a sum of two terms computed from one gradient counts it twice; a term divided by
+// the number of ranks that hold a copy counts it a fraction of once). A gradient is a parameter
+// of one rank: an earlier sum over ranks brings other ranks' gradients into a rank's terms.
+struct Grad {
+  int32_t tensor = 0;
+  int rank = 0;
+  auto operator<=>(const Grad&) const = default;
+};
+using Names = std::map<Grad, double>;
 
 void merge_max(Names& into, const Names& from) {
   for (const auto& [t, w] : from) into[t] = std::max(into[t], w);
@@ -44,9 +50,9 @@ double scale_at(const CapturedRank& rank, size_t index) {
 // follow. A small term (a norm's squares) multiplied by a number is counted that many times.
 class GradFlow {
  public:
-  GradFlow(const CapturedProgram& p, const CapturedRank& rank) : p_(p), rank_(rank) {
+  GradFlow(const CapturedProgram& p, const CapturedRank& rank, int r) : p_(p), rank_(rank) {
     for (const CapturedValue& v : rank.values) {
-      if (v.of == Of::grad && v.range.buf >= 0) seed_[v.range.buf][v.tensor] = 1;
+      if (v.of == Of::grad && v.range.buf >= 0) seed_[v.range.buf][{v.tensor, r}] = 1;
       if (v.of == Of::param && v.range.buf >= 0) params_.insert(v.range.buf);
     }
     for (const CapturedRank::Pre& pre : rank.pre) size_[pre.buf] = pre.bytes;
@@ -67,7 +73,9 @@ class GradFlow {
     if (auto it = flow_.find(buf); it != flow_.end()) merge_max(out, it->second);
     return out;
   }
-  void record(const CapturedRecord& rec, size_t index) {
+  // `summed`: for a norm's sum over ranks, what it adds up from every member (else its output is
+  // computed from this rank's input alone).
+  void record(const CapturedRecord& rec, size_t index, const Names* summed = nullptr) {
     if (rec.kind == CapturedKind::alloc) size_[rec.a] = rec.n;
     if (rec.kind == CapturedKind::free) flow_.erase(rec.a);
     if (rec.kind != CapturedKind::op &&
@@ -90,6 +98,7 @@ class GradFlow {
         if (adds) from[t] += w;
       }
     }
+    if (summed != nullptr) from = *summed;
     const double scale = rec.kind == CapturedKind::op ? scale_at(rank_, index) : std::nan("");
     for (uint32_t i = 0; i < rec.writes; ++i) {
       const CapturedRange& w = rank_.ranges[rec.first + rec.reads + i];
@@ -150,14 +159,19 @@ struct NormSum {
 
 constexpr int64_t kMaxNormElements = 64;
 
-std::map<std::pair<int32_t, int64_t>, NormSum> norm_sums(const CapturedProgram& p) {
-  std::map<std::pair<int32_t, int64_t>, NormSum> out;
+using SumKey = std::pair<int32_t, int64_t>;  // a group and the index of a collective on it
+
+// One walk of every rank: the small sums over groups with each member's input. A norm sum's output
+// is what `summed` says the members added up, where it says (the walk before this one).
+std::map<SumKey, NormSum> norm_walk(const CapturedProgram& p, const std::map<SumKey, Names>& summed) {
+  std::map<SumKey, NormSum> out;
   for (size_t r = 0; r < p.ranks.size(); ++r) {
     const CapturedRank& rank = p.ranks[r];
-    GradFlow flow(p, rank);
+    GradFlow flow(p, rank, static_cast<int>(r));
     std::map<int32_t, int64_t> k;
     for (size_t i = 0; i < rank.records.size(); ++i) {
       const CapturedRecord& rec = rank.records[i];
+      const Names* sum_of = nullptr;
       if (rec.kind == CapturedKind::coll && rec.coll != CollectiveKind::barrier) {
         const int32_t group = rank.groups[static_cast<size_t>(rec.a)];
         const int64_t kth = k[group]++;
@@ -166,10 +180,33 @@ std::map<std::pair<int32_t, int64_t>, NormSum> norm_sums(const CapturedProgram& 
           NormSum& sum = out[{group, kth}];
           sum.rec = &rec;
           sum.counted[static_cast<int>(r)] = flow.computed(rank.ranges[rec.first].buf);
+          if (auto it = summed.find({group, kth}); it != summed.end()) sum_of = &it->second;
         }
       }
-      flow.record(rec, i);
+      flow.record(rec, i, sum_of);
     }
+  }
+  return out;
+}
+
+// The norm sums, each member's input with the gradients it was computed from, across ranks: a
+// sum's output counts every gradient each member's input counted (a norm's squares summed over a
+// group carry every member's gradients into the terms each member computes next). Walked again
+// until what each sum adds up is what the walk before said (chains of sums are short).
+std::map<SumKey, NormSum> norm_sums(const CapturedProgram& p) {
+  constexpr int kMaxWalks = 8;
+  std::map<SumKey, Names> summed;
+  std::map<SumKey, NormSum> out;
+  for (int walk = 0; walk < kMaxWalks; ++walk) {
+    out = norm_walk(p, summed);
+    std::map<SumKey, Names> next;
+    for (const auto& [key, sum] : out) {
+      for (const auto& [rank, names] : sum.counted) {
+        for (const auto& [g, w] : names) next[key][g] += w;
+      }
+    }
+    if (next == summed) break;
+    summed = std::move(next);
   }
   return out;
 }
@@ -195,11 +232,13 @@ std::vector<int> copies(const CapturedProgram& p, int32_t tensor, const std::vec
   return best.size() >= 2 ? best : std::vector<int>{};
 }
 
-// A parameter a norm counts more than once: the ranks whose terms count it, and how many times.
+// A parameter a norm counts more than once: the ranks that hold it (its copies), how many times
+// it is counted, and the ranks whose input to the sum counts it.
 struct Counted {
   int32_t tensor = 0;
   std::vector<int> ranks;
   double times = 0;
+  std::vector<int> in_terms_of;
 };
 
 std::string times_text(double x) {
@@ -215,28 +254,44 @@ Finding norm_finding(const CapturedProgram& p, int32_t group, const NormSum& sum
   for (const Counted& c : twice) tensors.push_back(c.tensor);
   const Counted& first = twice.front();
   const bool copied = first.ranks.size() > 1;
+  const bool brought = !copied && first.in_terms_of.size() > 1;
   Finding f;
   f.kind = FindingKind::grad_norm_miscount;
   f.summary = "all_reduce (sum) at " + at + " over ranks " + ranks_text(g.ranks) +
               " adds up terms computed from the gradient of " + names_text(p, tensors) +
               (copied ? ", which ranks " + ranks_text(first.ranks) + " each hold a copy of"
                       : " on rank " + ranks_text(first.ranks)) +
+              (brought ? ", which is in the terms of ranks " + ranks_text(first.in_terms_of) +
+                             " (an earlier sum over ranks added it to each of them)"
+                       : "") +
               ": it is counted " + times_text(first.times) + " times";
   std::string e = f.summary +
                   ".\nA norm over ranks must count each gradient element once; a replicated or tied "
                   "tensor held by several of them (a tied embedding on two pipeline stages, a norm's "
                   "weight on every tensor-parallel rank) is counted once per copy, and a term summed twice "
-                  "on one rank (the same storage twice in the list) twice, so the norm is too large and "
-                  "clipping scales every gradient by the wrong factor (Megatron-LM #7227, NeMo-RL #3788).\n";
+                  "on one rank (the same storage twice in the list) twice, and squares an earlier sum over "
+                  "the group already added up are counted once per member when summed over it again, so the "
+                  "norm is too large and clipping scales every gradient by the wrong factor (Megatron-LM "
+                  "#7227, NeMo-RL #3788, fastmoe #169).\n";
   for (size_t i = 0; i < twice.size() && i < 8; ++i) {
-    e += "  " + p.strings[static_cast<size_t>(twice[i].tensor)] + ": counted " + times_text(twice[i].times) +
-         " times, on ranks " + ranks_text(twice[i].ranks) +
-         (twice[i].ranks.size() > 1 ? ", the same gradient on each\n" : "\n");
+    const Counted& c = twice[i];
+    e += "  " + p.strings[static_cast<size_t>(c.tensor)] + ": counted " + times_text(c.times) + " times, ";
+    if (c.ranks.size() > 1) {
+      e += "on ranks " + ranks_text(c.ranks) + ", the same gradient on each\n";
+    } else {
+      e += "rank " + ranks_text(c.ranks) + "'s gradient" +
+           (c.in_terms_of.size() > 1 ? ", in the terms of ranks " + ranks_text(c.in_terms_of) : "") + "\n";
+    }
   }
-  f.explanation = e +
-                  "Fix: count a tensor replicated over the group on one of its ranks only (Megatron: "
-                  "param_is_not_tensor_parallel_duplicate, the shared embedding on the first stage), or "
-                  "divide its term by its number of copies.";
+  f.explanation =
+      e + (brought ? std::string("Fix: sum each rank's squares over the group once, or reduce the "
+                                 "earlier partial sum over a group whose members hold other "
+                                 "parameters (the data-parallel group for experts that differ "
+                                 "across it).")
+                   : std::string("Fix: count a tensor replicated over the group on one of its ranks "
+                                 "only (Megatron: param_is_not_tensor_parallel_duplicate, the shared "
+                                 "embedding on the first stage), or divide its term by its number of "
+                                 "copies."));
   f.key = "grad_norm_miscount at " + at;
   NormDetail d;
   d.expected = d.reported = std::nan("");  // known by what it counts, not by its value
@@ -248,29 +303,49 @@ Finding norm_finding(const CapturedProgram& p, int32_t group, const NormSum& sum
   return f;
 }
 
+// The parameter `tensor` of the ranks in `same` (its copies, one parameter) or of one rank: how
+// many times the sum's inputs count it, and whose inputs do.
+Counted count_of(int32_t tensor, const std::vector<int>& same,
+                 const std::map<int, std::map<int, double>>& by_origin) {
+  Counted c{tensor, same, 0, {}};
+  std::set<int> in;
+  for (int o : same) {
+    auto it = by_origin.find(o);
+    if (it == by_origin.end()) continue;
+    for (const auto& [r, w] : it->second) {
+      c.times += w;
+      in.insert(r);
+    }
+  }
+  c.in_terms_of.assign(in.begin(), in.end());
+  return c;
+}
+
 }  // namespace
 
 // How many times a norm's sum over ranks counts each parameter's gradient: over the ranks that
-// hold the same gradient (copies), the times each of them counted it; for a gradient each rank
-// holds its own of, the most any one rank counted it. Once is right.
+// hold the same gradient (copies, one parameter), the times every member's input counted any of
+// them; for a gradient each rank holds its own of, the times every member's input counted that
+// rank's. Once is right.
 void norm_findings(const CapturedProgram& p, std::vector<Finding>& out) {
   for (const auto& [key, sum] : norm_sums(p)) {
-    std::map<int32_t, std::map<int, double>> counted_on;  // parameter -> rank -> times its term counts it
+    // parameter -> the rank whose gradient it is -> the member whose input counts it -> times
+    std::map<int32_t, std::map<int, std::map<int, double>>> counted_on;
     for (const auto& [rank, names] : sum.counted) {
-      for (const auto& [t, w] : names) counted_on[t][rank] = w;
+      for (const auto& [g, w] : names) counted_on[g.tensor][g.rank][rank] = w;
     }
     std::vector<Counted> over;
-    for (const auto& [tensor, by_rank] : counted_on) {
-      std::vector<int> ranks;
-      for (const auto& [r, w] : by_rank) ranks.push_back(r);
-      const std::vector<int> same = copies(p, tensor, ranks, sum.rec->n);
-      double total = 0;
-      for (const auto& [r, w] : by_rank) {
-        const bool copy = std::find(same.begin(), same.end(), r) != same.end();
-        total = same.empty() ? std::max(total, w) : total + (copy ? w : 0);
+    for (const auto& [tensor, by_origin] : counted_on) {
+      std::vector<int> origins;
+      for (const auto& [o, by_rank] : by_origin) origins.push_back(o);
+      const std::vector<int> same = copies(p, tensor, origins, sum.rec->n);
+      Counted most = same.empty() ? Counted{} : count_of(tensor, same, by_origin);
+      for (int o : origins) {
+        if (std::find(same.begin(), same.end(), o) != same.end()) continue;
+        Counted c = count_of(tensor, {o}, by_origin);
+        if (c.times > most.times) most = c;
       }
-      if (total > 1 + 1e-6)
-        over.push_back({tensor, same.empty() ? std::vector<int>{by_rank.begin()->first} : same, total});
+      if (most.times > 1 + 1e-6) over.push_back(most);
     }
     if (over.empty()) continue;
     Finding f = norm_finding(p, key.first, sum, over);

@@ -72,11 +72,11 @@ TEST_CASE("the value reproducers from public reports get the verdicts docs/value
   }
 }
 
-TEST_CASE("no repair or control among the value reproducers is flagged, and what is found is the true class",
+TEST_CASE("no repair or control among the value reproducers is flagged, and what is found is a class the ground truth names",
           "[cli][capture][values]") {
   for (const Row& row : rows()) {
     INFO(row.capture);
     if (row.truth.starts_with("none")) CHECK(row.verdict == "clean");
-    if (row.verdict != "clean") CHECK(row.truth.starts_with(row.verdict));
+    if (row.verdict != "clean") CHECK(row.truth.find(row.verdict) != std::string::npos);
   }
 }

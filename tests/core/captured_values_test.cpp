@@ -3,6 +3,7 @@
 // not (shards, one repeated value, a buffer written since where the capture does not see), and
 // how value records are read and refused.
 #include <unistd.h>
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -505,4 +506,42 @@ TEST_CASE(
   SECTION("reduced over each rank alone: nothing says they are copies, so nothing is said") {
     REQUIRE(check(body(0, all_reduce_on(1, 0)), body(1, all_reduce_on(1, 0))).empty());
   }
+}
+
+namespace {
+
+// The squares of the gradient at buffer 0 into buffer 1, summed over group `first`, then over
+// the world.
+std::string norm_summed_twice(int rank, int first) {
+  const std::string g = rank == 0 ? "3000000000000000" : "3100000000000000";
+  std::string sum1 =
+      R"({"k": "coll", "op": "all_reduce", "group": 0, "stream": 0, "in": [1, 0, 64], "out": [1, 0, 64], )"
+      R"("dtype": "f32", "count": 16, "reduce": "sum", "root": 0, "name": "n", "at": 0})"
+      "\n";
+  std::string sum2 = sum1;
+  sum1.replace(sum1.find(R"("group": 0)"), 10, "\"group\": " + std::to_string(first));
+  sum2.replace(sum2.find(R"("at": 0)"), 7, R"("at": 1)");
+  return own_group(rank) + kSecondBuffer + grad_at_buffer0("expert", digest(g)) +
+         R"({"k": "op", "name": "aten::linalg_vector_norm", "stream": 0, "r": [[0, 0, 64]], "w": [[1, 0, 64]], "at": 0})"
+         "\n" +
+         sum1 + sum2;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a norm's squares summed over a group and then over it again count each rank's gradient once per member",
+    "[core][capture][values]") {
+  // Each rank's own parameter (their gradients differ): the first sum over the world puts both
+  // ranks' squares in each rank's input to the second, which counts each of them twice.
+  // (The second sum also sums what the first made whole on each rank: a double_reduction too.)
+  const auto found = check(norm_summed_twice(0, 0), norm_summed_twice(1, 0));
+  const auto norm = std::find_if(found.begin(), found.end(),
+                                 [](const Finding& f) { return f.kind == FindingKind::grad_norm_miscount; });
+  REQUIRE(norm != found.end());
+  REQUIRE_THAT(norm->summary, Catch::Contains("all_reduce (sum) at t.py:20 over ranks 0, 1"));
+  REQUIRE_THAT(norm->summary, Catch::Contains("in the terms of ranks 0, 1"));
+  REQUIRE_THAT(norm->summary, Catch::EndsWith("it is counted 2 times"));
+  // The first sum over each rank alone adds nothing of the other's: counted once.
+  REQUIRE(check(norm_summed_twice(0, 1), norm_summed_twice(1, 1)).empty());
 }
