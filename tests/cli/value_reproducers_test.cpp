@@ -72,8 +72,10 @@ TEST_CASE("the value reproducers from public reports get the verdicts docs/value
   }
 }
 
-TEST_CASE("no repair or control among the value reproducers is flagged, and what is found is a class the ground truth names",
-          "[cli][capture][values]") {
+TEST_CASE(
+    "no repair or control among the value reproducers is flagged, and what is found is a class the ground "
+    "truth names",
+    "[cli][capture][values]") {
   for (const Row& row : rows()) {
     INFO(row.capture);
     if (row.truth.starts_with("none")) CHECK(row.verdict == "clean");
