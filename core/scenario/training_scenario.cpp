@@ -176,9 +176,7 @@ class Parser {
   void strategy(const YAML::Node& n, TrainingScenario& s) {
     const std::string name = y_.str(n, "strategy");
     auto st = parse_strategy(name);
-    if (!st)
-      y_.fail(n, "unknown strategy '" + name +
-                     "' (expected no_shard, optim, optim_grads, optim_grads_params, hsdp, hfsdp or distopt)");
+    if (!st) y_.fail(n, "unknown strategy '" + name + "' (expected " + strategy_names() + ")");
     s.config.strategy = *st;
     strategy_node_ = n;
   }
@@ -274,7 +272,8 @@ class Parser {
               std::string(to_string(c.strategy)) + " needs a mesh with dp_outer and dp_inner");
     if (!two_d && m.find_axis("dp_outer"))
       y_.fail(strategy_node_, std::string(to_string(c.strategy)) +
-                                  " runs on a 'dp' axis, not dp_outer/dp_inner (use hsdp or hfsdp)");
+                                  " runs on a 'dp' axis, not dp_outer/dp_inner (use " +
+                                  two_dimensional_strategy_names() + ")");
     if (!two_d && !m.find_axis("dp")) {
       y_.fail(root["mesh"], std::string(to_string(c.strategy)) +
                                 " needs a 'dp' axis in the mesh (dp: 1 for a single data-parallel rank)");
