@@ -330,12 +330,16 @@ Status training_limits_exceeded(const TrainingConfig& c, const Mesh& mesh, bool 
 namespace {
 
 Expected<TrainingScenario> parse(YamlReader& y, const YAML::Node& root) {
+  return read_training_scenario(y, root);
+}
+
+}  // namespace
+
+TrainingScenario read_training_scenario(const YamlReader& y, const YAML::Node& root) {
   if (!root["kind"] || y.str(root["kind"], "kind") != "training")
     y.fail(root["kind"] ? root["kind"] : root, "expected 'kind: training'");
   return Parser(y).scenario(root);
 }
-
-}  // namespace
 
 Expected<TrainingScenario> load_training_scenario(const std::string& path) {
   return YamlReader::parse_file<TrainingScenario>(path, std::nullopt, parse);

@@ -74,7 +74,7 @@ TEST_CASE("a training run against the reference looks for every kind, a trace ru
     INFO(row.name);
     if (row.found_by == core::FoundBy::values)  // a captured program's values only
       REQUIRE(std::count(all.begin(), all.end(), std::string(row.name)) == 0);
-    else if (training->training->scenario.reference != "none" || row.found_by != core::FoundBy::reference)
+    else if (training->training()->scenario.reference != "none" || row.found_by != core::FoundBy::reference)
       REQUIRE(std::count(all.begin(), all.end(), std::string(row.name)) == 1);
     REQUIRE(std::count(some.begin(), some.end(), std::string(row.name)) ==
             (row.found_by == core::FoundBy::detector ? 1 : 0));

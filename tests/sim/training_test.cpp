@@ -227,7 +227,7 @@ TEST_CASE("every catalog scenario meets its expectation and every mutation has o
     auto s = run::load_scenario(e.path().string());
     REQUIRE(s.ok());
     REQUIRE_FALSE(s->description.empty());
-    for (auto m : s->training->scenario.config.mutations.list())
+    for (auto m : s->training()->scenario.config.mutations.list())
       mutations.insert(std::string(core::to_string(m)));
     (s->expect.findings.empty() ? fixed : buggy)++;
     const run::ScenarioOutcome out = run::run_scenario(*s, {});
