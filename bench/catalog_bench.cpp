@@ -19,7 +19,7 @@ namespace {
 // every schedule shares it. A scenario that misses its expectation is an error, not a figure.
 void explore_catalog(benchmark::State& state, const std::string& file) {
   run::LoadedScenario s = bench::load_or_exit(file);
-  if (s.training) s.training->ensure_reference();
+  if (s.training()) s.training()->ensure_reference();
   int64_t schedules = 0, ops = 0;
   for (auto _ : state) {
     const run::ScenarioOutcome o = run::run_scenario(s, {});
@@ -67,7 +67,7 @@ constexpr int kScalingRuns = 48;
 
 void thread_scaling(benchmark::State& state) {
   run::LoadedScenario s = bench::load_or_exit(bench::source_dir() + "/scenarios/catalog/" + kScalingFile);
-  if (s.training) s.training->ensure_reference();
+  if (s.training()) s.training()->ensure_reference();
   int64_t schedules = 0;
   for (auto _ : state) {
     run::ScheduleOverrides o;

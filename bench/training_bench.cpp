@@ -100,11 +100,11 @@ void reset_peak_rss() {
 void run_scale_file(benchmark::State& state, const char* file) {
   reset_peak_rss();
   run::LoadedScenario s = bench::load_or_exit(bench::source_dir() + "/scenarios/scale/" + file);
-  s.training->ensure_reference();
+  s.training()->ensure_reference();
   sim::Options options = s.options;
   int64_t ops = 0;
   for (auto _ : state) {
-    const run::TrainingRun r = run::run_training(*s.training, options);
+    const run::TrainingRun r = run::run_training(*s.training(), options);
     if (!r.result.error.empty() || !r.result.completed || !r.result.findings.empty()) {
       state.SkipWithError("the 1024-rank step must complete clean");
       break;

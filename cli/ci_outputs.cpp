@@ -23,7 +23,7 @@ void add_ci_options(CLI::App* cmd, CiArgs& a) {
 
 void CiRecord::add(const LoadedScenario& s, const reports::ScenarioResult& r) {
   places.push_back(locate_findings(s, r.findings));
-  stated.push_back(!s.capture && s.expect.given);
+  stated.push_back(!s.capture() && s.expect.given);
 }
 
 void CiRecord::not_reached(const std::vector<LoadedScenario>& all, size_t ran, const std::string& why) {

@@ -47,7 +47,7 @@ bool write_compare_report(const CompareArgs& a, const LoadedScenario& s, const C
   reports::ScenarioResult sr;
   sr.name = s.name;
   sr.file = s.file;
-  sr.kind = s.kind;
+  sr.kind = s.kind();
   sr.description = s.description;
   sr.expected = r.exact ? "bitwise equal weights" : "losses side by side";
   sr.met = !(r.exact && !r.first_divergent.empty());
@@ -146,9 +146,9 @@ int run_capture_compare(const CompareArgs& a, const LoadedScenario& s) {
     std::cerr << core::printable(cap.error().message()) << "\n";
     return kBadInput;
   }
-  if (!cap->capture) {
+  if (!cap->capture()) {
     std::cerr << "shardcheck compare: --capture takes a captured program's folder (rank-*.jsonl), not "
-              << core::printable(a.capture) << " (kind: " << cap->kind << ")\n";
+              << core::printable(a.capture) << " (kind: " << cap->kind() << ")\n";
     return kBadInput;
   }
   InterruptScope interrupts;
@@ -192,7 +192,7 @@ int run_capture_compare(const CompareArgs& a, const LoadedScenario& s) {
 
 // Whether compare can take the loaded file; says why not on stderr.
 bool is_training(const run::LoadedScenario& s, const std::string& file) {
-  if (s.capture) {
+  if (s.capture()) {
     // A folder has no line to point at: say what it is and what compare takes.
     std::cerr << "shardcheck compare: " << core::printable(file)
               << " is a captured program; compare takes a training scenario (compare FILE.yaml runs it "
@@ -200,9 +200,9 @@ bool is_training(const run::LoadedScenario& s, const std::string& file) {
               << core::printable(file) << " compares its collectives with the capture's)\n";
     return false;
   }
-  if (!s.training) {
+  if (!s.training()) {
     std::cerr << core::printable(file)
-              << ":1:1: compare needs a training scenario (this one is kind: " << s.kind << ")\n";
+              << ":1:1: compare needs a training scenario (this one is kind: " << s.kind() << ")\n";
     return false;
   }
   return true;

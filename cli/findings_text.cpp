@@ -16,7 +16,7 @@ void print_findings(std::ostream& out, const run::LoadedScenario& s,
     if (f.occurrences > 1)
       out << "  (seen " << f.occurrences << " times: on several ranks, steps or schedules)\n";
     out << core::spread_text(f);
-    if (s.capture && core::is_captured_value_kind(f.kind)) {  // from the recorded values, in every schedule
+    if (s.capture() && core::is_captured_value_kind(f.kind)) {  // from the recorded values, in every schedule
       out << "  reproduce: " << reports::command_name() << " run " << core::shell_word(s.file) << "\n\n";
       continue;
     }
@@ -27,13 +27,13 @@ void print_findings(std::ostream& out, const run::LoadedScenario& s,
 
 void print_verdict(std::ostream& out, const run::LoadedScenario& s, const core::ExpectationResult& r) {
   // A captured program, or a file without `expect:`, states nothing: report what is found.
-  if (s.capture && !s.partial.empty()) {
+  if (s.capture() && !s.partial.empty()) {
     out << "PARTIAL " << s.name << ": "
         << (r.found.empty() ? "no findings in what was captured" : "found " + core::kinds_to_string(r.found))
         << "; the capture is partial, so it is not clean: " << core::printable(s.partial) << "\n";
     return;
   }
-  if (s.capture || !s.expect.given) {
+  if (s.capture() || !s.expect.given) {
     if (r.met) {
       out << "clean   " << s.name << ": no findings\n";
     } else {

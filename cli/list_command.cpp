@@ -54,7 +54,8 @@ int run_list(const std::string& given) {
         t.add({name, "", "(does not load: " + core::printable(s.error().message()) + ")", ""});
         continue;
       }
-      t.add({name, s->kind, "expects " + core::describe(s->expect), first_sentence(s->description)});
+      t.add({name, std::string(s->kind()), "expects " + core::describe(s->expect),
+             first_sentence(s->description)});
     }
     t.print(std::cout, width);
   }

@@ -135,7 +135,7 @@ struct Tally {
       ++unjudged;  // neither met nor failed: nothing ran to judge
       return;
     }
-    if (s.capture) {
+    if (s.capture()) {
       ++captures;
       const bool partial_only = !s.partial.empty() && c.outcome.explored.findings.empty();
       captures_partial += partial_only ? 1 : 0;
@@ -253,7 +253,7 @@ int run_files_on_gpu(const RunArgs& a, const std::vector<LoadedScenario>& scenar
     return kBadInput;
   }
   for (const auto& s : scenarios) {
-    if (!s.capture) continue;
+    if (!s.capture()) continue;
     std::cerr << "shardcheck: " << core::printable(s.file)
               << " is a captured program, which runs on the simulator only (drop --backend "
               << core::printable(a.gpu.backend) << ")\n";

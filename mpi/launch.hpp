@@ -30,9 +30,9 @@ void send(int to, int tag, std::span<const std::byte> bytes);
 std::vector<std::byte> recv(int from, int tag);
 // Every process's bytes on process 0, in rank order; an empty list elsewhere.
 std::vector<std::vector<std::byte>> gather(std::span<const std::byte> bytes);
-// The same on every process: the sum of `value` over processes.
 // Every process's string on every process, in rank order.
 std::vector<std::string> all_gather(const std::string& mine);
+// The same on every process: the sum of `value` over processes.
 long long sum(long long value);
 // Ends every process of the launch (a rank that failed would leave the others waiting in NCCL).
 [[noreturn]] void abort(int code);

@@ -364,8 +364,9 @@ ReplayResult replay_scenario(const std::string& path, std::string property) {
     r.error = s.error().message();
     return r;
   }
-  if (!s->training) {
-    r.error = path + ": a " + s->kind + " scenario; layout counterexamples replay with `shardcheck run`";
+  if (!s->training()) {
+    r.error = path + ": a " + std::string(s->kind()) +
+              " scenario; layout counterexamples replay with `shardcheck run`";
     return r;
   }
   if (property.empty() && s->name.rfind("props-", 0) == 0) {
@@ -379,7 +380,7 @@ ReplayResult replay_scenario(const std::string& path, std::string property) {
   }
   r.property = p->name;
   try {
-    r.verdict = p->check_training(case_of(s->training->scenario));
+    r.verdict = p->check_training(case_of(s->training()->scenario));
   } catch (const std::exception& e) {
     r.verdict = Verdict::error(std::string("internal error: ") + e.what());
   }

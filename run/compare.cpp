@@ -46,11 +46,11 @@ std::string first_difference(const core::ModelLayout& m,
 }  // namespace
 
 core::Status compare_steps_problem(const LoadedScenario& s, const std::string& against, int steps) {
-  if (steps <= 0 || !s.training) return {};
-  core::TrainingConfig c = s.training->setup.config;
+  if (steps <= 0 || !s.training()) return {};
+  core::TrainingConfig c = s.training()->setup.config;
   c.steps = steps;
-  const bool with_reference = against == "single_rank" || s.training->scenario.reference != "none";
-  const core::Status why = core::training_limits_exceeded(c, *s.training->scenario.mesh, with_reference);
+  const bool with_reference = against == "single_rank" || s.training()->scenario.reference != "none";
+  const core::Status why = core::training_limits_exceeded(c, *s.training()->scenario.mesh, with_reference);
   if (why) return {};
   return core::fail(s.file + ": --steps " + std::to_string(steps) + ": " + why.message());
 }
@@ -114,7 +114,7 @@ CompareResult compare_on_sim_uncancelled(const LoadedScenario& s, const std::str
   r.against = against;
   r.bad_input = compare_steps_problem(s, against, steps).message();
   if (!r.bad_input.empty()) return r;
-  TrainingState& state = *s.training;
+  TrainingState& state = *s.training();
   if (steps > 0) state.setup.config.steps = steps;
   r.label = std::string(core::to_string(state.setup.config.strategy));
   r.against = against;

@@ -172,12 +172,12 @@ bool expected(const LoadedScenario& s, core::FindingKind k) {
 std::vector<FindingPlace> locate_findings(const LoadedScenario& s,
                                           const std::vector<core::Finding>& findings) {
   std::vector<FindingPlace> out;
-  const int training = s.training ? s.training->scenario.place_line : 0;
-  const core::TraceScenario* trace = s.trace.get();
+  const int training = s.training() ? s.training()->scenario.place_line : 0;
+  const core::TraceScenario* trace = s.trace();
   for (const auto& f : findings) {
     FindingPlace p{{s.file, std::max(training, 1), ""}, {}, false};
     if (trace) p = trace_place(s, *trace, f);
-    if (s.capture) p = capture_place(s, f);
+    if (s.capture()) p = capture_place(s, f);
     p.expected = expected(s, f.kind);
     out.push_back(std::move(p));
   }

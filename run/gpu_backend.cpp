@@ -75,7 +75,7 @@ GpuTrainingRun run_training_gpu(TrainingState& state, const gpu::GpuOptions& opt
 
 GpuTraceRun run_trace_gpu(const LoadedScenario& s, const gpu::GpuOptions& options) {
   GpuTraceRun out;
-  const auto& trace = *s.trace;
+  const auto& trace = *s.trace();
   sim::Options so = s.options;
   so.policy = sim::Policy::in_order;
   sim::World ref(so);
@@ -150,7 +150,7 @@ GpuTraceRun run_trace_gpu(const LoadedScenario& s, const gpu::GpuOptions& option
 
 GpuBaseline baseline_for(const LoadedScenario& s, const gpu::GpuOptions& o) {
   GpuBaseline b;
-  const TrainingState& st = *s.training;
+  const TrainingState& st = *s.training();
   if (!st.setup.config.precision.exact) return b;
   TrainingState distopt = st;
   distopt.setup.config.strategy = core::Strategy::distopt;

@@ -117,7 +117,7 @@ struct GpuTally {
 GpuTally run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
   GpuTally t;
   t.runs = runs;
-  const GpuBaseline baseline = s.training ? baseline_for(s, o) : GpuBaseline{};
+  const GpuBaseline baseline = s.training() ? baseline_for(s, o) : GpuBaseline{};
   auto tally_holds = [&](const gpu::GpuRunResult& r) {
     bool any = false;
     for (const auto& h : r.holds) any |= h.how == gpu::HoldOutcome::How::second_access;
@@ -137,10 +137,10 @@ GpuTally run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
     return false;
   };
   for (int i = 0; i < runs; ++i) {
-    if (s.training) {
-      GpuTrainingRun r = run_training_gpu(*s.training, o, /*judge*/ true);
+    if (s.training()) {
+      GpuTrainingRun r = run_training_gpu(*s.training(), o, /*judge*/ true);
       if (!completed(r.result)) continue;
-      std::string difference = baseline.bitwise ? first_weight_difference(*s.training, r, baseline) : "";
+      std::string difference = baseline.bitwise ? first_weight_difference(*s.training(), r, baseline) : "";
       for (const auto& f : r.findings) {
         if (core::info(f.kind).shows_in_values) {  // the judge's differences in values
           if (difference.empty()) difference = f.summary;
@@ -159,7 +159,7 @@ GpuTally run_one(const LoadedScenario& s, const gpu::GpuOptions& o, int runs) {
     }
   }
   std::printf("%-40s %d of %d runs differ from %s%s%s\n", s.name.c_str(), t.differing, runs,
-              s.training ? baseline.name.c_str() : "the program-order run",
+              s.training() ? baseline.name.c_str() : "the program-order run",
               t.faults ? (", " + std::to_string(t.faults) + " stopped by the program").c_str() : "",
               t.errors ? " (with errors)" : "");
   if (!t.example.empty()) std::printf("  first: %s\n", t.example.c_str());
@@ -267,7 +267,7 @@ int run_all(const std::vector<LoadedScenario>& scenarios, const GpuArgs& a, int 
 int compare_one(const LoadedScenario& s, const GpuArgs& a, const std::string& against, int steps) {
   gpu::GpuOptions o;
   if (!options(a, s.options, o)) return kBadInput;
-  TrainingState& st = *s.training;
+  TrainingState& st = *s.training();
   if (steps > 0) st.setup.config.steps = steps;
   try {
     const GpuTrainingRun ours = run_training_gpu(st, o, /*judge*/ true);

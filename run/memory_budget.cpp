@@ -77,8 +77,8 @@ std::string gib(int64_t bytes) {
 }  // namespace
 
 int64_t worker_bytes(const LoadedScenario& s) {
-  if (!s.capture) return 0;
-  const core::CapturedProgram* p = s.capture.get();
+  if (!s.capture()) return 0;
+  const core::CapturedProgram* p = s.capture();
   int64_t ranges = 0;
   for (const auto& r : p->ranks) ranges += static_cast<int64_t>(r.ranges.size());
   return kWorkerBytesPerRecord * p->records() + kWorkerBytesPerRange * ranges;

@@ -94,7 +94,7 @@ const core::Finding* curve_finding(const std::vector<core::Finding>& findings) {
 std::optional<reports::CompareData> loss_curves(const LoadedScenario& s,
                                                 const std::vector<core::Finding>& findings,
                                                 const ScheduleOverrides& overrides) {
-  if (!s.training) return std::nullopt;
+  if (!s.training()) return std::nullopt;
   ScheduleOverrides schedule;
   schedule.policy = overrides.policy;
   schedule.seed = overrides.seed;
@@ -124,10 +124,10 @@ std::vector<std::string> detectors_of(const LoadedScenario& s) {
   std::vector<std::string> out;
   for (const auto& row : core::kFindingKindTable) {
     const bool runs = row.found_by == core::FoundBy::detector ||
-                      (s.training && row.found_by == core::FoundBy::training) ||
-                      (s.training && row.found_by == core::FoundBy::reference &&
-                       s.training->scenario.reference != "none") ||
-                      (s.capture && core::is_captured_value_kind(row.kind));
+                      (s.training() && row.found_by == core::FoundBy::training) ||
+                      (s.training() && row.found_by == core::FoundBy::reference &&
+                       s.training()->scenario.reference != "none") ||
+                      (s.capture() && core::is_captured_value_kind(row.kind));
     if (runs) out.emplace_back(row.name);
   }
   return out;
@@ -138,10 +138,10 @@ reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioO
   reports::ScenarioResult r;
   r.name = s.name;
   r.file = s.file;
-  r.kind = s.kind;
+  r.kind = s.kind();
   r.description = s.description;
   r.partial = s.partial;
-  r.expected = s.capture ? "not stated (a capture)" : core::describe(s.expect);
+  r.expected = s.capture() ? "not stated (a capture)" : core::describe(s.expect);
   r.found = o.judged.found;
   // Stopped before a schedule finished: nothing was judged (a long first schedule, a signal).
   r.judged = !(o.explored.cancelled && o.explored.runs_done == 0);
@@ -154,7 +154,7 @@ reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioO
                                      o.explored.ops,
                                      o.explored.collectives,
                                      o.explored.bytes_checked,
-                                     s.training ? s.training->setup.config.steps : 0,
+                                     s.training() ? s.training()->setup.config.steps : 0,
                                      detectors_of(s)};
   }
   r.findings = o.explored.findings;

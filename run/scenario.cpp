@@ -1,14 +1,18 @@
-// Scenario loading: the file's `kind:` picks the loader, and the loaded scenario carries its
-// program factory (a trace program, or the training-run factory) and simulator options.
+// Scenario loading: the file is parsed once and its `kind:` picks the reader of the tree; the
+// loaded scenario carries its program (one alternative of a variant), that program's factory (a
+// trace program, the training-run factory or a captured program) and simulator options.
 #include "run/scenario.hpp"
 
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
+#include <iterator>
+#include <variant>
 
 #include "core/scenario/captured_program.hpp"
 #include "core/scenario/trace_program.hpp"
 #include "core/scenario/trace_scenario.hpp"
+#include "core/scenario/training_scenario.hpp"
 #include "core/scenario/yaml_reader.hpp"
 #include "run/interrupt.hpp"
 
@@ -20,18 +24,18 @@ static_assert(core::TraceLimits::kMaxRanks <= sim::Options::kMaxRanks);
 
 namespace {
 
-core::Expected<std::string> peek_kind(const std::string& path) {
-  try {
-    core::YamlReader y(path);
-    YAML::Node root = y.load();
-    if (!root["kind"]) y.fail(root, "a scenario needs 'kind:' (trace or training)");
-    const std::string kind = y.str(root["kind"], "kind");
-    if (kind != "trace" && kind != "training")
-      y.fail(root["kind"], "unknown scenario kind '" + kind + "' (expected trace or training)");
-    return kind;
-  } catch (const core::LoadError& e) {
-    return core::Error(e.what());
-  }
+// A scenario file, parsed once: its `kind:` picks the reader of the tree already parsed.
+using ScenarioFile = std::variant<core::TraceScenario, core::TrainingScenario>;
+
+core::Expected<ScenarioFile> read_scenario_file(const std::string& path) {
+  return core::YamlReader::parse_file<ScenarioFile>(
+      path, std::nullopt, [](core::YamlReader& y, const YAML::Node& root) -> core::Expected<ScenarioFile> {
+        if (!root["kind"]) y.fail(root, "a scenario needs 'kind:' (trace or training)");
+        const std::string kind = y.str(root["kind"], "kind");
+        if (kind == "trace") return ScenarioFile(core::read_trace_scenario(y, root));
+        if (kind == "training") return ScenarioFile(core::read_training_scenario(y, root));
+        y.fail(root["kind"], "unknown scenario kind '" + kind + "' (expected trace or training)");
+      });
 }
 
 LoadedScenario from_trace(core::TraceScenario t) {
@@ -39,7 +43,6 @@ LoadedScenario from_trace(core::TraceScenario t) {
   LoadedScenario s;
   s.file = owned->file;
   s.name = owned->name;
-  s.kind = "trace";
   s.description = owned->description;
   s.expect = owned->expect;
   s.schedule = owned->schedule;
@@ -49,7 +52,7 @@ LoadedScenario from_trace(core::TraceScenario t) {
   s.options.reuse = owned->reuse;
   const core::TraceScenario* raw = owned.get();
   s.factory = sim::plain([raw](core::Runtime& rt) { return core::run_trace_program(rt, *raw); });
-  s.trace = owned;
+  s.program = std::move(owned);
   return s;
 }
 
@@ -60,14 +63,13 @@ LoadedScenario from_training(core::TrainingScenario t) {
   const core::TrainingScenario& ts = state->scenario;
   s.file = ts.file;
   s.name = ts.name;
-  s.kind = "training";
   s.description = ts.description;
   s.expect = ts.expect;
   s.schedule = ts.schedule;
   s.options.ranks = ts.mesh->world_size();
   s.options.allocator = ts.allocator;
   s.options.reuse = ts.reuse;
-  s.training = state;
+  s.program = std::move(state);
   return s;
 }
 
@@ -83,7 +85,6 @@ LoadedScenario from_capture(core::CapturedProgram c) {
   s.file = owned->dir;
   s.name = std::filesystem::path(owned->dir).filename().string();
   if (s.name.empty() || s.name == ".") s.name = "capture";
-  s.kind = "capture";
   const int ranks = owned->world_size;
   s.description = "a captured program: " + std::to_string(ranks) + (ranks == 1 ? " rank, " : " ranks, ") +
                   std::to_string(owned->file_records()) + " records";
@@ -100,7 +101,7 @@ LoadedScenario from_capture(core::CapturedProgram c) {
   s.options.max_device_bytes = core::CaptureLimits::kMaxDeviceBytes * owned->world_size;
   const core::CapturedProgram* raw = owned.get();
   s.factory = sim::plain([raw](core::Runtime& rt) { return core::run_captured_program(rt, *raw); });
-  s.capture = owned;
+  s.program = std::move(owned);
   return s;
 }
 
@@ -112,21 +113,37 @@ core::Expected<LoadedScenario> load_scenario(const std::string& path) {
     if (!c) return c.error();
     return from_capture(std::move(c).value());
   }
-  auto kind = peek_kind(path);
-  if (!kind) return kind.error();
-  if (*kind == "trace") {
-    auto t = core::load_trace_scenario(path);
-    if (!t) return t.error();
-    return from_trace(std::move(t).value());
-  }
-  auto t = core::load_training_scenario(path);
-  if (!t) return t.error();
-  LoadedScenario s = from_training(std::move(t).value());
-  auto setup = core::make_training_setup(s.training->scenario.config, s.training->scenario.mesh);
+  auto file = read_scenario_file(path);
+  if (!file) return file.error();
+  if (auto* t = std::get_if<core::TraceScenario>(&*file)) return from_trace(std::move(*t));
+  LoadedScenario s = from_training(std::get<core::TrainingScenario>(std::move(*file)));
+  TrainingState& state = *s.training();
+  auto setup = core::make_training_setup(state.scenario.config, state.scenario.mesh);
   if (!setup) return core::Error(core::YamlReader::error_text({path, 1, 1}, setup.error().message()));
-  s.training->setup = std::move(setup).value();
-  s.factory = training_factory(s.training);
+  state.setup = std::move(setup).value();
+  s.factory = training_factory(std::get<std::shared_ptr<TrainingState>>(s.program));
   return s;
+}
+
+const core::TraceScenario* LoadedScenario::trace() const {
+  const auto* p = std::get_if<std::shared_ptr<const core::TraceScenario>>(&program);
+  return p ? p->get() : nullptr;
+}
+
+TrainingState* LoadedScenario::training() const {
+  const auto* p = std::get_if<std::shared_ptr<TrainingState>>(&program);
+  return p ? p->get() : nullptr;
+}
+
+const core::CapturedProgram* LoadedScenario::capture() const {
+  const auto* p = std::get_if<std::shared_ptr<const core::CapturedProgram>>(&program);
+  return p ? p->get() : nullptr;
+}
+
+std::string_view LoadedScenario::kind() const {
+  constexpr std::string_view kNames[] = {"trace", "training", "capture"};
+  static_assert(std::size(kNames) == std::variant_size_v<ScenarioProgram>);
+  return kNames[program.index()];
 }
 
 core::Expected<sim::Options> options_for(const LoadedScenario& s, const ScheduleOverrides& o) {

@@ -9,6 +9,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <variant>
 
 #include "core/base/status.hpp"
 #include "core/scenario/captured_program.hpp"
@@ -19,24 +21,32 @@
 
 namespace shardcheck::run {
 
+// What a scenario loaded, which its `factory` runs: a trace program, a training run's state
+// (the scenario, its setup and the reference), or a captured program; exactly one, never null.
+using ScenarioProgram =
+    std::variant<std::shared_ptr<const core::TraceScenario>, std::shared_ptr<TrainingState>,
+                 std::shared_ptr<const core::CapturedProgram>>;
+
 struct LoadedScenario {
   std::string file;
   std::string name;
-  std::string kind;  // "trace", "training" or "capture" (a captured program's folder)
   std::string description;
   core::Expectation expect;
   core::ScheduleSpec schedule;
-  sim::Options options;                     // ranks, allocator, policy and seed from the file
-  sim::Factory factory;                     // builds each run's program (and its oracles)
-  std::shared_ptr<TrainingState> training;  // set for training scenarios
-  // What the file loaded, which `factory` runs: a trace program or a captured program (a
-  // training file's is `training`). The typed way to ask what a scenario is.
-  std::shared_ptr<const core::TraceScenario> trace;
-  std::shared_ptr<const core::CapturedProgram> capture;
+  sim::Options options;  // ranks, allocator, policy and seed from the file
+  sim::Factory factory;  // builds each run's program (and its oracles)
+  ScenarioProgram program;
   int64_t bytes_per_run = 0;  // a trace's bytes touched per schedule (TraceLimits)
   // A captured program whose ranks did not all finish: where and why each stopped
   // (core::CapturedProgram::partial). Such a program is never clean.
   std::string partial;
+
+  // The typed way to ask what a scenario is: the program of that kind, or null.
+  const core::TraceScenario* trace() const;
+  TrainingState* training() const;
+  const core::CapturedProgram* capture() const;
+  // "trace", "training" or "capture" (a captured program's folder), as reports name it.
+  std::string_view kind() const;
 };
 
 // Loads and validates a scenario; the error message is `file:line:column: message`. A folder of

@@ -20,7 +20,7 @@ void run_scenarios(const std::vector<LoadedScenario>& all, const ScenarioLoop& l
     o.across_processes = loop.across_processes;
     if (loop.progress) o.progress = loop.progress();
     std::optional<ResultOptions> result = loop.result;
-    if (result && loop.compare_training) result->compare = all[i].training != nullptr;
+    if (result && loop.compare_training) result->compare = all[i].training() != nullptr;
     return run_checked(all[i], o, loop.check_determinism, result);
   };
   ordered_pool<CheckedRun>(all.size(), side_by_side, work, turn, deliver);

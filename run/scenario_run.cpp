@@ -93,8 +93,8 @@ ScenarioOutcome run_scenario(const LoadedScenario& s, const ScheduleOverrides& o
   const sim::ExploreOptions e = explore_options(s, o, &out.jobs_note);
   const auto t0 = std::chrono::steady_clock::now();
   out.explored = sim::explore(factory_with_fault(s, e.base.seed), e);
-  if (s.capture) {  // what its values show, the same under every schedule
-    for (core::Finding& f : core::check_captured_values(*s.capture))
+  if (s.capture()) {  // what its values show, the same under every schedule
+    for (core::Finding& f : core::check_captured_values(*s.capture()))
       core::add_finding(out.explored.findings, f);
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -2,8 +2,8 @@
 // watching, and after the run the judge's findings join the run's. The simulator's scenario
 // runs, compare and the property suite build on `training_factory`; the GPU backend on
 // `JudgedTraining` directly.
-//   TrainingRun r = run_training(*loaded.training, options);   // one simulated run, with losses
-//   sim::explore(training_factory(loaded.training), explore_options);
+//   TrainingRun r = run_training(*loaded.training(), options);   // one simulated run, with losses
+//   sim::explore(training_factory(state), explore_options);   // the loaded shared TrainingState
 #pragma once
 
 #include <cstdint>

@@ -123,4 +123,13 @@ std::string shell_word(std::string_view s) {
   return out + "'";
 }
 
+std::string one_of(std::span<const std::string_view> words) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (i > 0) out += i + 1 == words.size() ? " or " : ", ";
+    out += words[i];
+  }
+  return out;
+}
+
 }  // namespace shardcheck::core

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -40,5 +41,9 @@ std::string printable(std::string_view s);
 // shell treats specially, else in single quotes (a quote inside written '\''). For the
 // reproducer lines, so a printed command runs as printed.
 std::string shell_word(std::string_view s);
+
+// The members of a closed set as a message names them, read from its table so a new row is
+// named too: "a, b or c" ("a" alone; "" for none).
+std::string one_of(std::span<const std::string_view> words);
 
 }  // namespace shardcheck::core

@@ -5,43 +5,45 @@
 #include <iterator>
 
 #include "core/base/rng.hpp"
+#include "core/base/text.hpp"
 
 namespace shardcheck::core {
 
 // In FindingKind's order: info(k) indexes it.
 const FindingKindInfo kFindingKindTable[kFindingKinds] = {
-    {FindingKind::stream_race, "stream_race", "race", FoundBy::detector, true, true, false,
+    {FindingKind::stream_race, "stream_race", "race", FoundBy::detector, true, true, false, false,
      "Two accesses to the same device bytes, at least one a write, with no happens-before between them (also "
      "across a memory block's lifetimes, when the caching allocator hands a freed block on)."},
     {FindingKind::collective_mismatch, "collective_mismatch", "collective", FoundBy::detector, false, false,
-     false,
+     false, false,
      "The k-th collective of a process group differs across ranks (op, dtype, count, reduce op, root): a "
      "hang "
      "or corrupted memory on real hardware."},
     {FindingKind::collective_swap, "collective_swap", "collective", FoundBy::detector, false, false, false,
+     false,
      "The ranks' collectives match in shape but not in meaning: the ranks silently exchange the wrong "
      "tensors."},
-    {FindingKind::deadlock, "deadlock", "deadlock", FoundBy::detector, false, true, false,
+    {FindingKind::deadlock, "deadlock", "deadlock", FoundBy::detector, false, true, false, false,
      "Nothing can run but work remains: a cycle of waits through ranks and streams."},
     {FindingKind::grad_norm_miscount, "grad_norm_miscount", "training judge", FoundBy::training, false, false,
-     true,
+     true, true,
      "The gradient norm counts some logical elements other than once (e.g. a tied embedding on two pipeline "
      "stages)."},
-    {FindingKind::layout_mismatch, "layout_mismatch", "layout", FoundBy::detector, false, false, false,
+    {FindingKind::layout_mismatch, "layout_mismatch", "layout", FoundBy::detector, false, false, false, false,
      "A reduction across ranks combines elements of different logical positions."},
     {FindingKind::uninitialized_read, "uninitialized_read", "uninit", FoundBy::detector, true, true, false,
-     "Never-written bytes (a fresh block, layout gaps or padding) are read into a result."},
+     false, "Never-written bytes (a fresh block, layout gaps or padding) are read into a result."},
     {FindingKind::numerics_divergence, "numerics_divergence", "training judge", FoundBy::reference, true,
-     false, true, "Weights differ from the single-rank reference (bitwise in exact mode)."},
+     false, true, false, "Weights differ from the single-rank reference (bitwise in exact mode)."},
     {FindingKind::replica_divergence, "replica_divergence", "training judge", FoundBy::training, true, false,
-     true, "Replicated buffers differ across the ranks that should hold copies."},
-    {FindingKind::double_reduction, "double_reduction", "values", FoundBy::values, true, false, false,
+     true, true, "Replicated buffers differ across the ranks that should hold copies."},
+    {FindingKind::double_reduction, "double_reduction", "values", FoundBy::values, true, false, false, true,
      "A sum over a group of a tensor already the same on every member (a gradient reduced twice): the "
      "result is the group size times the value."},
-    {FindingKind::missing_reduction, "missing_reduction", "values", FoundBy::values, true, false, false,
+    {FindingKind::missing_reduction, "missing_reduction", "values", FoundBy::values, true, false, false, true,
      "An optimizer step consumes a gradient that no reduction over the ranks replicating its parameter "
      "made (a partial sum): the replicas drift apart."},
-    {FindingKind::divisor_mismatch, "divisor_mismatch", "values", FoundBy::values, true, false, false,
+    {FindingKind::divisor_mismatch, "divisor_mismatch", "values", FoundBy::values, true, false, false, true,
      "An average divides a sum over a group by another group's size (the expert-parallel divisor): the "
      "gradient is scaled by the ratio of the two."},
 };
@@ -55,6 +57,12 @@ std::optional<FindingKind> parse_finding_kind(std::string_view s) {
     if (row.name == s) return row.kind;
   }
   return std::nullopt;
+}
+
+std::string finding_kind_names() {
+  std::string_view names[kFindingKinds];
+  for (int i = 0; i < kFindingKinds; ++i) names[i] = kFindingKindTable[i].name;
+  return one_of(names);
 }
 
 namespace {

@@ -34,20 +34,24 @@ inline constexpr int kFindingKinds = 12;
 
 // Who finds a kind: the simulator's detectors on every run (sim/detect_*.cpp), the training
 // judge on training runs, the judge against the single-rank reference, or the value checks of a
-// captured program (core/scenario/captured_values.hpp; they also report replica_divergence).
+// captured program (core/scenario/captured_values.hpp; they also report replica_divergence and
+// grad_norm_miscount, which the judge finds on training runs: the from_captured_values column).
 enum class FoundBy : uint8_t { detector, training, reference, values };
 
 // Everything a consumer needs to know of a kind, in one row per kind (kFindingKindTable): a
-// new kind is one row here plus its detector, and tests/core/finding_kinds_test.cpp fails when
+// new kind is one row here plus its detector, and tests/run/finding_kinds_test.cpp fails when
 // a consumer misses it.
 struct FindingKindInfo {
   FindingKind kind;
   std::string_view name;    // as scenario files, reports and SARIF spell it
   std::string_view family;  // the detector family: sim/detect_<family>.cpp, or the judge
   FoundBy found_by;
-  bool shows_in_values;      // a difference in values (on hardware, a run whose values differ)
-  bool values_may_miss;      // values on hardware may not show it even when it is there
-  bool drawn_by_curves;      // loss curves against the reference can show it
+  bool shows_in_values;  // a difference in values (on hardware, a run whose values differ)
+  bool values_may_miss;  // values on hardware may not show it even when it is there
+  bool drawn_by_curves;  // loss curves against the reference can show it
+  // The value checks of a captured program report it (core/scenario/captured_values.hpp), so
+  // a capture's run shows it once, the same in every schedule.
+  bool from_captured_values;
   std::string_view meaning;  // one sentence: SARIF's rule text, docs/findings.md's table
 };
 
@@ -56,6 +60,8 @@ const FindingKindInfo& info(FindingKind k);
 
 std::string_view to_string(FindingKind k);
 std::optional<FindingKind> parse_finding_kind(std::string_view s);
+// Every kind's name in table order, as a message offers them: "stream_race, ... or divisor_mismatch".
+std::string finding_kind_names();
 
 // One access to device memory, as a race report names it.
 // A line of the user's program that an operation came from (a captured program's Python

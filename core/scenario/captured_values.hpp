@@ -24,17 +24,9 @@
 
 namespace shardcheck::core {
 
-// The kinds check_captured_values reports: what a capture's run looks for besides the detectors.
-inline constexpr FindingKind kCapturedValueKinds[] = {
-    FindingKind::replica_divergence, FindingKind::double_reduction, FindingKind::grad_norm_miscount,
-    FindingKind::missing_reduction, FindingKind::divisor_mismatch};
-
-inline constexpr bool is_captured_value_kind(FindingKind k) {
-  for (FindingKind v : kCapturedValueKinds) {
-    if (v == k) return true;
-  }
-  return false;
-}
+// The kinds check_captured_values reports, what a capture's run looks for besides the detectors:
+// the finding kind table's `from_captured_values` column.
+inline bool is_captured_value_kind(FindingKind k) { return info(k).from_captured_values; }
 
 std::vector<Finding> check_captured_values(const CapturedProgram& program);
 

@@ -20,8 +20,8 @@ bool shows(const Finding& f, FindingKind k) {
 
 ExpectationResult judge(const Expectation& e, const std::vector<Finding>& findings) {
   ExpectationResult r;
-  for (int i = 0; i < kFindingKinds; ++i) {
-    const auto k = static_cast<FindingKind>(i);
+  for (const FindingKindInfo& row : kFindingKindTable) {
+    const FindingKind k = row.kind;
     const bool found =
         std::any_of(findings.begin(), findings.end(), [&](const Finding& f) { return shows(f, k); });
     if (found) r.found.push_back(k);
@@ -58,10 +58,7 @@ Expectation read_expectation(const YamlReader& y, const YAML::Node& n) {
       const std::string name = y.str(item, what);
       auto k = parse_finding_kind(name);
       if (!k) {
-        y.fail(item, "unknown finding kind '" + name +
-                         "' (expected stream_race, collective_mismatch, collective_swap, deadlock, "
-                         "grad_norm_miscount, "
-                         "layout_mismatch, uninitialized_read, numerics_divergence or replica_divergence)");
+        y.fail(item, "unknown finding kind '" + name + "' (expected " + finding_kind_names() + ")");
       }
       out.push_back(*k);
     }

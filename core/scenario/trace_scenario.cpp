@@ -628,7 +628,11 @@ class Validator {
   int segments_ = 0;
 };
 
-Expected<TraceScenario> parse(YamlReader& y, const YAML::Node& root) {
+Expected<TraceScenario> parse(YamlReader& y, const YAML::Node& root) { return read_trace_scenario(y, root); }
+
+}  // namespace
+
+TraceScenario read_trace_scenario(const YamlReader& y, const YAML::Node& root) {
   if (!root["kind"] || y.str(root["kind"], "kind") != "trace") {
     y.fail(root["kind"] ? root["kind"] : root, "expected 'kind: trace'");
   }
@@ -636,8 +640,6 @@ Expected<TraceScenario> parse(YamlReader& y, const YAML::Node& root) {
   Validator(y, s).run();
   return s;
 }
-
-}  // namespace
 
 bool TraceScenario::runs_on(const TraceStep& s, int rank) const {
   return s.on.empty() || std::binary_search(s.on.begin(), s.on.end(), rank);

@@ -107,6 +107,9 @@ struct TraceScenario {
 };
 
 Expected<TraceScenario> load_trace_scenario(const std::string& path);
+// The scenario of a file `y` has already parsed into `root` (a loader that read `kind:` first
+// parses the file once); throws LoadError or YAML::Exception, as YamlReader::parse_file expects.
+TraceScenario read_trace_scenario(const YamlReader& y, const YAML::Node& root);
 // Empty when `runs` schedules of a program touching `bytes_per_run` stay within
 // TraceLimits::kMaxBytesPerFile, else why not.
 Status trace_bytes_exceeded(int64_t bytes_per_run, int64_t runs);

@@ -176,9 +176,7 @@ class Parser {
   void strategy(const YAML::Node& n, TrainingScenario& s) {
     const std::string name = y_.str(n, "strategy");
     auto st = parse_strategy(name);
-    if (!st)
-      y_.fail(n, "unknown strategy '" + name +
-                     "' (expected no_shard, optim, optim_grads, optim_grads_params, hsdp, hfsdp or distopt)");
+    if (!st) y_.fail(n, "unknown strategy '" + name + "' (expected " + strategy_names() + ")");
     s.config.strategy = *st;
     strategy_node_ = n;
   }
@@ -274,7 +272,8 @@ class Parser {
               std::string(to_string(c.strategy)) + " needs a mesh with dp_outer and dp_inner");
     if (!two_d && m.find_axis("dp_outer"))
       y_.fail(strategy_node_, std::string(to_string(c.strategy)) +
-                                  " runs on a 'dp' axis, not dp_outer/dp_inner (use hsdp or hfsdp)");
+                                  " runs on a 'dp' axis, not dp_outer/dp_inner (use " +
+                                  two_dimensional_strategy_names() + ")");
     if (!two_d && !m.find_axis("dp")) {
       y_.fail(root["mesh"], std::string(to_string(c.strategy)) +
                                 " needs a 'dp' axis in the mesh (dp: 1 for a single data-parallel rank)");
@@ -331,12 +330,16 @@ Status training_limits_exceeded(const TrainingConfig& c, const Mesh& mesh, bool 
 namespace {
 
 Expected<TrainingScenario> parse(YamlReader& y, const YAML::Node& root) {
+  return read_training_scenario(y, root);
+}
+
+}  // namespace
+
+TrainingScenario read_training_scenario(const YamlReader& y, const YAML::Node& root) {
   if (!root["kind"] || y.str(root["kind"], "kind") != "training")
     y.fail(root["kind"] ? root["kind"] : root, "expected 'kind: training'");
   return Parser(y).scenario(root);
 }
-
-}  // namespace
 
 Expected<TrainingScenario> load_training_scenario(const std::string& path) {
   return YamlReader::parse_file<TrainingScenario>(path, std::nullopt, parse);

@@ -72,6 +72,9 @@ struct TrainingScenario {
 };
 
 Expected<TrainingScenario> load_training_scenario(const std::string& path);
+// The scenario of a file `y` has already parsed into `root` (a loader that read `kind:` first
+// parses the file once); throws LoadError or YAML::Exception, as YamlReader::parse_file expects.
+TrainingScenario read_training_scenario(const YamlReader& y, const YAML::Node& root);
 Expected<TrainingScenario> parse_training_scenario(const std::string& text, const std::string& path);
 
 }  // namespace shardcheck::core

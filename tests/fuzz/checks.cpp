@@ -175,7 +175,7 @@ std::string run_problem(const run::LoadedScenario& s) {
   o.max_steps = 200'000;
   o.max_device_bytes = int64_t{64} << 20;
   sim::RunResult r;
-  if (s.trace) {
+  if (s.trace()) {
     const sim::Replay replay = sim::replay(s.factory, o);
     r = replay.result;
     try {
@@ -204,7 +204,7 @@ std::string check_scenario_file(const std::string& path, std::string_view text, 
     return "";
   }
   const run::LoadedScenario& s = *loaded;
-  if (s.trace) {
+  if (s.trace()) {
     auto t = core::load_trace_scenario(path);
     if (!t) return "load_scenario accepted what load_trace_scenario rejects: " + t.error().message();
     if (auto why = trace_limits_problem(*t); !why.empty()) return why;
@@ -215,14 +215,14 @@ std::string check_scenario_file(const std::string& path, std::string_view text, 
     if (ops <= c.run_ops_max) return run_problem(s);
     return "";
   }
-  if (s.training) {
-    if (!s.training) return "a training scenario without its training state";
-    const core::TrainingScenario& t = s.training->scenario;
+  if (s.training()) {
+    if (!s.training()) return "a training scenario without its training state";
+    const core::TrainingScenario& t = s.training()->scenario;
     if (auto why = training_limits_problem(t); !why.empty()) return why;
     if (small_enough_to_train(t, c)) return run_problem(s);
     return "";
   }
-  return "load_scenario accepted a scenario of kind '" + s.kind + "'";
+  return "load_scenario accepted a scenario of kind '" + std::string(s.kind()) + "'";
 }
 
 std::string check_capture_folder(const std::string& dir, std::string_view text) {
@@ -239,7 +239,8 @@ std::string check_capture_folder(const std::string& dir, std::string_view text) 
     if (m.rfind(dir, 0) == 0) return "";  // about the folder: a missing rank, a world size
     return "refused without naming the file: " + m;
   }
-  if (!loaded->capture) return "a capture folder loaded as a scenario of kind '" + loaded->kind + "'";
+  if (!loaded->capture())
+    return "a capture folder loaded as a scenario of kind '" + std::string(loaded->kind()) + "'";
   (void)text;
   auto opt = run::options_for(*loaded, {});
   if (!opt) return "options_for rejected a loaded capture: " + opt.error().message();

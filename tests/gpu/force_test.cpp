@@ -92,17 +92,17 @@ TEST_CASE("forced replay: the catalog's main-grad race differs from DistOpt in e
                          fb = run::baseline_for(fix, forced(fix, {}));
   REQUIRE(b.bitwise);
   for (int i = 0; i < 5; ++i) {
-    const run::GpuTrainingRun r = run::run_training_gpu(*bug.training, forced(bug, holds), true);
+    const run::GpuTrainingRun r = run::run_training_gpu(*bug.training(), forced(bug, holds), true);
     INFO("run " << i << ": " << r.result.error);
     REQUIRE(r.result.completed);
     REQUIRE(r.result.holds.size() == 3);
     for (const auto& h : r.result.holds) CHECK(h.how == How::second_access);
-    REQUIRE_FALSE(run::first_weight_difference(*bug.training, r, b).empty());
-    const run::GpuTrainingRun f = run::run_training_gpu(*fix.training, forced(fix, holds), true);
+    REQUIRE_FALSE(run::first_weight_difference(*bug.training(), r, b).empty());
+    const run::GpuTrainingRun f = run::run_training_gpu(*fix.training(), forced(fix, holds), true);
     INFO("fix run " << i << ": " << f.result.error);
     REQUIRE(f.result.completed);
     for (const auto& h : f.result.holds) CHECK(h.how != How::deadline);
-    REQUIRE(run::first_weight_difference(*fix.training, f, fb).empty());
+    REQUIRE(run::first_weight_difference(*fix.training(), f, fb).empty());
   }
 }
 

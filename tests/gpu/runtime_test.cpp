@@ -158,7 +158,7 @@ TEST_CASE("gpu pipelines: p2p transfers do not hold up the hosts, and the fixed 
         "catalog/tied-grad-norm-double-count-fixed.yaml", "catalog/vpp-separate-contexts-fixed.yaml",
         "catalog/main-grad-alloc-default-stream-fixed.yaml"}) {
     auto s = load(f);
-    const run::GpuTrainingRun r = run::run_training_gpu(*s.training, options(s.options.ranks), true);
+    const run::GpuTrainingRun r = run::run_training_gpu(*s.training(), options(s.options.ranks), true);
     INFO(f << ": " << r.result.error);
     REQUIRE(r.result.completed);
     for (const auto& finding : r.findings) {
@@ -181,9 +181,9 @@ TEST_CASE(
       const gpu::GpuOptions o = options(s.options.ranks);
       const run::GpuBaseline b = run::baseline_for(s, o);
       REQUIRE(b.bitwise);
-      const run::GpuTrainingRun r = run::run_training_gpu(*s.training, o, true);
+      const run::GpuTrainingRun r = run::run_training_gpu(*s.training(), o, true);
       const std::string difference =
-          r.result.completed ? run::first_weight_difference(*s.training, r, b) : "";
+          r.result.completed ? run::first_weight_difference(*s.training(), r, b) : "";
       INFO(f << ": " << (r.result.completed ? "completed" : "stopped: " + r.result.error)
              << "; first difference: " << difference);
       if (fixed || bug.shows == Shows::race_only) {
@@ -206,7 +206,7 @@ TEST_CASE(
 TEST_CASE("gpu training: exact mode bitwise equal to DistOpt, within tolerance of the reference", "[gpu]") {
   SC_REQUIRE_GPU();
   auto s = load("training/zero1-exact.yaml");
-  run::TrainingState& st = *s.training;
+  run::TrainingState& st = *s.training();
   const run::GpuTrainingRun ours = run::run_training_gpu(st, options(4), true);
   INFO(ours.result.error << summaries(ours.findings));
   REQUIRE(ours.result.completed);
@@ -227,7 +227,7 @@ TEST_CASE("gpu training with overlapped communication is bitwise equal to the ru
   SC_REQUIRE_GPU();
   for (const char* strategy : {"optim_grads_params", "hfsdp", "distopt"}) {
     auto s = load("training/zero1-exact.yaml");
-    run::TrainingState& st = *s.training;
+    run::TrainingState& st = *s.training();
     st.setup.config.strategy = *core::parse_strategy(strategy);
     if (st.setup.config.strategy == core::Strategy::hfsdp) {
       st.scenario.mesh =
@@ -257,7 +257,7 @@ TEST_CASE("gpu training under NCCL, one rank per GPU, is bitwise equal to the de
   const int n = std::min(gpu::device_count(), 4);
   for (const char* strategy : {"optim", "optim_grads_params", "distopt"}) {
     auto s = load("training/zero1-exact.yaml");
-    run::TrainingState& st = *s.training;
+    run::TrainingState& st = *s.training();
     st.setup.config.strategy = *core::parse_strategy(strategy);
     st.scenario.mesh = std::make_shared<const core::Mesh>(core::Mesh::data_parallel(n));
     st.setup = core::make_training_setup(st.setup.config, st.scenario.mesh).value();
@@ -288,7 +288,7 @@ TEST_CASE("gpu training under NCCL, one rank per GPU, is bitwise equal to the de
 TEST_CASE("measurement switches: reversed reduction order, no communication, recorded collectives", "[gpu]") {
   SC_REQUIRE_GPU();
   auto s = load("training/zero1-exact.yaml");
-  run::TrainingState& st = *s.training;
+  run::TrainingState& st = *s.training();
   st.setup.config.precision.exact = false;  // order now matters in the last bits
   st.setup = core::make_training_setup(st.setup.config, st.scenario.mesh).value();
   gpu::GpuOptions o = options(4);
@@ -391,15 +391,15 @@ TEST_CASE(
   };
   const run::GpuBaseline fixed_b = run::baseline_for(fix, options(fix));
   REQUIRE(fixed_b.bitwise);
-  const run::GpuTrainingRun r = run::run_training_gpu(*bug.training, delayed(bug), true);
+  const run::GpuTrainingRun r = run::run_training_gpu(*bug.training(), delayed(bug), true);
   INFO(r.result.error);
   REQUIRE(r.result.completed);
   REQUIRE(r.result.delays > 0);  // the site is in the program: the delay landed
   for (int i = 0; i < 3; ++i) {
-    const run::GpuTrainingRun f = run::run_training_gpu(*fix.training, delayed(fix), true);
+    const run::GpuTrainingRun f = run::run_training_gpu(*fix.training(), delayed(fix), true);
     INFO(f.result.error);
     REQUIRE(f.result.completed);
     REQUIRE(f.result.delays > 0);
-    REQUIRE(run::first_weight_difference(*fix.training, f, fixed_b).empty());
+    REQUIRE(run::first_weight_difference(*fix.training(), f, fixed_b).empty());
   }
 }

@@ -116,7 +116,7 @@ TEST_CASE("a broken property shrinks to a minimal case and saves a loadable scen
   REQUIRE(r.file.size() > 0);
   auto s = run::load_scenario(r.file);
   REQUIRE(s.ok());
-  const core::TrainingScenario& t = s->training->scenario;
+  const core::TrainingScenario& t = s->training()->scenario;
   REQUIRE(t.mesh->world_size() == 4);
   REQUIRE(t.config.steps == 2);
   REQUIRE(t.config.model.vocab == 2);
@@ -141,7 +141,7 @@ TEST_CASE("a catalog bug shrinks to a scenario that fails when run", "[propertie
   REQUIRE_THAT(r.message, Catch::Contains("the reference has"));
   auto s = run::load_scenario(r.file);
   REQUIRE(s.ok());
-  REQUIRE(s->training->scenario.config.mutations.has(core::Mutation::stale_model_weight_after_step));
+  REQUIRE(s->training()->scenario.config.mutations.has(core::Mutation::stale_model_weight_after_step));
   const run::ScenarioOutcome out = run::run_scenario(*s, {});
   REQUIRE(out.explored.error.empty());
   REQUIRE_FALSE(out.judged.met);

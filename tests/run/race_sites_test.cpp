@@ -50,8 +50,8 @@ TEST_CASE("race sites: the earlier-issued access of each race, nothing from fixe
 TEST_CASE("race sites: the catalog's main-grad race is the accumulation on the RS stream",
           "[cli][gpu-replay]") {
   const auto s = load("catalog/main-grad-alloc-default-stream.yaml");
-  const core::ModelLayout& model = *s.training->setup.model;
-  const core::Mesh& mesh = *s.training->setup.mesh;
+  const core::ModelLayout& model = *s.training()->setup.model;
+  const core::Mesh& mesh = *s.training()->setup.mesh;
   REQUIRE(model.pp() == 2);
   // The block of pipeline rank 0's last model chunk.
   std::string last_block;

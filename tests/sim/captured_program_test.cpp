@@ -30,7 +30,7 @@ std::string fixture(const std::string& name) {
 run::ScenarioOutcome run_folder(const std::string& dir, const char* policy = nullptr, int runs = 20) {
   auto s = run::load_scenario(dir);
   REQUIRE(s.ok());
-  REQUIRE(s->kind == "capture");
+  REQUIRE(s->kind() == "capture");
   REQUIRE_FALSE(s->options.values);
   run::ScheduleOverrides o;
   if (policy) o.policy = policy;

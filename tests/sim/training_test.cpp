@@ -227,7 +227,7 @@ TEST_CASE("every catalog scenario meets its expectation and every mutation has o
     auto s = run::load_scenario(e.path().string());
     REQUIRE(s.ok());
     REQUIRE_FALSE(s->description.empty());
-    for (auto m : s->training->scenario.config.mutations.list())
+    for (auto m : s->training()->scenario.config.mutations.list())
       mutations.insert(std::string(core::to_string(m)));
     (s->expect.findings.empty() ? fixed : buggy)++;
     const run::ScenarioOutcome out = run::run_scenario(*s, {});
@@ -315,8 +315,8 @@ std::vector<double> run_and_inspect(const core::TrainingConfig& c, std::vector<c
 // all-reduced the embedding between the stages as soon as the last stage's bucket was reduced.
 TEST_CASE("overlapped communication trains bit for bit like the reference and the run without it",
           "[sim][training][overlap]") {
-  for (Strategy s : {Strategy::no_shard, Strategy::optim, Strategy::optim_grads, Strategy::optim_grads_params,
-                     Strategy::hsdp, Strategy::hfsdp, Strategy::distopt}) {
+  for (const core::StrategyInfo& row : core::kStrategyTable) {
+    const Strategy s = row.strategy;
     const bool two_d = core::is_two_dimensional(s);
     std::vector<std::vector<core::Axis>> meshes;
     if (two_d) {
