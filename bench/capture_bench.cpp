@@ -174,7 +174,7 @@ void BM_CaptureSchedule(benchmark::State& state) {
     return;
   }
   const sim::Options options = run::options_for(*loaded, {}).value();
-  const int64_t records = loaded->capture->file_records();
+  const int64_t records = loaded->capture()->file_records();
   reset_peak_rss();
   const double before = peak_rss_bytes();
   for (auto _ : state) {

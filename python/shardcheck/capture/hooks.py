@@ -519,25 +519,9 @@ class Hooks:
             if not self._c10d_dispatched:
                 self._host_filled(func, name, args, site=self.site())
             return self._c10d(func, name, args, kwargs)
-        if name == "aten::lift_fresh":
-            # torch.tensor(data, device=...) fills the tensor in C++ where no operator shows, then
-            # lifts it: its bytes were written by the host just before.
-            t = args[0] if args else None
-            span = tensor_span(t) if isinstance(t, torch.Tensor) and self._on_device(t) else None
-            if span is not None:
-                self.rec.op("aten::lift_fresh (filled on the host)", self.current_stream(), [], [span],
-                            self.site())
-            return func(*args, **kwargs)
-        if name == "aten::record_stream":
-            out = func(*args, **kwargs)
-            t, stream = args[0], args[1]
-            span = tensor_span(t) if self._on_device(t) else None
-            if span is not None:
-                handle = stream.cuda_stream if hasattr(stream, "cuda_stream") else \
-                    torch.cuda.Stream(stream_id=stream.stream_id, device_index=stream.device_index,
-                                      device_type=stream.device_type).cuda_stream
-                self.rec.record_stream(span[0], span[1], handle, self.site())
-            return out
+        special = self._SPECIAL.get(name)
+        if special is not None:
+            return special(self, func, args, kwargs)
         plan = self._plans.get(func)
         if plan is None:
             plan = self._plans[func] = self._plan(func, name)
@@ -604,6 +588,30 @@ class Hooks:
             for fn, a in deferred:
                 fn(*a)
         return out
+
+    def _lift_fresh(self, func, args, kwargs):
+        # torch.tensor(data, device=...) fills the tensor in C++ where no operator shows, then
+        # lifts it: its bytes were written by the host just before.
+        t = args[0] if args else None
+        span = tensor_span(t) if isinstance(t, torch.Tensor) and self._on_device(t) else None
+        if span is not None:
+            self.rec.op("aten::lift_fresh (filled on the host)", self.current_stream(), [], [span],
+                        self.site())
+        return func(*args, **kwargs)
+
+    def _record_stream(self, func, args, kwargs):
+        out = func(*args, **kwargs)
+        t, stream = args[0], args[1]
+        span = tensor_span(t) if self._on_device(t) else None
+        if span is not None:
+            handle = stream.cuda_stream if hasattr(stream, "cuda_stream") else \
+                torch.cuda.Stream(stream_id=stream.stream_id, device_index=stream.device_index,
+                                  device_type=stream.device_type).cuda_stream
+            self.rec.record_stream(span[0], span[1], handle, self.site())
+        return out
+
+    # Operators whose record is not what their schema says: by name, the method that records them.
+    _SPECIAL = {"aten::lift_fresh": _lift_fresh, "aten::record_stream": _record_stream}
 
     def _span_on_device(self, t):
         return tensor_span(t) if t.device.type == self.device else None
