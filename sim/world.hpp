@@ -395,7 +395,7 @@ class World {
   std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_ids_;
   std::unordered_map<uint64_t, uint32_t> name_cache_;  // cached_name
   std::vector<uint64_t> name_hashes_;
-  std::vector<core::Finding> findings_;
+  core::FindingList findings_;
   std::vector<UndefOrigin> undef_origins_;            // origin id k is undef_origins_[k - 1]
   std::unordered_map<uint32_t, uint32_t> origin_of_;  // lifetime -> its origin id
   std::vector<int64_t> pct_priority_;
