@@ -520,7 +520,8 @@ TEST_CASE(
     "[cli][hostile-names]") {
   const std::string parent = fresh_dir("evil-names"), report = parent + "-report";
   const std::string name =
-      "cap\x1b[2J\x1b]0;owned\x07\nclean   all: no findings\n# Heading <script>x<img src=x onerror=y> `tick\xE2\x80\xAE"
+      "cap\x1b[2J\x1b]0;owned\x07\nclean   all: no findings\n# Heading <script>x<img src=x onerror=y> "
+      "`tick\xE2\x80\xAE"
       "\xE2\x80\x8B";
   const std::string dir = copy_capture("side-stream-race", parent, name);
   const auto r = run_shardcheck("run " + sq(dir) + " --runs 2 --report " + report + " --junit " + parent +

@@ -55,7 +55,8 @@ TEST_CASE("printable escapes control characters and bytes that are not UTF-8, an
 
 TEST_CASE("printable escapes bidi overrides and zero-width characters, which would reorder or hide a name",
           "[core][text]") {
-  REQUIRE(printable("a\xE2\x80\xAE" "b") == "a\\u202eb");                     // RIGHT-TO-LEFT OVERRIDE
+  REQUIRE(printable("a\xE2\x80\xAE"
+                    "b") == "a\\u202eb");                                  // RIGHT-TO-LEFT OVERRIDE
   REQUIRE(printable("\xE2\x81\xA6x\xE2\x81\xA9") == "\\u2066x\\u2069");    // isolates
   REQUIRE(printable("z\xE2\x80\x8Bw\xEF\xBB\xBF") == "z\\u200bw\\ufeff");  // zero-width, BOM
   REQUIRE(printable("\xE2\x80\x8C\xE2\x80\x8D") == "\\u200c\\u200d");
