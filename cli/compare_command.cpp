@@ -42,8 +42,9 @@ bool write_compare_report(const CompareArgs& a, const LoadedScenario& s, const C
                           double seconds) {
   reports::Report report;
   report.title = "shardcheck compare";
-  report.command = "shardcheck compare " + a.file + " --against " + a.against +
-                   (a.steps > 0 ? " --steps " + std::to_string(a.steps) : "") + " --report " + a.report;
+  report.command = "shardcheck compare " + core::shell_path(a.file) + " --against " + a.against +
+                   (a.steps > 0 ? " --steps " + std::to_string(a.steps) : "") + " --report " +
+                   core::shell_path(a.report);
   reports::ScenarioResult sr;
   sr.name = s.name;
   sr.file = s.file;
@@ -163,8 +164,8 @@ int run_capture_compare(const CompareArgs& a, const LoadedScenario& s) {
     return interrupted() ? interrupt_exit_code() : kInternalError;
   }
   const FidelityResult r = compare_sequences(*captured, *modeled);
-  std::cout << "compare the collectives of " << core::printable(a.capture) << " (captured) with " << s.name
-            << " (modeled)\n";
+  std::cout << "compare the collectives of " << core::printable(a.capture) << " (captured) with "
+            << core::printable(s.name) << " (modeled)\n";
   if (!r.problem.empty()) {
     std::cerr << "shardcheck compare: " << r.problem << "\n";
     return kBadInput;
@@ -209,7 +210,9 @@ bool is_training(const run::LoadedScenario& s, const std::string& file) {
 }
 
 int run_compare(const CompareArgs& a) {
-  if (!outputs_ok({}, {"--report", a.report})) return kBadInput;
+  std::vector<std::string> inputs{a.file};
+  if (!a.capture.empty()) inputs.push_back(a.capture);
+  if (!outputs_ok({}, {"--report", a.report}, inputs)) return kBadInput;
   auto s = load_scenario(a.file);
   if (!s) {
     std::cerr << core::printable(s.error().message()) << "\n";
@@ -248,13 +251,13 @@ int run_compare(const CompareArgs& a) {
     if (r.error.empty()) {
       std::cout << "compare: " << interrupt_reason() << " before the comparison finished\n";
     } else {
-      std::cerr << "shardcheck compare: internal error: " << r.error << "\n";
+      std::cerr << "shardcheck compare: internal error: " << core::printable(r.error) << "\n";
     }
     if (!a.report.empty() && !write_compare_report(a, *s, r, seconds)) return kInternalError;
     return r.error.empty() ? interrupt_exit_code() : kInternalError;
   }
-  std::cout << "compare " << r.label << " (" << s->name << ") against " << r.against << ": " << r.ours.size()
-            << " steps" << (r.exact ? ", exact mode" : "") << "\n\n";
+  std::cout << "compare " << r.label << " (" << core::printable(s->name) << ") against " << r.against << ": "
+            << r.ours.size() << " steps" << (r.exact ? ", exact mode" : "") << "\n\n";
   print_table(r);
   std::printf("\nmax |delta loss| = %.3g (relative %.3g)\n", r.max_abs, r.max_rel);
   if (r.first_divergent.empty()) {

@@ -77,7 +77,7 @@ void print_table(const reports::Report& r) {
            {"time", Table::kRight},
            {"trace digest", Table::kCut, 9, 1}});
   for (const auto& s : r.scenarios) {
-    t.add({s.name, s.expected, core::kinds_to_string(s.found), std::to_string(s.schedules),
+    t.add({core::printable(s.name), s.expected, core::kinds_to_string(s.found), std::to_string(s.schedules),
            duration_text(s.seconds), reports::digest_text(s.trace_digest) + (s.met ? "" : "  FAILED")});
   }
   std::cout << "\n";
@@ -116,12 +116,12 @@ void print_ending(const DemoTally& t, size_t total) {
               << " scenarios matched on a rerun with the same seeds\n";
   } else {
     std::cout << "determinism: NONDETERMINISTIC (shardcheck is at fault) in";
-    for (const auto& n : t.nondeterministic) std::cout << " " << n;
+    for (const auto& n : t.nondeterministic) std::cout << " " << core::printable(n);
     std::cout << "\n";
   }
   if (!t.internal_error.empty()) {
     std::cout << "stopped after " << t.ran << " of " << total << " scenarios by an internal error in "
-              << t.internal_error << "\n";
+              << core::printable(t.internal_error) << "\n";
   } else if (interrupted() && t.ran < total) {
     std::cout << interrupt_reason() << ": " << t.ran << " of " << total << " scenarios ran\n";
   }

@@ -97,7 +97,7 @@ struct RunArgs {
 std::string command_line(const std::string& verb, const std::vector<std::string>& files,
                          const ScheduleArgs& a, const std::string& extra) {
   std::string c = "shardcheck " + verb;
-  for (const auto& f : files) c += " " + f;
+  for (const auto& f : files) c += " " + core::shell_path(f);
   if (!a.policy.empty()) c += " --policy " + a.policy;
   if (a.seed >= 0) c += " --seed " + std::to_string(a.seed);
   if (a.runs > 0) c += " --runs " + std::to_string(a.runs);
@@ -128,13 +128,28 @@ struct Tally {
   size_t open = 0;              // of `ran`: files without `expect:`
   int open_found = 0;           // of those, with findings
   size_t unjudged = 0;          // of `ran`: stopped before a schedule finished, no verdict
+  size_t errors = 0;            // of `ran`: ended in an internal error or at the simulator's bound
 
   void add(const LoadedScenario& s, const CheckedRun& c) {
     ++ran;
-    if (c.stopped && c.outcome.explored.runs_done == 0 && c.error.empty() && c.bad_input.empty()) {
-      ++unjudged;  // neither met nor failed: nothing ran to judge
-      return;
+    if (!c.error.empty() && internal_error.empty()) internal_error = s.name + ": " + c.error;
+    if (!c.bad_input.empty() && bad_input.empty()) bad_input = c.bad_input;
+    if (c.outcome.determinism) {
+      ++determinism_checked;
+      digests_matched += c.outcome.determinism->matched ? c.outcome.determinism->runs : 0;
+      nondeterministic += c.outcome.determinism->matched ? 0 : 1;
     }
+    if (!c.error.empty() || !c.bad_input.empty()) {
+      // No verdict, and never clean: the run that erred may be the one that holds the finding.
+      ++errors;
+      ++failed;
+    } else if (c.stopped && c.outcome.explored.runs_done == 0) {
+      ++unjudged;  // neither met nor failed: nothing ran to judge
+    } else {
+      add_verdict(s, c);
+    }
+  }
+  void add_verdict(const LoadedScenario& s, const CheckedRun& c) {
     if (s.capture()) {
       ++captures;
       const bool partial_only = !s.partial.empty() && c.outcome.explored.findings.empty();
@@ -145,13 +160,6 @@ struct Tally {
       open_found += c.outcome.judged.met ? 0 : 1;
     }
     failed += c.outcome.judged.met ? 0 : 1;
-    if (!c.error.empty() && internal_error.empty()) internal_error = s.name + ": " + c.error;
-    if (!c.bad_input.empty() && bad_input.empty()) bad_input = c.bad_input;
-    if (c.outcome.determinism) {
-      ++determinism_checked;
-      digests_matched += c.outcome.determinism->matched ? c.outcome.determinism->runs : 0;
-      nondeterministic += c.outcome.determinism->matched ? 0 : 1;
-    }
   }
   // Stops the loop: after a signal, or after an internal error, past which nothing is trusted.
   bool stop() const { return interrupted() || !internal_error.empty(); }
@@ -161,9 +169,10 @@ struct Tally {
 // or not) counted apart: "1 captured program: 1 with findings, 0 clean".
 std::string summary_line(const Tally& t) {
   std::string line;
-  const size_t files = t.ran - t.captures - t.open - t.unjudged;
-  const int files_failed = t.failed - t.captures_found - t.captures_partial - t.open_found;
-  if (files > 0 || (t.captures == 0 && t.open == 0 && t.unjudged == 0)) {
+  const size_t files = t.ran - t.captures - t.open - t.unjudged - t.errors;
+  const int files_failed =
+      t.failed - t.captures_found - t.captures_partial - t.open_found - static_cast<int>(t.errors);
+  if (files > 0 || (t.captures == 0 && t.open == 0 && t.unjudged == 0 && t.errors == 0)) {
     line = std::to_string(files) + " scenario" + (files == 1 ? "" : "s") + ": " +
            std::to_string(static_cast<int>(files) - files_failed) + " met expectations, " +
            std::to_string(files_failed) + " did not";
@@ -184,6 +193,9 @@ std::string summary_line(const Tally& t) {
     line += (line.empty() ? "" : "; ") + std::to_string(t.unjudged) + " stopped before a schedule finished" +
             ": no verdict";
   }
+  if (t.errors > 0) {
+    line += (line.empty() ? "" : "; ") + std::to_string(t.errors) + " ended in an error: no verdict";
+  }
   return line;
 }
 
@@ -191,7 +203,7 @@ std::string summary_line(const Tally& t) {
 void print_ending(const Tally& t, size_t total) {
   if (!t.internal_error.empty()) {
     std::cout << "stopped after " << t.ran << " of " << total << " scenarios by an internal error in "
-              << t.internal_error << "\n";
+              << core::printable(t.internal_error) << "\n";
   } else if (interrupted() && t.ran < total) {
     std::cout << interrupt_reason() << ": " << t.ran << " of " << total << " scenarios ran\n";
   }
@@ -225,8 +237,8 @@ int planned_runs(const LoadedScenario& s, const ScheduleOverrides& o) {
 
 // A scenario's header, printed as it starts.
 void print_header(const LoadedScenario& s, int runs) {
-  std::cout << "== " << s.name << " (" << s.file << "): " << runs << " schedule" << (runs == 1 ? "" : "s")
-            << std::endl;
+  std::cout << "== " << core::printable(s.name) << " (" << core::printable(s.file) << "): " << runs
+            << " schedule" << (runs == 1 ? "" : "s") << std::endl;
 }
 
 void print_run(const LoadedScenario& s, const CheckedRun& c, const std::string& policy, int planned) {
@@ -238,7 +250,7 @@ void print_run(const LoadedScenario& s, const CheckedRun& c, const std::string& 
   }
   if (!c.outcome.jobs_note.empty()) std::cerr << core::printable(c.outcome.jobs_note) << "\n";
   print_findings(std::cout, s, c.outcome.explored.findings, policy);
-  if (!c.error.empty()) std::cout << "internal error: " << c.error << "\n";
+  if (!c.error.empty()) std::cout << "internal error: " << core::printable(c.error) << "\n";
   if (!c.bad_input.empty()) std::cout << core::printable(c.bad_input) << "\n";
   if (c.outcome.determinism) print_determinism(std::cout, s, *c.outcome.determinism);
   print_verdict(std::cout, s, c);
@@ -268,13 +280,14 @@ int run_files_on_gpu(const RunArgs& a, const std::vector<LoadedScenario>& scenar
 }
 
 int run_files(const RunArgs& a) {
-  if (!outputs_ok({{"--junit", a.ci.junit}, {"--sarif", a.ci.sarif}}, {"--report", a.report}))
+  if (!outputs_ok({{"--junit", a.ci.junit}, {"--sarif", a.ci.sarif}}, {"--report", a.report}, a.files))
     return kBadInput;
   std::vector<LoadedScenario> scenarios;
   std::vector<reports::NotRun> refused;
-  const std::string command = command_line("run", a.files, a.schedule,
-                                           std::string(a.check_determinism ? " --check-determinism" : "") +
-                                               (a.report.empty() ? "" : " --report " + a.report));
+  const std::string command =
+      command_line("run", a.files, a.schedule,
+                   std::string(a.check_determinism ? " --check-determinism" : "") +
+                       (a.report.empty() ? "" : " --report " + core::shell_path(a.report)));
   if (!load_all(a.files, a.schedule, scenarios, &refused))
     return refused_input(a.ci, command, scenarios, std::move(refused));
   if (a.gpu.backend != "sim") return run_files_on_gpu(a, scenarios);
@@ -339,9 +352,9 @@ struct ExploreArgs {
 
 void print_explored(const LoadedScenario& s, const CheckedRun& c, const sim::Options& opt) {
   const sim::ExploreResult& e = c.outcome.explored;
-  std::cout << "explored " << e.runs_done << " schedule" << (e.runs_done == 1 ? "" : "s") << " of " << s.name
-            << " (policy " << sim::to_string(opt.policy) << ", seeds " << opt.seed << ".."
-            << opt.seed + e.runs_done - 1 << ") in " << duration_text(c.outcome.seconds)
+  std::cout << "explored " << e.runs_done << " schedule" << (e.runs_done == 1 ? "" : "s") << " of "
+            << core::printable(s.name) << " (policy " << sim::to_string(opt.policy) << ", seeds " << opt.seed
+            << ".." << opt.seed + e.runs_done - 1 << ") in " << duration_text(c.outcome.seconds)
             << (c.stopped ? "; " + interrupt_reason() : "") << "\n";
   if (e.first_hit >= 0) {
     std::cout << "first finding after " << e.first_hit + 1 << " schedule" << (e.first_hit == 0 ? "" : "s")
@@ -352,14 +365,14 @@ void print_explored(const LoadedScenario& s, const CheckedRun& c, const sim::Opt
 }
 
 int explore_file(const ExploreArgs& a) {
-  if (!outputs_ok({{"--junit", a.ci.junit}, {"--sarif", a.ci.sarif}}, {"--report", a.report}))
+  if (!outputs_ok({{"--junit", a.ci.junit}, {"--sarif", a.ci.sarif}}, {"--report", a.report}, {a.file}))
     return kBadInput;
   std::vector<LoadedScenario> scenarios;
   std::vector<reports::NotRun> refused;
   const std::string command =
       command_line("explore", {a.file}, a.schedule,
                    std::string(a.all ? " --all" : "") + (a.check_determinism ? " --check-determinism" : "") +
-                       (a.report.empty() ? "" : " --report " + a.report));
+                       (a.report.empty() ? "" : " --report " + core::shell_path(a.report)));
   if (!load_all({a.file}, a.schedule, scenarios, &refused))
     return refused_input(a.ci, command, scenarios, std::move(refused));
   const LoadedScenario& s = scenarios.front();
@@ -372,9 +385,9 @@ int explore_file(const ExploreArgs& a) {
   const std::string report_dir = role.prints ? a.report : "";
   InterruptScope interrupts;
   const int runs = o.runs.value_or(s.schedule.runs);
-  std::cout << "exploring up to " << runs << " schedule" << (runs == 1 ? "" : "s") << " of " << s.name
-            << " from seed " << opt.seed << (a.all ? "" : ", until the first finding")
-            << std::endl;  // tells a watcher it has begun
+  std::cout << "exploring up to " << runs << " schedule" << (runs == 1 ? "" : "s") << " of "
+            << core::printable(s.name) << " from seed " << opt.seed
+            << (a.all ? "" : ", until the first finding") << std::endl;  // tells a watcher it has begun
   const std::optional<ResultOptions> ro = report_options(report_dir, role.prints && a.ci.any());
   CheckedRun c;
   {
@@ -385,7 +398,7 @@ int explore_file(const ExploreArgs& a) {
   if (!c.outcome.jobs_note.empty()) std::cerr << core::printable(c.outcome.jobs_note) << "\n";
   print_explored(s, c, opt);
   print_findings(std::cout, s, c.outcome.explored.findings, policy_flag(a.schedule));
-  if (!c.error.empty()) std::cout << "internal error: " << c.error << "\n";
+  if (!c.error.empty()) std::cout << "internal error: " << core::printable(c.error) << "\n";
   if (!c.bad_input.empty()) std::cout << core::printable(c.bad_input) << "\n";
   if (c.outcome.determinism) print_determinism(std::cout, s, *c.outcome.determinism);
   print_verdict(std::cout, s, c);
@@ -412,14 +425,14 @@ struct ReplayArgs {
 };
 
 int replay_file(const ReplayArgs& a) {
-  if (!outputs_ok({{"--trace", a.trace}})) return kBadInput;
+  if (!outputs_ok({{"--trace", a.trace}}, {"", ""}, {a.file})) return kBadInput;
   std::vector<LoadedScenario> scenarios;
   if (!load_all({a.file}, a.schedule, scenarios)) return kBadInput;
   const LoadedScenario& s = scenarios.front();
   const sim::Options opt = options_for(s, overrides(a.schedule)).value();
   sim::Replay r = sim::replay(s.factory, opt);
-  std::cout << "replayed " << s.name << " with seed " << opt.seed << " (policy " << sim::to_string(opt.policy)
-            << "): " << r.result.steps << " steps, " << r.result.ops_executed
+  std::cout << "replayed " << core::printable(s.name) << " with seed " << opt.seed << " (policy "
+            << sim::to_string(opt.policy) << "): " << r.result.steps << " steps, " << r.result.ops_executed
             << " stream operations, trace digest " << std::hex << r.result.trace_digest << std::dec << "\n\n";
   print_findings(std::cout, s, r.result.findings, policy_flag(a.schedule));
   if (!a.trace.empty()) {
@@ -428,16 +441,16 @@ int replay_file(const ReplayArgs& a) {
       std::cerr << "shardcheck: " << core::printable(st.message()) << "\n";
       return kBadInput;
     }
-    std::cout << "trace written to " << a.trace << " (open it in https://ui.perfetto.dev)\n";
+    std::cout << "trace written to " << core::printable(a.trace) << " (open it in https://ui.perfetto.dev)\n";
   }
   if (r.result.limit) {
     std::cout << core::printable(s.file)
-              << ": bad input: this file needs more than the simulator allows one run: " << r.result.error
-              << " (seed " << opt.seed << ")\n";
+              << ": bad input: this file needs more than the simulator allows one run: "
+              << core::printable(r.result.error) << " (seed " << opt.seed << ")\n";
     return kBadInput;
   }
   if (!r.result.error.empty()) {
-    std::cout << "internal error: " << r.result.error << "\n";
+    std::cout << "internal error: " << core::printable(r.result.error) << "\n";
     return kInternalError;
   }
   const core::ExpectationResult judged = core::judge(s.expect, r.result.findings);

@@ -182,19 +182,27 @@ nlohmann::json notifications(const CiInput& in) {
 }  // namespace
 
 std::string xml_escape(std::string_view s) {
+  // XML 1.0 allows tab, line feed, carriage return and U+0020-U+D7FF, U+E000-U+FFFD and
+  // U+10000-U+10FFFF. Bytes that are not UTF-8 (lone surrogates among them) become U+FFFD; the
+  // other characters XML refuses, and those a CI page would act on rather than show (C1, bidi
+  // overrides, zero-width), are written as the terminal shows them: \x1b, \ufffe, \u202e.
   const std::string text = core::to_valid_utf8(s);
   std::string out;
   out.reserve(text.size());
-  for (const char c : text) {
-    if (const std::string_view e = markup_entity(c, false); !e.empty()) {
+  for (size_t i = 0; i < text.size();) {
+    const core::Utf8Sequence seq = core::utf8_sequence_at(text, i);
+    const char32_t c = seq.code_point;
+    const bool kept = c == '\t' || c == '\n' || c == '\r';
+    if (const std::string_view e = markup_entity(text[i], false); !e.empty()) {
       out += e;
-    } else if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+    } else if (!kept && (core::is_control(c) || core::is_invisible_format(c) || c == 0xFFFE || c == 0xFFFF)) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, c < 0x80 ? "\\x%02x" : "\\u%04x", static_cast<unsigned>(c));
       out += buf;
     } else {
-      out += c;
+      out.append(text, i, seq.length);
     }
+    i += seq.length;
   }
   return out;
 }

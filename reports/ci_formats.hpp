@@ -50,7 +50,8 @@ std::string junit_xml(const CiInput& in);
 std::string sarif_json(const CiInput& in, const std::string& tool_version);
 
 // XML character data and attribute values (in double quotes): & < > " escaped, text made valid UTF-8, and
-// characters XML 1.0 cannot hold (C0 controls other than tab and line breaks) written as \xNN.
+// characters XML 1.0 cannot hold (C0 controls other than tab and line breaks, U+FFFE, U+FFFF)
+// written as \xNN or \uNNNN, as are C1 controls and invisible format characters.
 std::string xml_escape(std::string_view s);
 
 }  // namespace shardcheck::reports

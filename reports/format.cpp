@@ -1,6 +1,7 @@
 // Escaping, number formatting and totals shared by the Markdown, HTML and JSON renderers.
 #include "reports/format.hpp"
 
+#include "core/base/text.hpp"
 #include "core/scenario/expectation.hpp"
 
 #include <algorithm>
@@ -28,9 +29,13 @@ std::string_view markup_entity(char c, bool apostrophe) {
 }
 
 std::string html_escape(std::string_view s) {
+  // Control and invisible format characters as the terminal shows them (\x1b, \u202e): a
+  // browser would reorder a line around a bidirectional override, or hide a zero-width space.
+  // Bytes that are not UTF-8 show as U+FFFD (the page says charset=utf-8).
+  const std::string text = core::printable_lines(core::to_valid_utf8(s));
   std::string out;
-  out.reserve(s.size() + s.size() / 8);
-  for (const char c : s) {
+  out.reserve(text.size() + text.size() / 8);
+  for (const char c : text) {
     const std::string_view e = markup_entity(c, true);
     if (e.empty()) {
       out += c;
@@ -41,14 +46,32 @@ std::string html_escape(std::string_view s) {
   return out;
 }
 
+namespace {
+// The length of what would open a block at the start of a line: a heading's '#', a list's
+// '-', '+' or "12." / "12)", a setext underline's '='; 0 when nothing would.
+size_t block_marker(std::string_view s) {
+  if (s.empty()) return 0;
+  if (s[0] == '#' || s[0] == '-' || s[0] == '+' || s[0] == '=') return 1;
+  const size_t digits = s.find_first_not_of("0123456789");
+  if (digits > 0 && digits != std::string_view::npos && (s[digits] == '.' || s[digits] == ')'))
+    return digits + 1;
+  return 0;
+}
+}  // namespace
+
 std::string md_text(std::string_view s) {
+  // Line breaks first become spaces (prose stays on its line), then every other control or
+  // invisible character is written as the terminal shows it.
+  std::string flat(s);
+  std::replace_if(
+      flat.begin(), flat.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  const std::string text = core::printable(core::to_valid_utf8(flat));
   std::string out;
-  for (const char c : s) {
-    if (c == '\n' || c == '\r') {
-      out += ' ';
-      continue;
-    }
-    if (std::string_view("\\`*[]<>").find(c) != std::string_view::npos) out += '\\';
+  const size_t marker = block_marker(text);
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool markup = std::string_view("\\`*[]<>").find(c) != std::string_view::npos;
+    if (markup || (marker > 0 && i == marker - 1)) out += '\\';
     out += c;
   }
   return out;
@@ -79,9 +102,12 @@ std::string md_fence(std::string_view s) {
 }
 
 std::string md_code(std::string_view s) {
-  const std::string ticks(longest_backtick_run(s) + 1, '`');
+  // A code span shows its text literally, so escaping inside it is printable's alone: no line
+  // break can end the span and start a heading on the next line.
+  const std::string text = core::printable(core::to_valid_utf8(s));
+  const std::string ticks(longest_backtick_run(text) + 1, '`');
   const std::string pad = ticks.size() > 1 ? " " : "";
-  return ticks + pad + std::string(s) + pad + ticks;
+  return ticks + pad + text + pad + ticks;
 }
 
 std::string number(double v, int digits) {

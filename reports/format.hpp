@@ -13,15 +13,19 @@
 
 namespace shardcheck::reports {
 
+// Markup entities for & < > " ', and control and invisible format characters as
+// core::printable_lines writes them (line breaks kept).
 std::string html_escape(std::string_view s);
 // The entity markup writes for c (&, <, >, ", and ' where `apostrophe`), or "" for any other.
 std::string_view markup_entity(char c, bool apostrophe);
-// Markdown prose on one line: characters that would start markup (\ ` * [ ] < >) escaped,
-// line breaks turned into spaces.
+// Markdown prose on one line: line breaks turned into spaces, control and invisible format
+// characters as core::printable writes them, characters that would start markup (\ ` * [ ] < >)
+// escaped, and so is what would open a block at the start of a line (# - + = "1.").
 std::string md_text(std::string_view s);
 // A Markdown table cell: md_text with '|' escaped too.
 std::string md_cell(std::string_view s);
-// Inline code: `s`, with a longer backtick run when `s` holds backticks itself.
+// Inline code: `s` as core::printable writes it (no line break can end the span), with a
+// longer backtick run when `s` holds backticks itself.
 std::string md_code(std::string_view s);
 // A fence (``` or longer) that does not occur in `s`, so `s` can sit in a code block verbatim.
 std::string md_fence(std::string_view s);

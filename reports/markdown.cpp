@@ -10,7 +10,10 @@ namespace shardcheck::reports {
 
 namespace {
 
-void code_block(std::ostringstream& out, std::string_view lang, const std::string& text) {
+// Text in a fenced block shows literally; its control characters are escaped as on the terminal
+// and its fence is longer than any backtick run inside, so nothing in it can close the block.
+void code_block(std::ostringstream& out, std::string_view lang, const std::string& raw) {
+  const std::string text = core::printable_lines(core::to_valid_utf8(raw));
   const std::string fence = md_fence(text);
   out << fence << lang << "\n"
       << text << (text.empty() || text.back() != '\n' ? "\n" : "") << fence << "\n\n";

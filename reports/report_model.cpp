@@ -17,7 +17,7 @@ const std::string& command_name() { return command_name_storage(); }
 
 std::string reproducer(const ScenarioResult& s, const core::Finding& f) {
   std::string line =
-      command_name() + " replay " + core::shell_word(s.file) + " --seed " + std::to_string(f.seed);
+      command_name() + " replay " + core::shell_path(s.file) + " --seed " + std::to_string(f.seed);
   if (!s.policy.empty()) line += " --policy " + core::shell_word(s.policy);
   return line;
 }

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -26,13 +27,25 @@ namespace shardcheck::reports {
 namespace fs = std::filesystem;
 
 namespace {
-// File names stay portable and inside the folder whatever a scenario is called.
+// File names stay portable and inside the folder whatever a scenario is called, and short:
+// a name past kMaxBaseBytes keeps its start and ends in a hash of the whole, so the trace
+// file's name stays far below the 255 bytes a file system allows, and two long names that
+// share a start still differ.
+constexpr size_t kMaxBaseBytes = 96;
+
 std::string file_safe(const std::string& name) {
   std::string out;
   for (const char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
                     c == '_' || c == '.';
     out += ok ? c : '_';
+  }
+  if (out.size() > kMaxBaseBytes) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a of the name as given
+    for (const char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    char hash[17];
+    std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(h));
+    out = out.substr(0, kMaxBaseBytes - 17) + "-" + hash;
   }
   return out.empty() || out[0] == '.' ? "_" + out : out;
 }

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/base/overloaded.hpp"
+#include "core/base/text.hpp"
 #include "core/scenario/captured_values.hpp"
 #include "reports/chrome_trace.hpp"
 #include "reports/report.hpp"
@@ -19,48 +20,79 @@ namespace {
 
 constexpr size_t kMaxSlices = 4000;  // a Chrome trace per finding stays a few hundred KB
 
-// Slices [first, last) of `log` kept; marks and counters inside their time span, each pool's
-// counter carried in at the window's start. Says in `log.cut` what was left out.
-void keep_slices(core::TraceLog& log, size_t first, size_t last, const std::string& why) {
-  const size_t total = log.slices.size();
-  if (first == 0 && last == total) return;
-  log.cut = {static_cast<int64_t>(total), static_cast<int64_t>(first), static_cast<int64_t>(total - last),
-             why};
-  std::vector<core::TraceLog::Slice> kept(
-      std::make_move_iterator(log.slices.begin() + static_cast<std::ptrdiff_t>(first)),
-      std::make_move_iterator(log.slices.begin() + static_cast<std::ptrdiff_t>(last)));
-  log.slices = std::move(kept);
-  if (log.slices.empty()) return;
-  const int64_t lo = log.slices.front().ts_us, hi = log.slices.back().ts_us;
-  std::erase_if(log.marks, [&](const auto& m) { return m.ts_us < lo || m.ts_us > hi; });
-  std::vector<core::TraceLog::Counter> counters;
-  std::map<std::pair<int, std::string>, size_t> carried;  // the latest value before lo, per pool
-  for (auto& c : log.counters) {
-    if (c.ts_us > hi) continue;
-    if (c.ts_us >= lo) {
-      counters.push_back(std::move(c));
-      continue;
+// A finding's place on a run's events (reports::finding_place's rules, read from the world's
+// events rather than a built timeline): the scheduler step of the operation it concerns.
+// A race needs no search; any other kind reads the events once, without building a slice.
+std::optional<int64_t> place_step(const sim::World& w, const core::Finding& f) {
+  const std::vector<sim::TraceEvent>& events = w.trace();
+  // The first event that `match` accepts on a stream, else the first on the host.
+  auto first_of = [&](auto match) -> std::optional<int64_t> {
+    std::optional<int64_t> issue;
+    for (const sim::TraceEvent& e : events) {
+      if (!match(e)) continue;
+      if (e.stream >= 0) return e.step;
+      if (!issue) issue = e.step;
     }
-    c.ts_us = lo;
-    auto [it, fresh] = carried.try_emplace({c.rank, c.pool}, counters.size());
-    if (fresh) {
-      counters.push_back(std::move(c));
-    } else {
-      counters[it->second] = std::move(c);
+    return issue;
+  };
+  auto stream_of = [&](int rank, const std::string& name) {
+    if (name == "host") return -1;  // the timeline's first thread of a rank
+    for (int s = 0; s < w.num_streams(rank); ++s)
+      if (w.stream_name(rank, s) == name) return s;
+    return -1;  // the host, as a thread that is no stream
+  };
+  if (const auto* d = std::get_if<core::RaceDetail>(&f.detail)) return d->second.step;
+  if (f.op >= 0)
+    return first_of([&](const sim::TraceEvent& e) { return e.op == static_cast<uint64_t>(f.op); });
+  if (const auto* d = std::get_if<core::CollectiveDetail>(&f.detail)) {
+    for (const auto& r : d->ranks) {
+      auto at = first_of([&](const sim::TraceEvent& e) {
+        if (e.rank != r.rank || e.op >= w.op_args().size()) return false;
+        const sim::OpArgs& a = w.op_args()[e.op];
+        return a.seq == d->index && a.group >= 0 && w.group_name(a.group) == d->group;
+      });
+      if (at) return at;
     }
+    return std::nullopt;
   }
-  log.counters = std::move(counters);
+  if (const auto* d = std::get_if<core::DeadlockDetail>(&f.detail)) {
+    if (d->cycle.empty()) return std::nullopt;
+    const int rank = d->cycle.front().rank, stream = stream_of(rank, d->cycle.front().where);
+    for (auto e = events.rbegin(); e != events.rend(); ++e)
+      if (e->rank == rank && e->stream == stream) return e->step;
+    return std::nullopt;
+  }
+  int rank = 0, step = -1;
+  if (const auto* d = std::get_if<core::ElementDetail>(&f.detail)) {
+    rank = d->rank, step = d->step;
+  } else if (const auto* n = std::get_if<core::NormDetail>(&f.detail); n && n->step >= 0) {
+    rank = n->rank, step = n->step;
+  } else {
+    return std::nullopt;
+  }
+  if (step < 0) {
+    for (const sim::TraceEvent& e : events)
+      if (e.rank == rank) return e.step;
+    return std::nullopt;
+  }
+  for (const sim::HostMark& m : w.marks())
+    if (m.rank == rank && m.text == core::step_end_mark(step)) return m.step;
+  return std::nullopt;
 }
 
 // The part of a run's timeline a finding needs: around a race's two accesses, or the
-// kMaxSlices slices that lead up to (and just follow) the operation it concerns. A run that
-// fits is kept whole; a cut says so in the trace.
-core::TraceLog window(core::TraceLog log, const core::Finding& f) {
-  const size_t n = log.slices.size();
-  auto index_at = [&](int64_t ts) {
-    return static_cast<size_t>(std::lower_bound(log.slices.begin(), log.slices.end(), ts,
-                                                [](const auto& s, int64_t t) { return s.ts_us < t; }) -
-                               log.slices.begin());
+// kMaxSlices slices that lead up to (and just follow) the operation it concerns, else the
+// run's last kMaxSlices. A run that fits is kept whole; a cut says so in the trace. Only the
+// window's slices are built.
+core::TraceLog window(const sim::World& w, const sim::Timeline& timeline, const core::Finding& f,
+                      const std::string& title) {
+  const std::vector<sim::TraceEvent>& events = w.trace();
+  const size_t n = events.size();
+  auto index_at = [&](int64_t step) {
+    return static_cast<size_t>(
+        std::lower_bound(events.begin(), events.end(), step,
+                         [](const sim::TraceEvent& e, int64_t t) { return e.step < t; }) -
+        events.begin());
   };
   size_t first = 0, last = n;
   std::string why = "the run's last " + std::to_string(kMaxSlices) + " slices";
@@ -68,16 +100,42 @@ core::TraceLog window(core::TraceLog log, const core::Finding& f) {
     first = index_at(std::min(d->first.step, d->second.step) - 200);
     last = index_at(std::max(d->first.step, d->second.step) + 201);
     why = "200 scheduler steps around the race's two accesses";
-  } else if (const auto place = reports::finding_place(log, f)) {
-    const size_t at = index_at(place->ts_us);
-    const size_t after = kMaxSlices / 4;
-    last = std::min(n, at + after);
+  } else if (const auto step = place_step(w, f)) {
+    last = std::min(n, index_at(*step) + kMaxSlices / 4);
     first = last - std::min(last, kMaxSlices);
     why = "the " + std::to_string(kMaxSlices) + " slices around the operation the finding concerns";
   }
   if (last - first > kMaxSlices) first = last - kMaxSlices;
-  keep_slices(log, first, last, why);
+  core::TraceLog log = timeline.log(title, first, last);
+  if (first != 0 || last != n)
+    log.cut = {static_cast<int64_t>(n), static_cast<int64_t>(first), static_cast<int64_t>(n - last), why};
   return log;
+}
+
+// Each finding's timeline: one replay per seed, whatever the number of findings it found,
+// and of each run only the slices its findings' windows show.
+std::vector<core::TraceLog> finding_timelines(const LoadedScenario& s,
+                                              const std::vector<core::Finding>& findings,
+                                              const ScheduleOverrides& overrides, ReportCost* cost) {
+  const sim::Options base = options_for(s, overrides).value();
+  std::map<uint64_t, std::vector<size_t>> by_seed;
+  for (size_t i = 0; i < findings.size(); ++i) by_seed[findings[i].seed].push_back(i);
+  std::vector<core::TraceLog> out(findings.size());
+  for (const auto& [seed, which] : by_seed) {
+    if (interrupted()) break;
+    sim::Options opt = base;
+    opt.seed = seed;
+    const sim::Replay rep = sim::replay(s.factory, opt, /*timeline=*/false);
+    if (cost) ++cost->replays;
+    if (rep.result.cancelled)
+      continue;  // a replay a signal cut short shows only part of the run: better none
+    const sim::Timeline timeline(*rep.world);
+    for (const size_t i : which) {
+      out[i] = window(*rep.world, timeline, findings[i], s.name + " seed " + std::to_string(seed));
+      if (cost) cost->slices += static_cast<int64_t>(out[i].slices.size());
+    }
+  }
+  return out;
 }
 
 // The finding whose schedule the loss curves are drawn from: the first numerics, replica or
@@ -171,17 +229,8 @@ reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioO
     }
   }
   // After a signal the report is written at once: no replays for timelines or loss curves.
-  if (options.traces && !interrupted()) {
-    const sim::Options base = options_for(s, overrides).value();
-    for (const auto& f : r.findings) {
-      sim::Options opt = base;
-      opt.seed = f.seed;
-      sim::Replay rep = sim::replay(s.factory, opt);
-      rep.log.title = s.name + " seed " + std::to_string(f.seed);
-      // A replay a signal cut short shows only part of the run: better none.
-      r.finding_traces.push_back(rep.result.cancelled ? core::TraceLog{} : window(std::move(rep.log), f));
-    }
-  }
+  if (options.traces && !interrupted())
+    r.finding_traces = finding_timelines(s, r.findings, overrides, options.cost);
   if (options.compare && !interrupted()) r.compare = loss_curves(s, r.findings, overrides);
   return r;
 }
@@ -193,10 +242,10 @@ bool write_report_to(const reports::Report& report, const std::string& dir) {
     st = reports::write_report(report, dir);
   }
   if (!st) {
-    std::cerr << "shardcheck: cannot write the report: " << st.message() << "\n";
+    std::cerr << "shardcheck: cannot write the report: " << core::printable(st.message()) << "\n";
     return false;
   }
-  std::cout << "report: " << dir
+  std::cout << "report: " << core::printable(dir)
             << "/report.html (also report.md, report.json, and a Chrome trace per finding)"
             << (report.complete ? "" : "; it is marked incomplete") << "\n";
   return true;

@@ -12,9 +12,18 @@
 
 namespace shardcheck::run {
 
+// What a report's timelines cost: replays run, and slices built over all findings. Each seed
+// with findings is replayed once, and each finding's timeline builds at most its window
+// (4000 slices), however long the run.
+struct ReportCost {
+  int replays = 0;
+  int64_t slices = 0;
+};
+
 struct ResultOptions {
-  bool traces = true;    // replay each finding's seed for its timeline
-  bool compare = false;  // training scenarios: loss curves against the single-rank reference
+  bool traces = true;          // replay each finding's seed for its timeline
+  bool compare = false;        // training scenarios: loss curves against the single-rank reference
+  ReportCost* cost = nullptr;  // when set, what the timelines cost is added to it
 };
 
 reports::ScenarioResult scenario_result(const LoadedScenario& s, const ScenarioOutcome& o,

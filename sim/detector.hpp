@@ -60,7 +60,7 @@ class WorldView {
   const World& w_;
 };
 
-using Findings = std::vector<core::Finding>;
+using Findings = core::FindingList;  // a finding found again is counted in constant time
 
 // A stream's access, after the shadow compared it with the earlier accesses of its bytes.
 struct AccessEvent {

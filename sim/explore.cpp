@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -70,15 +71,21 @@ namespace {
 // of threads.
 struct Merge {
   const ExploreOptions& o;
-  ExploreResult r;
+  ExploreResult r;  // but its findings, which `found` holds until result()
   bool done = false;
+  core::FindingList found;
+
+  ExploreResult result() && {
+    r.findings = std::move(found).take();
+    return std::move(r);
+  }
 
   // Folds in run `i`; false once exploration ends with it.
   bool add(int i, RunResult run) {
     if (run.cancelled) {
       r.cancelled = true;
       if (!run.findings.empty() && r.first_hit < 0) r.first_hit = i;
-      for (auto& f : run.findings) core::add_finding(r.findings, std::move(f));
+      for (auto& f : run.findings) found.add(std::move(f));
       return false;
     }
     r.runs_done++;
@@ -93,7 +100,7 @@ struct Merge {
       r.limit = run.limit;
     }
     if (run.limit) return false;  // no findings claimed for a cut run, and the next would be cut too
-    for (auto& f : run.findings) core::add_finding(r.findings, std::move(f));
+    for (auto& f : run.findings) found.add(std::move(f));
     if (!run.findings.empty() && r.first_hit < 0) r.first_hit = i;
     if (o.stop_at_first && (r.first_hit >= 0 || !r.error.empty())) return false;
     if (o.stop_at_error && !r.error.empty()) return false;
@@ -122,7 +129,7 @@ RunResult guarded_run(const Options& opts, const Factory& factory) {
 // every seed below it: the sequential merge, chunk by chunk. False once exploration ends in
 // `part` (it stopped before its last seed, or its last seed ends exploration).
 bool append(ExploreResult& total, ExploreResult part, int offset, int planned, const ExploreOptions& o) {
-  for (auto& f : part.findings) core::add_finding(total.findings, std::move(f));
+  core::add_findings(total.findings, std::move(part.findings));
   if (total.first_hit < 0 && part.first_hit >= 0) total.first_hit = offset + part.first_hit;
   total.runs_done += part.runs_done;
   total.steps += part.steps;
@@ -208,7 +215,7 @@ int resolve_jobs(int jobs) {
 
 namespace {
 ExploreResult explore_sequential(const Factory& factory, const ExploreOptions& o, const Options& opts) {
-  Merge m{o, {}};
+  Merge m{o, {}, false, {}};
   for (int i = 0; i < o.runs; ++i) {
     if (opts.cancel && opts.cancel->load(std::memory_order_relaxed)) {
       m.r.cancelled = true;
@@ -218,10 +225,10 @@ ExploreResult explore_sequential(const Factory& factory, const ExploreOptions& o
     run_opts.seed = o.base.seed + static_cast<uint64_t>(i);
     World w(run_opts);
     const bool more = m.add(i, run_once(w, factory));
-    if (o.progress) o.progress(m.r.runs_done, static_cast<int>(m.r.findings.size()));
+    if (o.progress) o.progress(m.r.runs_done, static_cast<int>(m.found.size()));
     if (!more) break;
   }
-  return std::move(m.r);
+  return std::move(m).result();
 }
 
 // Each thread takes the next seed; results wait in `pending` until every lower seed is merged.
@@ -234,7 +241,7 @@ class ParallelExplore {
       : factory_(factory),
         o_(o),
         opts_(opts),
-        m_{o, {}},
+        m_{o, {}, false, {}},
         limit_(o.runs),
         slots_(static_cast<size_t>(threads)) {}
 
@@ -255,7 +262,7 @@ class ParallelExplore {
       finished_.notify_all();
       watcher.join();
     }
-    return std::move(m_.r);
+    return std::move(m_).result();
   }
 
  private:
@@ -305,7 +312,7 @@ class ParallelExplore {
         RunResult first = std::move(pending_.begin()->second);
         pending_.erase(pending_.begin());
         if (!m_.add(merged_++, std::move(first))) m_.done = true;
-        if (o_.progress) o_.progress(m_.r.runs_done, static_cast<int>(m_.r.findings.size()));
+        if (o_.progress) o_.progress(m_.r.runs_done, static_cast<int>(m_.found.size()));
       }
       if (m_.done) pending_.clear();
     }
@@ -349,7 +356,7 @@ ExploreResult explore(const Factory& factory, const ExploreOptions& o) {
   return r;
 }
 
-Replay replay(const Factory& factory, Options options) {
+Replay replay(const Factory& factory, Options options, bool timeline) {
   Replay r;
   if (options.policy == Policy::pct && options.pct_steps_hint <= 0)
     options.pct_steps_hint = measure_steps(factory, options);
@@ -357,7 +364,7 @@ Replay replay(const Factory& factory, Options options) {
   r.world = std::make_unique<World>(options);
   r.result = run_once(*r.world, factory);
   core::fold_symptoms(r.result.findings);
-  r.log = trace_log(*r.world, "");
+  if (timeline) r.log = trace_log(*r.world, "");
   return r;
 }
 
@@ -387,10 +394,23 @@ void fill_args(const World& w, const OpArgs* args, int64_t lifetime_of_op, core:
   }
 }
 
+}  // namespace
+
 // Each stream pool's live bytes: a lifetime counts from its alloc's first event to its
-// free's last (a stream-ordered free runs on the stream after its host issue).
-void memory_counters(const World& w, const std::unordered_map<uint32_t, int64_t>& first_step,
-                     const std::unordered_map<uint32_t, int64_t>& last_step, core::TraceLog& log) {
+// free's last (a stream-ordered free runs on the stream after its host issue). Every change,
+// in (step, rank, stream) order, with the pool's bytes after it.
+Timeline::Timeline(const World& w) : w_(w) {
+  for (size_t l = 0; l < w.lifetimes().size(); ++l) {
+    lifetime_of_op_[w.lifetimes()[l].alloc_op] = static_cast<int64_t>(l);
+    if (w.lifetimes()[l].free_op != kNone)
+      lifetime_of_op_[w.lifetimes()[l].free_op] = static_cast<int64_t>(l);
+  }
+  std::unordered_map<uint32_t, int64_t> first_step, last_step;
+  for (const TraceEvent& e : w.trace()) {
+    if (!lifetime_of_op_.contains(e.op)) continue;
+    first_step.try_emplace(e.op, e.step);
+    last_step[e.op] = e.step;
+  }
   std::map<std::tuple<int64_t, int, int>, int64_t> deltas;  // (step, rank, stream) -> bytes
   for (const Lifetime& l : w.lifetimes()) {
     const auto a = first_step.find(l.alloc_op);
@@ -400,17 +420,40 @@ void memory_counters(const World& w, const std::unordered_map<uint32_t, int64_t>
       deltas[{f->second, l.rank, l.stream}] -= static_cast<int64_t>(l.bytes);
   }
   std::map<std::pair<int, int>, int64_t> live;
+  std::map<std::pair<int, std::string>, size_t> pool_of;  // a timeline names a pool by its stream's name
   for (const auto& [at, delta] : deltas) {
     const auto [step, rank, stream] = at;
     int64_t& bytes = live[{rank, stream}];
     bytes += delta;
-    log.counters.push_back({rank, w.stream_name(rank, stream), step, bytes});
+    const auto [it, fresh] = pool_of.try_emplace({rank, w.stream_name(rank, stream)}, pools_.size());
+    if (fresh) pools_.emplace_back();
+    pools_[it->second].push_back(changes_.size());
+    changes_.push_back({step, rank, stream, bytes});
   }
 }
 
-}  // namespace
+core::TraceLog::Counter Timeline::counter(size_t change, int64_t at) const {
+  const Change& c = changes_[change];
+  return {c.rank, w_.stream_name(c.rank, c.stream), at, c.bytes};
+}
 
-core::TraceLog trace_log(const World& w, const std::string& title) {
+// The counters of the span [lo, hi], each pool's value before lo carried in at lo, the pools in
+// the order of their first change: a search per pool, and the span's own changes.
+void Timeline::add_counters(core::TraceLog& log, int64_t lo, int64_t hi) const {
+  const size_t begin =
+      static_cast<size_t>(std::lower_bound(changes_.begin(), changes_.end(), lo,
+                                           [](const Change& c, int64_t t) { return c.step < t; }) -
+                          changes_.begin());
+  for (const std::vector<size_t>& pool : pools_) {
+    const auto after = std::lower_bound(pool.begin(), pool.end(), begin);
+    if (after != pool.begin()) log.counters.push_back(counter(*(after - 1), lo));
+  }
+  for (size_t c = begin; c < changes_.size() && changes_[c].step <= hi; ++c)
+    log.counters.push_back(counter(c, changes_[c].step));
+}
+
+core::TraceLog Timeline::log(const std::string& title, size_t first, size_t last) const {
+  const World& w = w_;
   core::TraceLog log;
   log.ranks = w.ranks();
   log.title = title;
@@ -418,13 +461,10 @@ core::TraceLog trace_log(const World& w, const std::string& title) {
     log.threads.push_back({r, 0, "host"});
     for (int s = 0; s < w.num_streams(r); ++s) log.threads.push_back({r, s + 1, w.stream_name(r, s)});
   }
-  std::unordered_map<uint32_t, int64_t> lifetime_of_op;  // alloc and free ops -> their lifetime
-  for (size_t l = 0; l < w.lifetimes().size(); ++l) {
-    lifetime_of_op[w.lifetimes()[l].alloc_op] = static_cast<int64_t>(l);
-    if (w.lifetimes()[l].free_op != kNone) lifetime_of_op[w.lifetimes()[l].free_op] = static_cast<int64_t>(l);
-  }
-  std::unordered_map<uint32_t, int64_t> first_step, last_step;
-  for (const TraceEvent& e : w.trace()) {
+  const std::vector<TraceEvent>& events = w.trace();
+  last = std::min(last, events.size());
+  for (size_t i = std::min(first, last); i < last; ++i) {
+    const TraceEvent& e = events[i];
     const OpInfo& info = w.ops()[e.op];
     core::TraceLog::Slice s;
     s.rank = e.rank;
@@ -434,16 +474,24 @@ core::TraceLog trace_log(const World& w, const std::string& title) {
     s.op = e.op;
     s.name = e.stream < 0 && info.stream >= 0 ? "issue " + w.name(info.name) : w.name(info.name);
     s.category = e.stream < 0 ? "host" : std::string(to_string(info.kind));
-    const auto l = lifetime_of_op.find(e.op);
+    const auto l = lifetime_of_op_.find(e.op);
     fill_args(w, e.op < w.op_args().size() ? &w.op_args()[e.op] : nullptr,
-              l == lifetime_of_op.end() ? -1 : l->second, s);
+              l == lifetime_of_op_.end() ? -1 : l->second, s);
     log.slices.push_back(std::move(s));
-    first_step.try_emplace(e.op, e.step);
-    last_step[e.op] = e.step;
   }
-  for (const HostMark& m : w.marks()) log.marks.push_back({m.rank, m.step, m.text});
-  memory_counters(w, first_step, last_step, log);
+  // A window keeps the marks and counters of its span; the whole run (or an empty cut), all.
+  const bool all = (first == 0 && last == events.size()) || log.slices.empty();
+  const int64_t lo = all ? INT64_MIN : log.slices.front().ts_us;
+  const int64_t hi = all ? INT64_MAX : log.slices.back().ts_us;
+  for (const HostMark& m : w.marks()) {
+    if (m.step >= lo && m.step <= hi) log.marks.push_back({m.rank, m.step, m.text});
+  }
+  add_counters(log, lo, hi);
   return log;
+}
+
+core::TraceLog trace_log(const World& w, const std::string& title) {
+  return Timeline(w).log(title, 0, w.trace().size());
 }
 
 uint64_t combined_digest(const std::vector<uint64_t>& digests) {

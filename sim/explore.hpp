@@ -8,6 +8,8 @@
 
 #include <functional>
 #include <memory>
+#include <unordered_map>
+#include <vector>
 
 #include "core/base/trace_log.hpp"
 #include "sim/world.hpp"
@@ -97,7 +99,9 @@ struct Replay {
   RunResult result;
   core::TraceLog log;
 };
-Replay replay(const Factory& factory, Options options);
+// `timeline` false leaves `log` empty: a caller that shows parts of a long run cuts them
+// from the world with a Timeline (below), never building the whole.
+Replay replay(const Factory& factory, Options options, bool timeline = true);
 inline Replay replay(const Program& p, Options o) { return replay(plain(p), o); }
 // One run: the world, its result with the factory's `after` applied (not to a cancelled
 // run). An exception from the factory or the run becomes the result's error.
@@ -105,5 +109,32 @@ RunResult run_once(World& world, const Factory& factory);
 
 // The timeline of a finished run, for reports (the world must have record_trace on).
 core::TraceLog trace_log(const World& world, const std::string& title);
+// A finished run's timeline, to cut windows from: what every window shares (which operation
+// begins or ends each lifetime, each memory pool's changes) is computed once, so a window
+// costs its own slices, not the run's.
+//   Timeline t(*replay.world);  core::TraceLog w = t.log("title", first, last);
+class Timeline {
+ public:
+  explicit Timeline(const World& world);
+  // The slices of events [first, last) of world.trace(), one each, with the marks and memory
+  // counters of their span (each pool's counter carried in at its start); the whole timeline
+  // when the range is the whole run.
+  core::TraceLog log(const std::string& title, size_t first, size_t last) const;
+
+ private:
+  struct Change {
+    int64_t step = 0;
+    int rank = 0;
+    int stream = 0;
+    int64_t bytes = 0;  // the pool's live bytes after it
+  };
+  core::TraceLog::Counter counter(size_t change, int64_t at) const;
+  void add_counters(core::TraceLog& log, int64_t lo, int64_t hi) const;
+
+  const World& w_;
+  std::unordered_map<uint32_t, int64_t> lifetime_of_op_;  // alloc and free ops -> their lifetime
+  std::vector<Change> changes_;                           // in (step, rank, stream) order
+  std::vector<std::vector<size_t>> pools_;  // each pool's changes (indices, ascending), by first change
+};
 
 }  // namespace shardcheck::sim

@@ -484,7 +484,7 @@ void World::end_run(RunResult& result) {
   const RunEnd end{done, result.error.empty() && !result.cancelled};
   notify(Detector::on_end, [&](Detector& d, const WorldView& view) { d.end(view, end, findings_); });
   result.completed = done;
-  result.findings = findings_;
+  result.findings = findings_.items();
   result.trace_digest = digest_;
   result.steps = step_;
   result.ops_executed = ops_executed_;

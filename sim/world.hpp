@@ -415,7 +415,7 @@ class World {
   std::vector<LazyName> lazy_names_;  // event_op_name's, id kLazyName + k
   std::vector<uint64_t> lazy_hashes_;
   mutable std::unordered_map<uint32_t, std::string> lazy_texts_;  // made by lazy_text
-  std::vector<core::Finding> findings_;
+  core::FindingList findings_;
   std::vector<UndefOrigin> undef_origins_;            // origin id k is undef_origins_[k - 1]
   std::unordered_map<uint32_t, uint32_t> origin_of_;  // lifetime -> its origin id
   std::vector<int64_t> pct_priority_;

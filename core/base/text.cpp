@@ -86,7 +86,12 @@ std::string to_valid_utf8(std::string_view s) {
   return out;
 }
 
-std::string printable(std::string_view s) {
+namespace {
+
+// Whether printable() writes the well-formed character `c` other than as it is.
+bool escaped(char32_t c) { return is_control(c) || is_invisible_format(c); }
+
+std::string escape(std::string_view s, bool keep_lines) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
@@ -94,7 +99,7 @@ std::string printable(std::string_view s) {
     if (!seq.valid) {
       for (size_t k = 0; k < seq.length; ++k)
         append_hex_escape(out, "\\x%02x", static_cast<unsigned char>(s[i + k]));
-    } else if (!is_control(seq.code_point)) {
+    } else if (!escaped(seq.code_point) || (keep_lines && seq.code_point == '\n')) {
       out.append(s.substr(i, seq.length));
     } else if (seq.code_point == '\n') {
       out += "\\n";
@@ -113,11 +118,45 @@ std::string printable(std::string_view s) {
   return out;
 }
 
+// Whether `s` holds a byte or character that printable() would escape.
+bool needs_escape(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const Utf8Sequence seq = utf8_sequence_at(s, i);
+    if (!seq.valid || escaped(seq.code_point)) return true;
+    i += seq.length;
+  }
+  return false;
+}
+
+// $'...' with every byte of an escaped character, and ' and \\, written as escapes.
+std::string ansi_c_quoted(std::string_view s) {
+  std::string out = "$'";
+  for (size_t i = 0; i < s.size();) {
+    const Utf8Sequence seq = utf8_sequence_at(s, i);
+    if (seq.valid && !escaped(seq.code_point)) {
+      if (s[i] == '\'' || s[i] == '\\') out += '\\';
+      out.append(s.substr(i, seq.length));
+    } else {
+      for (size_t k = 0; k < seq.length; ++k)
+        append_hex_escape(out, "\\x%02x", static_cast<unsigned char>(s[i + k]));
+    }
+    i += seq.length;
+  }
+  return out + "'";
+}
+
+}  // namespace
+
+std::string printable(std::string_view s) { return escape(s, false); }
+
+std::string printable_lines(std::string_view s) { return escape(s, true); }
+
 std::string shell_word(std::string_view s) {
   const bool plain = !s.empty() && s.find_first_not_of(
                                        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                                        "0123456789_./-+=:,@%") == std::string_view::npos;
   if (plain) return std::string(s);
+  if (needs_escape(s)) return ansi_c_quoted(s);
   std::string out = "'";
   for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
@@ -130,6 +169,11 @@ std::string one_of(std::span<const std::string_view> words) {
     out += words[i];
   }
   return out;
+}
+
+std::string shell_path(std::string_view path) {
+  if (!path.empty() && path.front() == '-') return shell_word("./" + std::string(path));
+  return shell_word(path);
 }
 
 }  // namespace shardcheck::core

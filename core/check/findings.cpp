@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <iterator>
+#include <map>
+#include <tuple>
 
 #include "core/base/rng.hpp"
 #include "core/base/text.hpp"
@@ -67,8 +69,17 @@ std::string finding_kind_names() {
 
 namespace {
 
+// Sorted, distinct `into` joined with sorted, distinct `from`. A finding counted again brings
+// an instance or two: those are inserted in place, so counting it n times stays near linear.
 template <class T>
 void join(std::vector<T>& into, const std::vector<T>& from) {
+  if (from.size() <= 4) {
+    for (const T& x : from) {
+      const auto at = std::lower_bound(into.begin(), into.end(), x);
+      if (at == into.end() || *at != x) into.insert(at, x);
+    }
+    return;
+  }
   std::vector<T> out;
   out.reserve(into.size() + from.size());
   std::set_union(into.begin(), into.end(), from.begin(), from.end(), std::back_inserter(out));
@@ -84,19 +95,36 @@ void join(Spread& into, const Spread& from) {
 
 std::string source_text(const SourceLine& s) { return s.file + ":" + std::to_string(s.line); }
 
+void count_again(Finding& into, const Finding& f) {
+  into.occurrences += f.occurrences;
+  join(into.spread, f.spread);
+}
+
+std::string index_key(const Finding& f) { return std::string(to_string(f.kind)) + '\n' + f.key; }
+
 }  // namespace
 
 void join_spread(Spread& into, const Spread& from) { join(into, from); }
 
 void add_finding(std::vector<Finding>& list, Finding f) {
   for (Finding& g : list) {
-    if (g.kind == f.kind && g.key == f.key) {
-      g.occurrences += f.occurrences;
-      join(g.spread, f.spread);
-      return;
-    }
+    if (g.kind == f.kind && g.key == f.key) return count_again(g, f);
   }
   list.push_back(std::move(f));
+}
+
+void FindingList::add(Finding f) {
+  const auto [at, fresh] = index_.try_emplace(index_key(f), items_.size());
+  if (!fresh) return count_again(items_[at->second], f);
+  items_.push_back(std::move(f));
+}
+
+void add_findings(std::vector<Finding>& list, std::vector<Finding> more) {
+  if (more.empty()) return;
+  FindingList all;
+  for (Finding& f : list) all.add(std::move(f));  // keys are distinct in `list`: nothing merges here
+  for (Finding& f : more) all.add(std::move(f));
+  list = std::move(all).take();
 }
 
 Spread spread_of(const std::string& instance_key, int rank, std::vector<std::string> streams) {
@@ -109,23 +137,36 @@ Spread spread_of(const std::string& instance_key, int rank, std::vector<std::str
   return s;
 }
 
+namespace {
+
+// The races other findings can fold under, indexed by what each fold matches on, the first race
+// of the list for each: one pass, where a search of the list per finding was quadratic.
+struct FoldIndex {
+  // A race on one tensor that writes it first, by the line and tensor of its read: the race an
+  // uninitialized read at that line of that tensor is a symptom of.
+  std::map<std::tuple<std::string, int, std::string>, size_t> read_races;
+  // A reuse race, by the operation, line and buffer of its first access and the line that freed
+  // the block: the race a stream-ordered free of the same block hands over.
+  std::map<std::tuple<std::string, std::string, int, std::string, std::string, int>, size_t> reuse_races;
+
+  explicit FoldIndex(const std::vector<Finding>& list) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      const auto* d = std::get_if<RaceDetail>(&list[i].detail);
+      if (list[i].kind != FindingKind::stream_race || list[i].spread.empty() || !d) continue;
+      const AccessSite &w = d->first, &r = d->second;
+      if (!d->reuse && w.write && w.buffer == r.buffer)
+        read_races.try_emplace({r.source.file, r.source.line, r.buffer}, i);
+      if (d->reuse)
+        reuse_races.try_emplace({w.op, w.source.file, w.source.line, w.buffer, d->freed.file, d->freed.line},
+                                i);
+    }
+  }
+};
+
+}  // namespace
+
 void fold_symptoms(std::vector<Finding>& list) {
-  auto explains = [](const Finding& race, const ElementDetail& u) {
-    const auto* d = std::get_if<RaceDetail>(&race.detail);
-    if (race.kind != FindingKind::stream_race || race.spread.empty() || !d || d->reuse || !d->first.write)
-      return false;
-    const AccessSite &w = d->first, &r = d->second;
-    return r.source.file == u.source.file && r.source.line == u.source.line && w.buffer == u.tensor &&
-           r.buffer == u.tensor;
-  };
-  // A stream-ordered free (cudaFreeAsync) racing with a stream that still uses the tensor, and
-  // the reuse race of the block it handed over: one root, reported as the reuse.
-  auto hands_over = [](const Finding& reuse, const RaceDetail& f) {
-    const auto* d = std::get_if<RaceDetail>(&reuse.detail);
-    if (reuse.kind != FindingKind::stream_race || reuse.spread.empty() || !d || !d->reuse) return false;
-    return d->first.op == f.first.op && d->first.source == f.first.source &&
-           d->first.buffer == f.first.buffer && d->freed == f.second.source;
-  };
+  const FoldIndex index(list);
   std::vector<bool> drop(list.size(), false);
   for (size_t i = 0; i < list.size(); ++i) {
     const auto* u = list[i].kind == FindingKind::uninitialized_read
@@ -134,19 +175,24 @@ void fold_symptoms(std::vector<Finding>& list) {
     const auto* f =
         list[i].kind == FindingKind::stream_race ? std::get_if<RaceDetail>(&list[i].detail) : nullptr;
     if (f && (f->reuse || f->second.op.rfind("free '", 0) != 0 || !f->second.source.known())) f = nullptr;
-    if ((!u || !u->source.known()) && !f) continue;
-    for (Finding& race : list) {
-      if (u && explains(race, *u)) {
-        join(race.spread.symptoms, {std::string(to_string(list[i].kind)) + ": " + list[i].summary +
-                                    " (in the schedules where the read ran before " +
-                                    std::get<RaceDetail>(race.detail).first.op + ")"});
-      } else if (f && hands_over(race, *f)) {
-        join(race.spread.symptoms, {"stream_race: " + list[i].summary + " (the free itself)"});
-      } else {
-        continue;
-      }
+    if (u && u->source.known()) {
+      // An uninitialized read explained by a race: in the schedules where the read ran first.
+      const auto at = index.read_races.find({u->source.file, u->source.line, u->tensor});
+      if (at == index.read_races.end()) continue;
+      Finding& race = list[at->second];
+      join(race.spread.symptoms, {std::string(to_string(list[i].kind)) + ": " + list[i].summary +
+                                  " (in the schedules where the read ran before " +
+                                  std::get<RaceDetail>(race.detail).first.op + ")"});
       drop[i] = true;
-      break;
+    } else if (f) {
+      // A stream-ordered free (cudaFreeAsync) racing with a stream that still uses the tensor,
+      // and the reuse race of the block it handed over: one root, reported as the reuse.
+      const AccessSite& w = f->first;
+      const auto at = index.reuse_races.find(
+          {w.op, w.source.file, w.source.line, w.buffer, f->second.source.file, f->second.source.line});
+      if (at == index.reuse_races.end()) continue;
+      join(list[at->second].spread.symptoms, {"stream_race: " + list[i].summary + " (the free itself)"});
+      drop[i] = true;
     }
   }
   size_t k = 0;

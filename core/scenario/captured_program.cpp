@@ -249,10 +249,17 @@ class RankLoader {
       f.fail(std::string(use) + " of buffer " + std::to_string(b) + " after it was freed");
     return static_cast<int32_t>(b);
   }
+  // Event ids are any integers below the bound, and a capture may use a few far apart: each
+  // is numbered densely in the order of its first use, so a rank's event state is as large as
+  // the events it uses, not as its largest id.
   int32_t event_ref(const Fields& f) {
     const int64_t e = f.integer("event", 0, CaptureLimits::kMaxIds - 1);
-    r_.events = std::max(r_.events, static_cast<int32_t>(e + 1));
-    return static_cast<int32_t>(e);
+    const auto [it, fresh] = event_index_.try_emplace(e, r_.events);
+    if (fresh) {
+      r_.event_ids.push_back(e);
+      ++r_.events;
+    }
+    return it->second;
   }
   int32_t group_ref(const Fields& f) const {
     const int64_t g = f.integer("group", 0, INT32_MAX);
@@ -838,6 +845,7 @@ class RankLoader {
     return n - (std::lower_bound(dropped_.begin(), dropped_.end(), n) - dropped_.begin());
   }
   std::vector<int32_t> sites_;  // site id -> index in p_.sources
+  std::unordered_map<int64_t, int32_t> event_index_;  // event id -> its dense number
   std::vector<int64_t> sizes_;  // buffer id -> bytes
   std::vector<uint8_t> live_;
   int64_t live_bytes_ = 0;
@@ -968,6 +976,37 @@ int64_t CapturedProgram::records() const {
   return n;
 }
 
+namespace {
+
+// The file and line a Python syntax error names at the end of its message, "invalid syntax
+// (train.py, line 3)", as "train.py:3"; "" when the message is not one.
+std::string syntax_error_place(const std::string& why) {
+  static constexpr std::string_view kKinds[] = {"raised SyntaxError", "raised IndentationError",
+                                                "raised TabError"};
+  const bool syntax = std::any_of(std::begin(kKinds), std::end(kKinds),
+                                  [&](std::string_view k) { return why.rfind(k, 0) == 0; });
+  const size_t open = why.rfind(" (");
+  const size_t comma = why.rfind(", line ");
+  if (!syntax || why.empty() || why.back() != ')' || open == std::string::npos ||
+      comma == std::string::npos || comma < open)
+    return "";
+  const std::string line = why.substr(comma + 7, why.size() - 1 - (comma + 7));
+  if (line.empty() || line.find_first_not_of("0123456789") != std::string::npos) return "";
+  return why.substr(open + 2, comma - open - 2) + ":" + line;
+}
+
+// Where a rank stopped, after its reason. A site with no frame of the program on the stack
+// (`<torch>:0`) is no place in it: a syntax error is placed at the line its message names, and
+// the program never started; any other stop says that no line of the program was running.
+std::string stop_place(const std::string& why, const std::string& site) {
+  if (site != "<torch>:0") return " at " + site;
+  if (const std::string at = syntax_error_place(why); !at.empty())
+    return " at " + at + ": the program did not start";
+  return ", outside the program's own code (no line of it was running)";
+}
+
+}  // namespace
+
 std::string CapturedProgram::partial() const {
   std::string out;
   for (size_t r = 0; r < ranks.size(); ++r) {
@@ -975,7 +1014,7 @@ std::string CapturedProgram::partial() const {
     if (k.partial.empty()) continue;
     out += (out.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " + k.partial;
     if (k.partial_source >= 0 && static_cast<size_t>(k.partial_source) < sources.size())
-      out += " at " + sources[static_cast<size_t>(k.partial_source)];
+      out += stop_place(k.partial, sources[static_cast<size_t>(k.partial_source)]);
   }
   // Every rank finished and none recorded anything: nothing was checked, which is no verdict of
   // clean (the work ran on a device the capture did not follow, or in processes it did not start).

@@ -152,8 +152,9 @@ struct CapturedRank {
     uint64_t address = 0;  // 0: not recorded
   };
   std::vector<Pre> pre;
-  int32_t buffers = 0;  // buffer ids 0 .. buffers-1
-  int32_t events = 0;   // event ids 0 .. events-1
+  int32_t buffers = 0;             // buffer ids 0 .. buffers-1
+  int32_t events = 0;              // events, numbered 0 .. events-1 in the order of their first use
+  std::vector<int64_t> event_ids;  // each event's id in the capture, by its number
   int64_t peak_live_bytes = 0;
   // Why the rank did not finish ("" when it did): its end record's `partial` (an exception, a
   // signal, a hang past the timeout), or a file cut before its end record. Where, when known.

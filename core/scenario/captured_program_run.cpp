@@ -68,7 +68,7 @@ class RankCalls {
   }
   EventId event(int32_t e) {
     EventId& id = events_[static_cast<size_t>(e)];
-    if (id < 0) id = rt_.create_event("event " + std::to_string(e));
+    if (id < 0) id = rt_.create_event("event " + std::to_string(r_.event_ids[static_cast<size_t>(e)]));
     return id;
   }
   TensorRef bytes(const CapturedRange& x) const {

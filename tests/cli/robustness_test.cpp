@@ -470,3 +470,220 @@ TEST_CASE("the determinism check is for the simulator: with --backend gpu it is 
   REQUIRE(r.exit_code == 2);
   REQUIRE_THAT(r.err, Catch::Contains("--check-determinism"));
 }
+
+// ---- Names from inputs, outputs over inputs, and what a report costs ---------------------------
+// A capture folder from someone else's tarball names itself: every sink escapes the name, no
+// output replaces an input, and a report costs what it shows.
+
+namespace {
+
+std::string capture_fixture(const std::string& name) {
+  return std::string(SHARDCHECK_SOURCE_DIR) + "/tests/capture/fixtures/" + name;
+}
+
+// A copy of a capture fixture in a fresh folder under `parent`, named `name`.
+std::string copy_capture(const std::string& fixture, const std::string& parent, const std::string& name) {
+  std::filesystem::create_directories(parent);
+  const std::string dir = parent + "/" + name;
+  std::filesystem::copy(capture_fixture(fixture), dir, std::filesystem::copy_options::recursive);
+  return dir;
+}
+
+// `s` in single quotes for /bin/sh (the tests' names hold no single quote).
+std::string sq(const std::string& s) {
+  REQUIRE(s.find('\'') == std::string::npos);
+  return "'" + s + "'";
+}
+
+// A one-rank capture written from its records (the header and end record added).
+std::string write_capture(const std::string& dir, const std::vector<std::string>& records,
+                          const std::string& end_extra = "") {
+  std::filesystem::create_directories(dir);
+  std::ofstream out(dir + "/rank-0.jsonl");
+  out << R"({"shardcheck_capture": 1, "rank": 0, "world_size": 1, "torch": "2.1", "device": "x", "argv": ["p.py"]})"
+      << "\n";
+  for (const auto& r : records) out << r << "\n";
+  out << R"({"k": "end", "records": )" << records.size() << end_extra << "}\n";
+  return dir;
+}
+
+void require_no_raw_controls(const std::string& text) {
+  for (const char* bad : {"\x1b", "\x07", "\xE2\x80\xAE", "\xE2\x80\x8B", "\xEF\xBF\xBE"})
+    REQUIRE(text.find(bad) == std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a capture folder named with ESC, OSC, a newline, bidi and zero-width characters cannot clear the "
+    "screen, retitle the window, forge a clean line, reorder text or inject headings and HTML into reports",
+    "[cli][hostile-names]") {
+  const std::string parent = fresh_dir("evil-names"), report = parent + "-report";
+  const std::string name =
+      "cap\x1b[2J\x1b]0;owned\x07\nclean   all: no findings\n# Heading <script>x<img src=x onerror=y> "
+      "`tick\xE2\x80\xAE"
+      "\xE2\x80\x8B";
+  const std::string dir = copy_capture("side-stream-race", parent, name);
+  const auto r = run_shardcheck("run " + sq(dir) + " --runs 2 --report " + report + " --junit " + parent +
+                                "/j.xml --sarif " + parent + "/s.json");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 1);
+  require_no_raw_controls(r.out);
+  REQUIRE(r.out.find("\nclean   all: no findings") == std::string::npos);
+  REQUIRE_THAT(r.out,
+               Catch::Contains("== cap\\x1b[2J\\x1b]0;owned\\x07\\nclean   all: no findings\\n# Heading"));
+  REQUIRE_THAT(r.out, Catch::Contains("\\u202e\\u200b"));
+  REQUIRE_THAT(r.out, Catch::Contains("FOUND   cap\\x1b[2J"));
+  REQUIRE_THAT(r.out, Catch::Contains("reproduce: "));
+  REQUIRE_THAT(r.out, Catch::Contains("$'"));  // the reproducer's folder in ANSI-C quotes
+  const std::string md = read_text(report + "/report.md");
+  require_no_raw_controls(md);
+  REQUIRE(md.find("\n# Heading") == std::string::npos);
+  REQUIRE_THAT(md, Catch::Contains("## cap\\\\x1b\\[2J"));  // the heading: escaped, on one line
+  REQUIRE_THAT(md, Catch::Contains("\\<script\\>"));
+  // Raw "<script>" only where Markdown shows text literally: in a code span or a fenced block.
+  std::istringstream lines(md);
+  bool fenced = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("```", 0) == 0) fenced = !fenced;
+    if (line.find("<script>") != std::string::npos && !fenced) REQUIRE(line.find("`` ") != std::string::npos);
+  }
+  const std::string html = read_text(report + "/report.html");
+  require_no_raw_controls(html);
+  REQUIRE(html.find("<script>x") == std::string::npos);
+  require_no_raw_controls(read_text(parent + "/j.xml"));
+  std::filesystem::remove_all(parent);
+  std::filesystem::remove_all(report);
+}
+
+TEST_CASE("the reproducer of a capture folder named -rf runs as printed instead of being read as options",
+          "[cli][hostile-names]") {
+  const std::string parent = fresh_dir("dash-name");
+  copy_capture("side-stream-race", parent, "-rf");
+  const auto r =
+      run_command("cd " + parent + " && " + std::string(SHARDCHECK_BINARY) + " run --runs 2 -- -rf");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 1);
+  const size_t at = r.out.find("reproduce: ");
+  REQUIRE(at != std::string::npos);
+  const std::string line = r.out.substr(at + 11, r.out.find('\n', at) - at - 11);
+  REQUIRE_THAT(line, Catch::Contains(" replay ./-rf --seed "));
+  const auto again = run_command("cd " + parent + " && bash -c " + sq(line));
+  INFO(again.out << again.err);
+  REQUIRE(again.exit_code == 1);
+  REQUIRE_THAT(again.out, Catch::Contains("[stream_race]"));
+  std::filesystem::remove_all(parent);
+}
+
+TEST_CASE(
+    "--junit, --sarif, --trace and --report pointed at an input are refused before the run: the input "
+    "would be replaced",
+    "[cli][clobber]") {
+  const std::string parent = fresh_dir("clobber");
+  const std::string cap = copy_capture("side-stream-race", parent, "cap");
+  const std::string rank = cap + "/rank-0.jsonl", before = read_text(rank);
+  const std::string yaml = parent + "/s.yaml";
+  std::filesystem::copy_file(trace_scenario("reuse-race.yaml"), yaml);
+  std::filesystem::create_symlink(yaml, parent + "/link.yaml");
+  const std::string yaml_text = read_text(yaml);
+  auto refused = [&](const std::string& args, const std::string& says) {
+    const auto r = run_shardcheck(args);
+    INFO(args << " -> " << r.exit_code << "\n" << r.out << r.err);
+    REQUIRE(r.exit_code == 2);
+    REQUIRE_THAT(r.err, Catch::Contains(says));
+    REQUIRE(r.out.empty());
+  };
+  refused("run " + cap + " --junit " + rank, "it is inside " + cap + ", the capture folder being read");
+  refused("run " + cap + " --sarif " + cap + "/new.sarif", "the capture folder being read");
+  refused("run " + yaml + " --junit " + yaml, "it is " + yaml + ", an input of this command");
+  refused("explore " + yaml + " --sarif " + parent + "/link.yaml", "an input of this command");
+  refused("replay " + yaml + " --seed 1 --trace " + parent + "/../" +
+              std::filesystem::path(parent).filename().string() + "/s.yaml",
+          "an input of this command");
+  refused("run " + cap + " --report " + cap, "the capture folder being read");
+  refused("run " + yaml + " --report " + parent, "it holds " + yaml + ", an input of this command");
+  REQUIRE(read_text(rank) == before);
+  REQUIRE(read_text(yaml) == yaml_text);
+  std::filesystem::remove_all(parent);
+}
+
+TEST_CASE("a name holding U+FFFE or a C0 control leaves JUnit well-formed XML: CI would reject the file",
+          "[cli][hostile-names]") {
+  const std::string parent = fresh_dir("junit-fffe");
+  const std::string dir = copy_capture("side-stream-race", parent, "cap\xEF\xBF\xBE\x01x");
+  const auto r = run_shardcheck("run " + sq(dir) + " --runs 1 --junit " + parent + "/j.xml");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 1);
+  const std::string xml = read_text(parent + "/j.xml");
+  REQUIRE(xml.find("\xEF\xBF\xBE") == std::string::npos);
+  REQUIRE(xml.find('\x01') == std::string::npos);
+  REQUIRE_THAT(xml, Catch::Contains("cap\\ufffe\\x01x"));
+  std::filesystem::remove_all(parent);
+}
+
+TEST_CASE("one event id near the limit in a tiny capture costs what its one event needs, not gigabytes",
+          "[cli][memory]") {
+  const std::string dir = fresh_dir("sparse-event");
+  std::vector<std::string> records = {R"({"k": "stream", "id": 0, "name": "default"})",
+                                      R"({"k": "stream", "id": 1, "name": "side"})",
+                                      R"({"k": "site", "id": 0, "file": "p.py", "line": 1, "func": "main"})"};
+  for (int i = 0; i < 200; ++i) {
+    records.push_back(R"({"k": "event_record", "event": 15999999, "stream": 0, "at": 0})");
+    records.push_back(R"({"k": "event_wait", "event": 15999999, "stream": 1, "at": 0})");
+  }
+  write_capture(dir, records);
+  // State sized by the largest id took 1.5 GB (and a minute); dense ids fit a 600 MiB cap easily.
+  const auto r = run_command(shardcheck::testing::memory_cap(600) + std::string(SHARDCHECK_BINARY) + " run " +
+                             dir + " --runs 4 -j 1");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE_THAT(r.out, Catch::Contains("clean   shardcheck-sparse-event-"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a captured program whose run ends in an internal error is counted as an error, never as clean",
+          "[cli][internal]") {
+  const auto r = run_command("SHARDCHECK_TEST_FAULT=internal_error " + std::string(SHARDCHECK_BINARY) +
+                             " run " + capture_fixture("megatron-6137-fixed") + " --runs 3");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 3);
+  REQUIRE_THAT(r.out, Catch::Contains("ERROR   megatron-6137-fixed: internal error, no verdict"));
+  REQUIRE_THAT(r.out, Catch::Contains("1 ended in an error: no verdict"));
+  REQUIRE_THAT(r.out, !Catch::Contains("clean"));
+}
+
+TEST_CASE("a capture folder name of 250 bytes still gets its report: trace file names are cut and hashed",
+          "[cli][hostile-names]") {
+  const std::string parent = fresh_dir("long-name"), report = parent + "-report";
+  copy_capture("side-stream-race", parent, std::string(250, 'n'));
+  copy_capture("side-stream-race", parent, std::string(249, 'n') + "m");
+  const auto r = run_shardcheck("run " + parent + "/" + std::string(250, 'n') + " " + parent + "/" +
+                                std::string(249, 'n') + "m --runs 1 --report " + report);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 1);
+  int traces = 0;
+  for (const auto& e : std::filesystem::directory_iterator(report)) {
+    const std::string n = e.path().filename().string();
+    REQUIRE(n.size() < 128);
+    traces += n.rfind("trace-", 0) == 0 ? 1 : 0;
+  }
+  REQUIRE(traces == 2);  // the two long names, cut alike, stay apart by their hashes
+  std::filesystem::remove_all(parent);
+  std::filesystem::remove_all(report);
+}
+
+TEST_CASE(
+    "a syntax error is placed at the line it names, not at <torch>:0, and says the program did not start",
+    "[cli][capture]") {
+  const std::string dir = fresh_dir("syntax-error");
+  write_capture(dir,
+                {R"({"k": "stream", "id": 0, "name": "default"})",
+                 R"({"k": "site", "id": 0, "file": "<torch>", "line": 0, "func": ""})"},
+                R"x(, "partial": "raised SyntaxError: invalid syntax (train.py, line 3)", "at": 0)x");
+  const auto r = run_shardcheck("run " + dir);
+  INFO(r.out << r.err);
+  REQUIRE_THAT(r.out, Catch::Contains("raised SyntaxError: invalid syntax (train.py, line 3) at train.py:3: "
+                                      "the program did not start"));
+  REQUIRE_THAT(r.out, !Catch::Contains("<torch>:0"));
+  std::filesystem::remove_all(dir);
+}

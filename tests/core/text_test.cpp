@@ -52,3 +52,26 @@ TEST_CASE("printable escapes control characters and bytes that are not UTF-8, an
     REQUIRE(p[0] == '\\');
   }
 }
+
+TEST_CASE("printable escapes bidi overrides and zero-width characters, which would reorder or hide a name",
+          "[core][text]") {
+  REQUIRE(printable("a\xE2\x80\xAE"
+                    "b") == "a\\u202eb");                                  // RIGHT-TO-LEFT OVERRIDE
+  REQUIRE(printable("\xE2\x81\xA6x\xE2\x81\xA9") == "\\u2066x\\u2069");    // isolates
+  REQUIRE(printable("z\xE2\x80\x8Bw\xEF\xBB\xBF") == "z\\u200bw\\ufeff");  // zero-width, BOM
+  REQUIRE(printable("\xE2\x80\x8C\xE2\x80\x8D") == "\\u200c\\u200d");
+  REQUIRE(printable("\xE2\x80\x94") == "\xE2\x80\x94");  // an em dash is only a character
+  REQUIRE(printable_lines("a\nb\x1b") == "a\nb\\x1b");
+}
+
+TEST_CASE("shell_word and shell_path give a word that shows safely and runs as printed", "[core][text]") {
+  REQUIRE(shell_word("plain/path-1.yaml") == "plain/path-1.yaml");
+  REQUIRE(shell_word("a b") == "'a b'");
+  REQUIRE(shell_word("it's") == "'it'\\''s'");
+  REQUIRE(shell_word("a\x1b[2J") == "$'a\\x1b[2J'");
+  REQUIRE(shell_word("l1\nl2 'q' \\") == "$'l1\\x0al2 \\'q\\' \\\\'");
+  REQUIRE(shell_word("r\xE2\x80\xAEl") == "$'r\\xe2\\x80\\xael'");
+  REQUIRE(shell_path("-rf") == "./-rf");
+  REQUIRE(shell_path("--help x") == "'./--help x'");
+  REQUIRE(shell_path("/abs/-x") == "/abs/-x");
+}

@@ -12,6 +12,10 @@ TEST_CASE("xml_escape leaves no markup, no control character XML 1.0 refuses, an
   CHECK(xml_escape("tab\there\nline") == "tab\there\nline");
   CHECK(xml_escape(std::string("esc\x1b[2J nul") + '\0') == "esc\\x1b[2J nul\\x00");
   CHECK(xml_escape("caf\xc3\xa9 \xff") == "caf\xc3\xa9 \xef\xbf\xbd");
+  // Characters XML 1.0 refuses though they are UTF-8: a CI server rejects the whole file.
+  CHECK(xml_escape("n\xef\xbf\xbe\xef\xbf\xbfx") == "n\\ufffe\\uffffx");
+  CHECK(xml_escape("lone \xed\xa0\x80") == "lone \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // a surrogate
+  CHECK(xml_escape("c1\xc2\x9b bidi\xe2\x80\xae del\x7f") == "c1\\u009b bidi\\u202e del\\x7f");
 }
 
 TEST_CASE("junit_xml counts a refused file as an error and an unreached one as skipped", "[reports][ci]") {

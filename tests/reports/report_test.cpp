@@ -87,6 +87,29 @@ TEST_CASE("Markdown has one summary row per scenario with expected, found, sched
   REQUIRE_THAT(md, Catch::Contains("4 scenarios: 3 met expectations, 1 failed; 10 findings."));
 }
 
+TEST_CASE(
+    "a name with a newline, '#', backticks, HTML and controls cannot break report.md's code spans, "
+    "inject a heading or raw HTML, or drive a terminal that shows report.md or report.html",
+    "[reports]") {
+  reports::Report r = sample_report();
+  r.scenarios[0].name = "x\n# Injected\n<script>alert(1)</script>\x1b]0;t\x07";
+  r.scenarios[0].file = "caps/a`b``\n# Also injected\xE2\x80\xAE";
+  r.scenarios[0].description = "1. not a list\n## not a heading";
+  const std::string md = reports::to_markdown(r);
+  REQUIRE(md.find("\n# Injected") == std::string::npos);
+  REQUIRE(md.find("\n# Also injected") == std::string::npos);
+  REQUIRE(md.find("<script>") == std::string::npos);
+  REQUIRE(md.find('\x1b') == std::string::npos);
+  REQUIRE(md.find("\xE2\x80\xAE") == std::string::npos);
+  REQUIRE_THAT(md, Catch::Contains("``` caps/a`b``\\n# Also injected\\u202e ```"));  // one code span
+  REQUIRE_THAT(md, Catch::Contains("\n1\\. not a list ## not a heading\n"));
+  REQUIRE_THAT(md, Catch::Contains("$'caps/a`b``\\x0a# Also injected\\xe2\\x80\\xae'"));  // runs as printed
+  const std::string html = reports::to_html(r);
+  REQUIRE(html.find("<script>alert") == std::string::npos);
+  REQUIRE(html.find('\x1b') == std::string::npos);
+  REQUIRE(html.find("\xE2\x80\xAE") == std::string::npos);
+}
+
 TEST_CASE("Markdown puts explanations and reproducers in code blocks and flags an incomplete report",
           "[reports]") {
   reports::Report r = sample_report();
