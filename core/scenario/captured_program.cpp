@@ -844,9 +844,9 @@ class RankLoader {
   int64_t issued_before(int64_t n) const {
     return n - (std::lower_bound(dropped_.begin(), dropped_.end(), n) - dropped_.begin());
   }
-  std::vector<int32_t> sites_;  // site id -> index in p_.sources
+  std::vector<int32_t> sites_;                        // site id -> index in p_.sources
   std::unordered_map<int64_t, int32_t> event_index_;  // event id -> its dense number
-  std::vector<int64_t> sizes_;  // buffer id -> bytes
+  std::vector<int64_t> sizes_;                        // buffer id -> bytes
   std::vector<uint8_t> live_;
   int64_t live_bytes_ = 0;
   int32_t thread_ = 0;  // the host thread issuing the records read so far
