@@ -576,7 +576,8 @@ TEST_CASE("the reproducer of a capture folder named -rf runs as printed instead 
 }
 
 TEST_CASE(
-    "--junit, --sarif, --trace and --report pointed at an input are refused before the run: the input "
+    "an output (--junit, --sarif, --trace, --report) pointed at an input is refused before the run: the "
+    "input "
     "would be replaced",
     "[cli][clobber]") {
   const std::string parent = fresh_dir("clobber");
