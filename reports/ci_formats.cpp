@@ -59,6 +59,9 @@ std::string fingerprint(const std::string& text) {
 }
 
 std::string utf8(std::string_view s) { return core::to_valid_utf8(s); }
+// A message a CI server shows: a name from an input in it must not reorder or hide what follows
+// (bidi overrides, zero-width characters) or draw on a terminal, as on every other output.
+std::string shown(std::string_view s) { return core::printable_lines(s); }
 
 const FindingPlace* place_of(const CiInput& in, size_t scenario, size_t finding) {
   if (scenario >= in.places.size() || finding >= in.places[scenario].size()) return nullptr;
@@ -130,12 +133,12 @@ nlohmann::json result_json(const CiInput& in, size_t i, size_t j) {
       {"ruleId", std::string(core::to_string(f.kind))},
       {"ruleIndex", static_cast<int>(f.kind)},
       {"level", "error"},
-      {"message", {{"text", utf8(f.explanation.empty() ? f.summary : f.explanation)}}},
+      {"message", {{"text", shown(f.explanation.empty() ? f.summary : f.explanation)}}},
       {"locations", nlohmann::json::array({physical(at)})},
       {"partialFingerprints", {{"shardcheckFinding/v1", fingerprint(s.file + "\n" + f.key)}}},
       {"properties",
-       {{"scenario", utf8(s.name)},
-        {"scenarioFile", utf8(s.file)},
+       {{"scenario", shown(s.name)},
+        {"scenarioFile", shown(s.file)},
         {"seed", f.seed},
         {"occurrences", f.occurrences},
         {"reproduce", utf8(reproducer(s, f))}}},
@@ -145,7 +148,7 @@ nlohmann::json result_json(const CiInput& in, size_t i, size_t j) {
     for (size_t k = 0; k < p->related.size(); ++k) {
       nlohmann::json loc = physical(p->related[k]);
       loc["id"] = k + 1;
-      if (!p->related[k].note.empty()) loc["message"] = {{"text", utf8(p->related[k].note)}};
+      if (!p->related[k].note.empty()) loc["message"] = {{"text", shown(p->related[k].note)}};
       related.push_back(std::move(loc));
     }
     r["relatedLocations"] = std::move(related);
@@ -163,18 +166,18 @@ nlohmann::json notifications(const CiInput& in) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& n : in.not_run) {
     out.push_back({{"level", n.error ? "error" : "note"},
-                   {"message", {{"text", utf8(n.reason)}}},
+                   {"message", {{"text", shown(n.reason)}}},
                    {"locations", nlohmann::json::array({physical({n.file, 1, ""})})}});
   }
   for (const auto& s : in.report.scenarios) {
     if (s.error.empty()) continue;
     out.push_back({{"level", "error"},
-                   {"message", {{"text", utf8(s.name + ": internal error: " + s.error)}}},
+                   {"message", {{"text", shown(s.name + ": internal error: " + s.error)}}},
                    {"locations", nlohmann::json::array({physical({s.file, 1, ""})})}});
   }
   if (!in.report.complete) {
     out.push_back(
-        {{"level", "warning"}, {"message", {{"text", utf8("incomplete: " + in.report.incomplete_reason)}}}});
+        {{"level", "warning"}, {"message", {{"text", shown("incomplete: " + in.report.incomplete_reason)}}}});
   }
   return out;
 }

@@ -40,3 +40,17 @@ TEST_CASE("junit_xml counts a refused file as an error and an unreached one as s
   CHECK_THAT(s, Catch::Contains("\"executionSuccessful\": false"));
   CHECK_THAT(s, Catch::Contains("\"results\": []"));
 }
+
+TEST_CASE("sarif_json shows a hostile name in a message escaped, as every other output does",
+          "[reports][ci]") {
+  Report r;
+  r.command = "shardcheck run x";
+  const std::string name =
+      "cap\xe2\x80\xae"
+      "elif\x1b]0;t\x07";
+  const CiInput in{r, {}, {}, {{name, "bad input: " + name + ": unreadable", true}}};
+  const std::string s = sarif_json(in, "0.1.0");
+  INFO(s);
+  CHECK_THAT(s, !Catch::Contains("\xe2\x80\xae"));
+  CHECK_THAT(s, Catch::Contains("cap\\\\u202eelif\\\\x1b]0;t\\\\x07"));
+}
