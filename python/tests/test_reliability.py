@@ -385,15 +385,35 @@ class LoaderLimitsTest(unittest.TestCase):
             self.assertIn("PARTIAL", out)
 
     def test_a_write_that_fails_ends_the_capture_not_the_program(self):
-        w = writer.Writer(os.devnull, {"rank": 0, "world_size": 1})
-        w._fd, null = os.open("/dev/full", os.O_WRONLY), w._fd
-        os.close(null)
-        w.write({"k": "device_sync", "at": 0})
-        w.flush()  # ENOSPC: said on stderr, never raised
-        self.assertTrue(w.closed)
-        self.assertIn("No space left on device", w.failure)
-        w.write({"k": "device_sync", "at": 0})
-        w.close()
+        with tempfile.TemporaryDirectory() as d:
+            w = writer.Writer(os.path.join(d, "rank-0.jsonl"), {"rank": 0, "world_size": 1})
+            w._fd, first = os.open("/dev/full", os.O_WRONLY), w._fd
+            os.close(first)
+            w.write({"k": "device_sync", "at": 0})
+            w.flush()  # ENOSPC: said on stderr, never raised
+            self.assertTrue(w.closed)
+            self.assertIn("No space left on device", w.failure)
+            w.write({"k": "device_sync", "at": 0})
+            w.close()
+
+    def test_a_failed_write_to_a_device_path_never_deletes_the_device(self):
+        # A rank file nothing reached is removed, but only a regular file: the writer pointed at
+        # /dev/null that fails must leave /dev/null a device (removing it broke every program
+        # on the machine that writes there).
+        with tempfile.TemporaryDirectory() as d:
+            fifo = os.path.join(d, "not-a-file")
+            os.mkfifo(fifo)
+            keep = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, so opening for writing works
+            try:
+                w = writer.Writer(fifo, {"rank": 0, "world_size": 1})
+                w._fd, first = os.open("/dev/full", os.O_WRONLY), w._fd
+                os.close(first)
+                w.write({"k": "device_sync", "at": 0})
+                w.flush()
+                self.assertTrue(w.closed)
+                self.assertTrue(os.path.exists(fifo), "the writer removed a path that is no regular file")
+            finally:
+                os.close(keep)
 
 
 def earlier_clean_capture_many(out, ops):

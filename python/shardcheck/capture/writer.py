@@ -18,6 +18,7 @@ its last whole line, ends partial where it can, and the program goes on unrecord
 import json
 import os
 import re
+import stat
 import sys
 
 FORMAT_VERSION = 2
@@ -83,6 +84,9 @@ class Writer:
     def __init__(self, path, header):
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        # Only a regular file is ever removed (a rank file nothing reached): a path that names a
+        # device (/dev/null) or anything else is the user's, never ours to delete.
+        self._regular = stat.S_ISREG(os.fstat(self._fd).st_mode)
         self._buf = []
         self._buffered = 0
         self._in_file = 0  # bytes in the file, every one of them a whole line
@@ -173,7 +177,8 @@ class Writer:
         self._cut()
         if self._lines_in_file == 0:  # not even the header: no file rather than a refused one
             self._close_fd()
-            _unlink(self.path)
+            if self._regular:
+                _unlink(self.path)
         else:
             self._end(self._lines_in_file - 1, why, None)
             self._close_fd()
