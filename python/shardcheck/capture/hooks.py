@@ -526,28 +526,7 @@ class Hooks:
         if plan is None:
             plan = self._plans[func] = self._plan(func, name)
         args_plan, aliasing, no_access, returns = plan
-        reads, writes, written = [], [], []
-        writes_elsewhere = False  # a copy_ into host memory from a device tensor
-        nargs = len(args)
-        for i, argname, is_write, also_read in args_plan:
-            value = args[i] if i < nargs else kwargs.get(argname)
-            if value is None:
-                continue
-            for t in _tensors(value):
-                if t.device.type != self.device:
-                    writes_elsewhere |= is_write
-                    continue
-                if is_write:
-                    written.append(t)  # empty too: an out= argument the operator resizes
-                span = tensor_span(t)
-                if span is None:
-                    continue
-                if is_write:
-                    writes.append(span)
-                    if also_read:
-                        reads.append(span)
-                else:
-                    reads.append(span)
+        reads, writes, written, writes_elsewhere = self._accesses(args_plan, args, kwargs)
         if no_access or (aliasing and not written and not writes_elsewhere):
             reads, writes, written = [], [], []  # a view, or an allocator bookkeeping call
         # Storages the operator is given: a return in one of them is no new storage, even where
@@ -588,6 +567,35 @@ class Hooks:
             for fn, a in deferred:
                 fn(*a)
         return out
+
+    def _accesses(self, args_plan, args, kwargs):
+        """What an operator's arguments read and write on the captured device, by its schema:
+        the spans read, the spans written, the tensors written (empty ones too: an out= argument
+        the operator resizes), and whether it writes memory of another device (a copy_ into
+        host memory from a device tensor)."""
+        reads, writes, written = [], [], []
+        writes_elsewhere = False
+        nargs = len(args)
+        for i, argname, is_write, also_read in args_plan:
+            value = args[i] if i < nargs else kwargs.get(argname)
+            if value is None:
+                continue
+            for t in _tensors(value):
+                if t.device.type != self.device:
+                    writes_elsewhere |= is_write
+                    continue
+                if is_write:
+                    written.append(t)
+                span = tensor_span(t)
+                if span is None:
+                    continue
+                if is_write:
+                    writes.append(span)
+                    if also_read:
+                        reads.append(span)
+                else:
+                    reads.append(span)
+        return reads, writes, written, writes_elsewhere
 
     def _lift_fresh(self, func, args, kwargs):
         # torch.tensor(data, device=...) fills the tensor in C++ where no operator shows, then
