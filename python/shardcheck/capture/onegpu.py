@@ -1222,6 +1222,118 @@ def _nccl_to_ours(backend):
     return backend
 
 
+def _patch(obj, name, make):
+    orig = getattr(obj, name)
+    setattr(obj, name, make(orig))
+    _patched.append((obj, name, orig))
+
+
+def _wrap_init_pg(orig):
+    def init_process_group(backend=None, *args, **kwargs):
+        ours = _nccl_to_ours(backend)
+        if ours != backend and kwargs.get("device_id") is not None:
+            # NCCL's eager start-up on that device; this backend starts lazily: bind the
+            # device as the caller asked and go on.
+            torch.cuda.set_device(kwargs.pop("device_id"))
+        return orig(ours, *args, **kwargs)
+    return init_process_group
+
+
+def _wrap_new_group(orig):
+    def new_group_(*args, **kwargs):
+        if "backend" in kwargs:
+            if kwargs["backend"] is not None:
+                kwargs["backend"] = _nccl_to_ours(kwargs["backend"])
+        elif len(args) >= 3:
+            args = list(args)
+            if args[2] is not None:
+                args[2] = _nccl_to_ours(args[2])
+        return orig(*args, **kwargs)
+    return new_group_
+
+
+def _wrap_get_backend(orig):
+    def get_backend_(group=None):
+        found = orig(group)
+        return "nccl" if str(found) == NAME else found
+    return get_backend_
+
+
+def _wrap_batch_isend_irecv(orig):
+    def batch_isend_irecv_(p2p_op_list):
+        group = p2p_op_list[0].group if p2p_op_list else None
+        group = group or dist.distributed_c10d._get_default_group()
+        if not isinstance(group, OneGpuGroup):
+            return orig(p2p_op_list)
+        # NCCL's batch: one coalesced job on the group's stream (c10d takes this path only
+        # for a group whose type is ProcessGroup itself).
+        device = p2p_op_list[0].tensor.device
+        with _p2p.batch(), dist.distributed_c10d._coalescing_manager(group, device, async_ops=True) as cm:
+            for p in p2p_op_list:
+                send = p.op is dist.isend
+                if hasattr(p, "group_peer"):
+                    peer = {("group_dst" if send else "group_src"): p.group_peer}
+                else:
+                    peer = {("dst" if send else "src"): p.peer}
+                p.op(p.tensor, group=p.group, tag=p.tag, **peer)
+        return cm.works
+    return batch_isend_irecv_
+
+
+def _wrap_premul(orig):
+    def make_nccl_premul_sum(factor):
+        op = orig(factor)
+        _remember_premul(op, factor)
+        return op
+    return make_nccl_premul_sum
+
+
+def _wrap_hint_op(orig):
+    sig = inspect.signature(orig)
+
+    def with_op(*args, **kwargs):
+        op = sig.bind_partial(*args, **kwargs).arguments.get("op")
+        if op is None:
+            return orig(*args, **kwargs)
+        with _hooks.reduce_op(op):  # where _premul_factor finds the caller's op
+            return orig(*args, **kwargs)
+    return with_op
+
+
+def _remap_devices():
+    """Device indices past this machine's GPUs go onto them (cuda:k is cuda:(k mod count)): the
+    dispatch hook's devices, torch.cuda's current device, and the device a tensor is made on."""
+    count = torch.cuda.device_count()
+    _hooks.remap_devices(lambda d: _onto(d, count))
+
+    def exchange(orig):
+        def exchange_(device):
+            return orig(device % count if isinstance(device, int) and device >= 0 else device)
+        return exchange_
+    for name in ("_exchange_device", "_maybe_exchange_device"):
+        if hasattr(torch.cuda, name):
+            _patch(torch.cuda, name, exchange)
+
+    def set_device(orig):
+        def set_device_(device):
+            return orig(_onto(device, count))
+        return set_device_
+    _patch(torch.cuda, "set_device", set_device)
+
+    # torch.tensor(data, device="cuda:3") copies to its device in C++, under a device
+    # guard, before any operator the dispatch hook could remap: its device is remapped here.
+    def device_kwarg(orig):
+        def remapped(*args, **kwargs):
+            if kwargs.get("device") is not None:
+                kwargs["device"] = _onto(kwargs["device"], count)
+            return orig(*args, **kwargs)
+        return remapped
+    for name in ("tensor", "as_tensor", "asarray"):
+        if hasattr(torch, name):
+            _patch(torch, name, device_kwarg)
+    _patch(torch.Tensor, "new_tensor", device_kwarg)
+
+
 def install():
     """Registers the backend and routes "nccl" (and the default backend) to it, and device
     indices past the GPUs onto them. Idempotent."""
@@ -1231,121 +1343,20 @@ def install():
     if NAME not in getattr(dist.Backend, "backend_list", []) and \
             not hasattr(dist.Backend, NAME.upper()):
         dist.Backend.register_backend(NAME, _create, devices=["cpu", "cuda"])
-    c10d = dist.distributed_c10d
-
-    def patch(obj, name, make):
-        orig = getattr(obj, name)
-        setattr(obj, name, make(orig))
-        _patched.append((obj, name, orig))
-
-    def init_pg(orig):
-        def init_process_group(backend=None, *args, **kwargs):
-            ours = _nccl_to_ours(backend)
-            if ours != backend and kwargs.get("device_id") is not None:
-                # NCCL's eager start-up on that device; this backend starts lazily: bind the
-                # device as the caller asked and go on.
-                torch.cuda.set_device(kwargs.pop("device_id"))
-            return orig(ours, *args, **kwargs)
-        return init_process_group
-
-    def new_group(orig):
-        def new_group_(*args, **kwargs):
-            if "backend" in kwargs:
-                if kwargs["backend"] is not None:
-                    kwargs["backend"] = _nccl_to_ours(kwargs["backend"])
-            elif len(args) >= 3:
-                args = list(args)
-                if args[2] is not None:
-                    args[2] = _nccl_to_ours(args[2])
-            return orig(*args, **kwargs)
-        return new_group_
-
-    def get_backend(orig):
-        def get_backend_(group=None):
-            found = orig(group)
-            return "nccl" if str(found) == NAME else found
-        return get_backend_
-
-    def batch_isend_irecv(orig):
-        def batch_isend_irecv_(p2p_op_list):
-            group = p2p_op_list[0].group if p2p_op_list else None
-            group = group or c10d._get_default_group()
-            if not isinstance(group, OneGpuGroup):
-                return orig(p2p_op_list)
-            # NCCL's batch: one coalesced job on the group's stream (c10d takes this path only
-            # for a group whose type is ProcessGroup itself).
-            device = p2p_op_list[0].tensor.device
-            with _p2p.batch(), c10d._coalescing_manager(group, device, async_ops=True) as cm:
-                for p in p2p_op_list:
-                    send = p.op is dist.isend
-                    if hasattr(p, "group_peer"):
-                        peer = {("group_dst" if send else "group_src"): p.group_peer}
-                    else:
-                        peer = {("dst" if send else "src"): p.peer}
-                    p.op(p.tensor, group=p.group, tag=p.tag, **peer)
-            return cm.works
-        return batch_isend_irecv_
-
-    def premul(orig):
-        def make_nccl_premul_sum(factor):
-            op = orig(factor)
-            _remember_premul(op, factor)
-            return op
-        return make_nccl_premul_sum
-
-    def hint_op(orig):
-        sig = inspect.signature(orig)
-
-        def with_op(*args, **kwargs):
-            op = sig.bind_partial(*args, **kwargs).arguments.get("op")
-            if op is None:
-                return orig(*args, **kwargs)
-            with _hooks.reduce_op(op):  # where _premul_factor finds the caller's op
-                return orig(*args, **kwargs)
-        return with_op
-
     for fname in ("all_reduce", "reduce", "reduce_scatter_tensor", "reduce_scatter",
                   "all_reduce_coalesced"):
         if hasattr(dist, fname) and "op" in inspect.signature(getattr(dist, fname)).parameters:
-            patch(dist, fname, hint_op)
-    for obj in {dist, c10d}:
+            _patch(dist, fname, _wrap_hint_op)
+    for obj in {dist, dist.distributed_c10d}:
         if hasattr(obj, "_make_nccl_premul_sum"):
-            patch(obj, "_make_nccl_premul_sum", premul)
-        patch(obj, "init_process_group", init_pg)
-        patch(obj, "new_group", new_group)
-        patch(obj, "get_backend", get_backend)
-        patch(obj, "batch_isend_irecv", batch_isend_irecv)
+            _patch(obj, "_make_nccl_premul_sum", _wrap_premul)
+        _patch(obj, "init_process_group", _wrap_init_pg)
+        _patch(obj, "new_group", _wrap_new_group)
+        _patch(obj, "get_backend", _wrap_get_backend)
+        _patch(obj, "batch_isend_irecv", _wrap_batch_isend_irecv)
     _hooks.route_functional(_run_functional)
     if torch.cuda.is_available():
-        count = torch.cuda.device_count()
-        _hooks.remap_devices(lambda d: _onto(d, count))
-
-        def exchange(orig):
-            def exchange_(device):
-                return orig(device % count if isinstance(device, int) and device >= 0 else device)
-            return exchange_
-        for name in ("_exchange_device", "_maybe_exchange_device"):
-            if hasattr(torch.cuda, name):
-                patch(torch.cuda, name, exchange)
-
-        def set_device(orig):
-            def set_device_(device):
-                return orig(_onto(device, count))
-            return set_device_
-        patch(torch.cuda, "set_device", set_device)
-
-        # torch.tensor(data, device="cuda:3") copies to its device in C++, under a device
-        # guard, before any operator the dispatch hook could remap: its device is remapped here.
-        def device_kwarg(orig):
-            def remapped(*args, **kwargs):
-                if kwargs.get("device") is not None:
-                    kwargs["device"] = _onto(kwargs["device"], count)
-                return orig(*args, **kwargs)
-            return remapped
-        for name in ("tensor", "as_tensor", "asarray"):
-            if hasattr(torch, name):
-                patch(torch, name, device_kwarg)
-        patch(torch.Tensor, "new_tensor", device_kwarg)
+        _remap_devices()
     _installed = True
 
 
